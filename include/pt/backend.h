@@ -1,0 +1,130 @@
+/* backend.h: the compute interface. A backend is a table of functions plus a context pointer.
+ *
+ * The model, the optimizer and (later) the parallel code call kernels only through this table and
+ * never assume that device memory is host memory: tokens, parameters and activations passed to a
+ * kernel live in memory from be->alloc; host data crosses with be->upload / be->download.
+ * Only the CPU backend (src/backend/cpu) exists now; a CUDA one implements the same table.
+ *
+ * Conventions: all matrices are row-major fp32; "N" is a count of token rows, "C" a row width;
+ * a `ld*` argument is a row stride in elements. Kernels documented "+=" accumulate into their
+ * output (parameter gradients, and the attention input gradients so that ring attention can sum
+ * over key/value blocks); the others overwrite.
+ */
+#ifndef PT_BACKEND_H
+#define PT_BACKEND_H
+
+#include "pt/core.h"
+
+typedef struct pt_backend pt_backend;
+
+/* The shapes of one attention call: B sequences, Tq query rows against Tk key/value rows each.
+ * Rows of q are (B, Tq) with n_heads·head_dim values at stride ldq; rows of k and v are (B, Tk)
+ * with n_kv_heads·head_dim values at strides ldk and ldv; query head h reads kv head
+ * h / (n_heads / n_kv_heads). The causal mask is by position: key j is visible to query i iff
+ * k_pos[j] <= q_pos[i] (positions are shared by the B sequences; context parallelism passes the
+ * global positions of its chunks). */
+typedef struct {
+    int B, Tq, Tk;
+    int n_heads, n_kv_heads, head_dim;
+    int ldq, ldk, ldv, ldo;
+    const int32_t *q_pos; /* (Tq) */
+    const int32_t *k_pos; /* (Tk) */
+    float scale;          /* 1/sqrt(head_dim) */
+} pt_attn_shape;
+
+typedef enum { PT_NO_TRANS = 0, PT_TRANS = 1 } pt_trans;
+
+struct pt_backend {
+    const char *name;
+    void *ctx;
+    int n_threads;
+
+    /* memory */
+    void *(*alloc)(pt_backend *be, size_t bytes);   /* zeroed, aligned */
+    void (*free)(pt_backend *be, void *p);
+    void (*zero)(pt_backend *be, void *p, size_t bytes);
+    void (*upload)(pt_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(pt_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(pt_backend *be, void *dst, const void *src, size_t bytes);
+    void (*synchronize)(pt_backend *be);
+
+    /* C (M,N) = alpha · op(A) · op(B) + beta · C, where op(A) is (M,K) and op(B) is (K,N). */
+    void (*gemm)(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+    /* tokens (N) -> out (N,C) = wte[tokens]. Tokens index rows [0, vocab): a token outside
+     * [row0, row0+rows) gives a zero row (vocabulary-parallel embedding). */
+    void (*embedding_forward)(pt_backend *be, float *out, const int32_t *tokens, const float *wte,
+                              int N, int C, int row0, int rows);
+    /* dwte[tokens - row0] += dout, deterministic whatever the thread count. */
+    void (*embedding_backward)(pt_backend *be, float *dwte, const int32_t *tokens,
+                               const float *dout, int N, int C, int row0, int rows);
+
+    /* inp (N,C), w (C) -> out (N,C) = inp · rsqrt(mean(inp²) + eps) · w; rstd (N) saved. */
+    void (*rmsnorm_forward)(pt_backend *be, float *out, float *rstd, const float *inp,
+                            const float *w, int N, int C, float eps);
+    /* dinp += ..., dw += ... (N,C) */
+    void (*rmsnorm_backward)(pt_backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int N, int C);
+
+    /* In place on x (N rows at stride ld, n_heads heads of head_dim each starting at column 0),
+     * row n at position pos[n] (N positions),
+     * Hugging Face "rotate half" convention: for i < head_dim/2, with a = pos·inv_freq[i],
+     *   x'[i] = x[i]·cos a − x[i+hd/2]·sin a,  x'[i+hd/2] = x[i+hd/2]·cos a + x[i]·sin a.
+     * cos/sin tables are (max_pos, head_dim/2). inverse = 1 applies the transpose (backward). */
+    void (*rope)(pt_backend *be, float *x, const int32_t *pos, int N, int n_heads, int head_dim,
+                 int ld, const float *cos_tab, const float *sin_tab, int inverse);
+
+    /* Attention that never holds a Tq×Tk score matrix (tiles with online softmax).
+     * out (B,Tq,n_heads·head_dim at ldo) = softmax(q·kᵀ·scale + mask)·v;
+     * lse (B, n_heads, Tq) = log Σ exp(scores) over visible keys (-INFINITY and out = 0 if none). */
+    void (*attention_forward)(pt_backend *be, const pt_attn_shape *s, const float *q,
+                              const float *k, const float *v, float *out, float *lse);
+    /* Recomputes the probabilities from q, k and lse; out and dout give D = rowsum(dout∘out).
+     * dq +=, dk +=, dv += (same strides as q, k, v). lse and out may be the merged results of
+     * several key/value blocks (ring attention); the gradient is then this block's share. */
+    void (*attention_backward)(pt_backend *be, const pt_attn_shape *s, const float *q,
+                               const float *k, const float *v, const float *out,
+                               const float *dout, const float *lse, float *dq, float *dk,
+                               float *dv);
+
+    /* gu (N, 2F) = [gate | up] -> h (N,F) = silu(gate) · up */
+    void (*swiglu_forward)(pt_backend *be, float *h, const float *gu, int N, int F);
+    /* dh (N,F), gu (N,2F) -> dgu (N,2F) (overwrites) */
+    void (*swiglu_backward)(pt_backend *be, float *dgu, const float *dh, const float *gu, int N,
+                            int F);
+
+    /* Fused softmax cross-entropy over rows of logits (n, V at ld), in place:
+     * losses[i] = logsumexp(row) − row[target] (0 when target = -1), and the row is replaced by
+     * dscale · (softmax(row) − onehot(target)) (a zero row when target = -1). */
+    void (*softmax_xent)(pt_backend *be, float *logits, float *losses, const int32_t *targets,
+                         int n, int V, int ld, float dscale);
+
+    /* y += x (n) */
+    void (*add)(pt_backend *be, float *y, const float *x, size_t n);
+    /* x *= s (n) */
+    void (*scale)(pt_backend *be, float *x, float s, size_t n);
+    /* Σ x² in double (n) */
+    double (*sumsq)(pt_backend *be, const float *x, size_t n);
+    /* Σ x in double (n) */
+    double (*sum)(pt_backend *be, const float *x, size_t n);
+
+    /* AdamW with PyTorch's semantics on n elements (step counts from 1):
+     *   p -= lr·wd·p;  m = b1·m + (1−b1)·g;  v = b2·v + (1−b2)·g²;
+     *   p -= (lr / (1 − b1^step)) · m / (sqrt(v) / sqrt(1 − b2^step) + eps). */
+    void (*adamw)(pt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
+
+    /* Human-readable description of the kernels in use (GEMM library, its kernel, threads). */
+    const char *(*describe)(pt_backend *be);
+    void (*destroy)(pt_backend *be);
+};
+
+typedef enum { PT_GEMM_ONEDNN = 0, PT_GEMM_OPENBLAS = 1 } pt_gemm_lib;
+
+/* Creates the CPU backend with n_threads OpenMP threads (0 = all cores) and the chosen GEMM
+ * library. For OpenBLAS it selects the fastest kernel the CPU supports even where OpenBLAS does
+ * not know the CPU model (see src/backend/cpu/gemm.c). Returns NULL with pt_last_error() set. */
+pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib);
+
+#endif

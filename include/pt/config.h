@@ -1,0 +1,80 @@
+/* config.h: the training configuration, its keys, defaults and parsing.
+ *
+ * Every key is declared once, in the table in src/train/config.c (section, name, type, default,
+ * help). Parsing a file, parsing `--section.key=value` overrides and `pentatron train
+ * --help-config` all read that table, so the reference cannot drift from the code.
+ */
+#ifndef PT_CONFIG_H
+#define PT_CONFIG_H
+
+#include "pt/core.h"
+#include "pt/model.h"
+
+#define PT_PATH_MAX 1024
+
+typedef struct {
+    pt_model_config model;
+    char init_from[PT_PATH_MAX]; /* model.init_from: a Hugging Face Llama directory */
+
+    struct {
+        char train[PT_PATH_MAX]; /* glob of token shards */
+        int shuffle;
+    } data;
+
+    struct {
+        int64_t steps;
+        int global_batch; /* sequences per optimizer step */
+        int micro_batch;  /* sequences per forward/backward */
+        int seq_len;
+        uint64_t seed;
+        int threads;      /* 0 = all cores */
+        char gemm[16];    /* onednn | openblas */
+    } training;
+
+    struct {
+        float lr, beta1, beta2, eps, weight_decay, grad_clip;
+        char schedule[16]; /* constant | cosine | linear */
+        int64_t warmup_steps;
+        float min_lr; /* floor of the decay, as a fraction of lr */
+    } optimizer;
+
+    struct {
+        char dir[PT_PATH_MAX];
+        int64_t every; /* 0 = only at the end */
+        int keep;      /* last K checkpoints kept */
+        char resume[PT_PATH_MAX]; /* "", "latest" or a checkpoint directory */
+    } checkpoint;
+
+    struct {
+        char metrics[PT_PATH_MAX]; /* JSON lines file, "" = none */
+        int progress;              /* progress bar on a terminal */
+        int64_t every;             /* print every n steps */
+    } logging;
+
+    struct {
+        int max_new_tokens;
+        float temperature;
+        int top_k;
+        char prompt[PT_PATH_MAX];
+        char vocab[PT_PATH_MAX];
+    } sample;
+} pt_config;
+
+void pt_config_defaults(pt_config *c);
+/* Reads an INI file over c. Errors name the file, line and key. */
+pt_status pt_config_load_file(pt_config *c, const char *path);
+/* Applies one "section.key=value" (or key and value separately). */
+pt_status pt_config_set(pt_config *c, const char *key, const char *value);
+/* Parses argv: --config FILE (first, whatever its position) then --section.key=value or
+ * --section.key value overrides in order. Other arguments are errors. */
+pt_status pt_config_from_args(pt_config *c, int argc, char **argv);
+/* Cross-key checks (batch divisibility, ranges). */
+pt_status pt_config_validate(const pt_config *c);
+/* 1 if the key was set by a file or the command line (not defaulted). */
+int pt_config_was_set(const pt_config *c, const char *key);
+/* Prints every key with its type, default and meaning. */
+void pt_config_print_help(FILE *f);
+/* Writes the effective configuration as INI (for checkpoints and the log). */
+void pt_config_write(const pt_config *c, FILE *f);
+
+#endif

@@ -1,0 +1,84 @@
+/* core.h: errors, logging, assertions, timing and small helpers used by every module.
+ *
+ * Two tiers of errors (see docs/architecture.md):
+ *   - bugs and broken invariants: PT_ASSERT aborts the whole job with file:line (and, once the
+ *     runtime is distributed, the rank) so that no rank is left waiting in a collective;
+ *   - recoverable conditions (bad config, missing file, corrupt checkpoint): functions return
+ *     pt_status and leave a message in pt_err_buf naming the file, the field and what was expected.
+ */
+#ifndef PT_CORE_H
+#define PT_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+    PT_OK = 0,
+    PT_ERR_IO,       /* a file could not be opened, read or written */
+    PT_ERR_FORMAT,   /* a file's contents are malformed or lie about themselves */
+    PT_ERR_CONFIG,   /* a config key, value or layout is invalid */
+    PT_ERR_MEMORY,   /* an allocation failed */
+    PT_ERR_RUNTIME,  /* a library call failed at run time */
+} pt_status;
+
+/* The last error message of this thread (set by pt_errorf, read by callers that print it). */
+const char *pt_last_error(void);
+/* Formats the message into the error buffer and returns `code`, so that `return pt_errorf(...)` reads well. */
+pt_status pt_errorf(pt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Logging: rank 0 prints info; everyone prints warnings and errors with a rank prefix. */
+void pt_log_set_rank(int rank, int world);
+void pt_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pt_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pt_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Aborts the job. Replaced by the distributed runtime with one that calls MPI_Abort. */
+typedef void (*pt_abort_fn)(int code);
+void pt_set_abort(pt_abort_fn fn);
+_Noreturn void pt_fatal(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define PT_ASSERT(cond)                                                                        \
+    do {                                                                                       \
+        if (!(cond)) pt_fatal(__FILE__, __LINE__, "assertion failed: %s", #cond);              \
+    } while (0)
+#define PT_ASSERTF(cond, ...)                                                                  \
+    do {                                                                                       \
+        if (!(cond)) pt_fatal(__FILE__, __LINE__, __VA_ARGS__);                                \
+    } while (0)
+/* Propagates a non-OK pt_status to the caller. */
+#define PT_TRY(expr)                                                                           \
+    do {                                                                                       \
+        pt_status pt_try_status_ = (expr);                                                     \
+        if (pt_try_status_ != PT_OK) return pt_try_status_;                                    \
+    } while (0)
+
+/* Checked allocation: aborts on failure (allocations happen at set-up, never per step). */
+void *pt_malloc(size_t bytes);
+void *pt_calloc(size_t n, size_t size);
+/* 64-byte aligned, zeroed; free with pt_free_aligned. */
+void *pt_alloc_aligned(size_t bytes);
+void pt_free_aligned(void *p);
+char *pt_strdup(const char *s);
+
+double pt_now(void);                    /* monotonic seconds */
+int64_t pt_peak_rss_bytes(void);        /* peak resident set size of this process */
+int64_t pt_rss_bytes(void);             /* current resident set size */
+
+/* Deterministic RNG (splitmix64 seeding xoshiro256**): the same on every platform. */
+typedef struct {
+    uint64_t s[4];
+} pt_rng;
+void pt_rng_seed(pt_rng *r, uint64_t seed);
+uint64_t pt_rng_next(pt_rng *r);
+float pt_rng_uniform(pt_rng *r);        /* [0, 1) */
+float pt_rng_normal(pt_rng *r);         /* standard normal, Box-Muller */
+
+/* Whole-file helpers. pt_read_file returns PT_ERR_IO with the path in the message. */
+pt_status pt_read_file(const char *path, char **data, size_t *len);
+/* Writes atomically: PATH.tmp, fsync, rename, fsync of the directory. */
+pt_status pt_write_file_atomic(const char *path, const void *data, size_t len);
+pt_status pt_fsync_dir(const char *dir);
+pt_status pt_mkdirs(const char *path);
+
+#endif

@@ -1,0 +1,149 @@
+/* model.h: the Llama-style decoder, its parameter table, and its explicit forward and backward.
+ *
+ * Parameters, gradients (and, in optim.h, the optimizer moments) each live in one contiguous buffer
+ * described by one table (pt_param_table). Every other module (checkpoints, the optimizer, ZeRO
+ * sharding, tensor/pipeline/expert splitting) reads the table; none keys behaviour off tensor
+ * indices. The table's names are Hugging Face LlamaForCausalLM names.
+ *
+ * Within a layer the tensors are laid out so that q, k and v are adjacent (one fused (q+2kv, C)
+ * projection GEMM) and gate and up are adjacent (one fused (2F, C) GEMM).
+ */
+#ifndef PT_MODEL_H
+#define PT_MODEL_H
+
+#include "pt/backend.h"
+#include "pt/core.h"
+
+typedef struct {
+    int vocab_size;
+    int dim;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int ffn_dim;
+    int max_seq_len;
+    float rope_theta;
+    float norm_eps;
+    int tied_embeddings;
+    float init_std;
+} pt_model_config;
+
+/* How tensor parallelism splits a tensor (used from the tensor-parallel issue on). */
+typedef enum {
+    PT_TP_REPLICATED = 0, /* every tp rank holds all of it (norm weights) */
+    PT_TP_COLUMN,         /* split along dim 0, the output features (q, k, v, gate, up) */
+    PT_TP_ROW,            /* split along dim 1, the input features (o, down) */
+    PT_TP_VOCAB,          /* split along dim 0 = vocabulary (embedding, head) */
+} pt_tp_split;
+
+/* Where pipeline parallelism puts a tensor. */
+typedef enum {
+    PT_PP_LAYER = 0, /* on the stage that owns `layer` */
+    PT_PP_FIRST,     /* on the first stage (embedding) */
+    PT_PP_LAST,      /* on the last stage (final norm, head) */
+} pt_pp_place;
+
+typedef enum {
+    PT_KIND_EMBED = 0,
+    PT_KIND_ATTN_NORM,
+    PT_KIND_WQ,
+    PT_KIND_WK,
+    PT_KIND_WV,
+    PT_KIND_WO,
+    PT_KIND_MLP_NORM,
+    PT_KIND_WGATE,
+    PT_KIND_WUP,
+    PT_KIND_WDOWN,
+    PT_KIND_FINAL_NORM,
+    PT_KIND_HEAD,
+    PT_KIND_COUNT
+} pt_param_kind;
+
+typedef struct {
+    char name[96];       /* Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight" */
+    pt_param_kind kind;
+    int ndim;
+    int64_t shape[2];
+    int layer;           /* -1 for tensors outside the layers */
+    int decay;           /* 1 if weight decay applies (matrices), 0 for norm weights */
+    pt_tp_split tp;
+    pt_pp_place pp;
+    int expert;          /* -1 (dense); the MoE issue adds expert tensors */
+    size_t offset;       /* in elements, into the parameter buffer */
+    size_t numel;
+} pt_param;
+
+typedef struct {
+    pt_param *p;
+    int n;
+    size_t total; /* elements */
+} pt_param_table;
+
+/* Builds the table for a config (caller frees with pt_param_table_free). */
+void pt_param_table_build(pt_param_table *t, const pt_model_config *c);
+void pt_param_table_free(pt_param_table *t);
+const pt_param *pt_param_find(const pt_param_table *t, const char *name);
+/* Checks a config's values; PT_ERR_CONFIG naming the key otherwise. */
+pt_status pt_model_config_check(const pt_model_config *c);
+
+/* Pointers into one of the buffers (params or grads) for one layer. */
+typedef struct {
+    float *attn_norm; /* (C) */
+    float *wqkv;      /* (q_dim + 2·kv_dim, C): q_proj, k_proj, v_proj stacked */
+    float *wo;        /* (C, q_dim) */
+    float *mlp_norm;  /* (C) */
+    float *wgu;       /* (2F, C): gate_proj, up_proj stacked */
+    float *wdown;     /* (C, F) */
+} pt_layer_view;
+
+typedef struct {
+    float *embed;      /* (V, C) */
+    float *final_norm; /* (C) */
+    float *head;       /* (V, C); == embed when tied */
+    pt_layer_view *layers;
+} pt_model_view;
+
+/* Activations of one micro-batch (B, T), held from its forward to its backward. Sized once. */
+typedef struct pt_acts pt_acts;
+
+typedef struct {
+    pt_model_config cfg;
+    pt_backend *be;
+    pt_param_table table;
+    float *params; /* (table.total) device memory */
+    float *grads;  /* (table.total) device memory, accumulated by backward */
+    pt_model_view w, g;
+    float *rope_cos, *rope_sin; /* (max_seq_len, head_dim/2) device memory */
+    /* Called during backward as soon as a layer's gradients are final (layer L-1 down to 0, then
+     * -1 for the embedding and other global tensors): data parallelism starts its bucket there. */
+    void (*on_grads_ready)(void *user, int layer);
+    void *hook_user;
+} pt_model;
+
+pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);
+void pt_model_free(pt_model *m);
+/* Hugging Face's initialisation: matrices ~ N(0, init_std), norm weights 1. Deterministic. */
+void pt_model_init_weights(pt_model *m, uint64_t seed);
+void pt_model_zero_grads(pt_model *m);
+
+pt_acts *pt_acts_create(const pt_model *m, int B, int T);
+void pt_acts_free(const pt_model *m, pt_acts *a);
+size_t pt_acts_bytes(const pt_acts *a);
+/* Reuses activations for a smaller (B, T) (B·T and T within what they were sized for). */
+void pt_acts_set_shape(pt_acts *a, int B, int T);
+
+/* Forward over B×T tokens (device memory, positions pos (T)). With targets (device memory, -1 =
+ * ignored) it also computes the loss and, fused with it, the head's backward: the gradient of
+ * loss_scale · Σ token losses. Returns Σ token losses (double) and the count of valid targets. */
+double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
+                        const int32_t *pos, float loss_scale, int64_t *n_valid);
+/* Backward of the last forward with targets on `a`: accumulates into m->grads. */
+void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens);
+/* Logits (B, T, V) on the host, for generation and tests. */
+void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos,
+                     float *host_logits);
+
+/* Model FLOPs per token (forward + backward = 6Ψ + attention as executed, causal halved). */
+double pt_model_flops_per_token(const pt_model_config *c, int T);
+
+#endif

@@ -1,0 +1,40 @@
+/* optim.h: AdamW over the parameter buffer, global-norm gradient clipping, learning-rate schedule.
+ *
+ * The moments m and v are two more buffers laid out like the parameters (one table describes all
+ * four). Weight decay is taken per tensor from the table (matrices yes, norm weights no). The
+ * update runs over an element range so that ZeRO can apply it to a shard.
+ */
+#ifndef PT_OPTIM_H
+#define PT_OPTIM_H
+
+#include "pt/model.h"
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int schedule; /* PT_LR_* */
+    int64_t warmup_steps, total_steps;
+    float min_lr; /* fraction of lr */
+} pt_optim_config;
+
+enum { PT_LR_CONSTANT = 0, PT_LR_COSINE, PT_LR_LINEAR };
+
+typedef struct {
+    pt_optim_config cfg;
+    float *m, *v; /* (table.total) device memory */
+    size_t n;
+    int64_t step; /* optimizer steps taken */
+} pt_optim;
+
+void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *model);
+void pt_optim_free(pt_optim *o, const pt_model *model);
+/* Learning rate of step s (from 0): linear warmup to lr over warmup_steps, then constant, or a
+ * cosine / linear decay to min_lr·lr at total_steps. */
+float pt_lr_at(const pt_optim_config *c, int64_t s);
+/* Global L2 norm of the gradients (sqrt of Σ over tensors of Σ g²). */
+double pt_grad_norm(const pt_model *model);
+/* Clips as torch.nn.utils.clip_grad_norm_ does: scale by max_norm / (norm + 1e-6) when < 1. */
+void pt_clip_grads(pt_model *model, double norm, float max_norm);
+/* One AdamW step over every tensor in the table with the given lr (step counter advances). */
+void pt_optim_step(pt_optim *o, pt_model *model, float lr);
+
+#endif

@@ -1,0 +1,63 @@
+/* tokenizer.h: the GPT-2 byte-level BPE tokenizer.
+ *
+ * Token-for-token the same as the reference JS encoder (npm gpt-3-encoder, Encoder.js) on valid
+ * UTF-8, including its quirks: text is split by the GPT-2 pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * with JS semantics (JS \s, node's Unicode tables, see src/data/unicode_tables.c), and each piece is
+ * merged by the ranks in vocab.bpe. Encoder.js looks merge pairs up by the string "a,b", so a pair
+ * whose pieces contain a comma can take the rank of another merge with the same joined string
+ * (11 such aliases in the GPT-2 vocabulary, e.g. ('",', '"') ranks as ('"', ',"')); we reproduce that.
+ *
+ * Bytes that are not valid UTF-8 (RFC 3629: no overlongs, surrogates or code points above
+ * U+10FFFF) are kept as they are, one byte at a time, and classed like the U+FFFD that the
+ * reference's UTF-8 decoding would put in their place (neither letter, number nor space). The
+ * pieces therefore split at the same places as the reference's, and decode(encode(x)) == x for
+ * every byte string; only the bytes inside such pieces differ from the reference (raw vs EF BF BD).
+ *
+ * "<|endoftext|>" in the text is encoded as ordinary text, as the reference does; the end-of-text
+ * token is added by the caller (pt_tokenizer_eot).
+ *
+ * A tokenizer caches the merges of the pieces it has seen, so encoding mutates it: use one per
+ * thread.
+ */
+#ifndef PT_TOKENIZER_H
+#define PT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pt/core.h"
+
+typedef struct pt_tokenizer pt_tokenizer;
+
+/* Reads DIR/encoder.json (token -> id) and DIR/vocab.bpe (merges, best first). */
+pt_status pt_tokenizer_load(pt_tokenizer **out, const char *dir);
+void pt_tokenizer_free(pt_tokenizer *t);
+
+/* Encodes `len` bytes of UTF-8 text and appends the ids to *tokens (n used, cap allocated;
+ * grown with realloc, *tokens may start NULL with *n = *cap = 0; the caller frees it). */
+pt_status pt_tokenizer_encode(pt_tokenizer *t, const char *text, size_t len, int32_t **tokens,
+                              size_t *n, size_t *cap);
+
+/* The bytes of `n` tokens, NUL-terminated (not counted in *len); caller frees. NULL, with a
+ * message in pt_last_error(), if an id is out of range. */
+char *pt_tokenizer_decode(const pt_tokenizer *t, const int32_t *tokens, size_t n, size_t *len);
+
+/* The id of "<|endoftext|>" (50256 for GPT-2). */
+int pt_tokenizer_eot(const pt_tokenizer *t);
+/* Number of ids (50257 for GPT-2). */
+int pt_tokenizer_vocab_size(const pt_tokenizer *t);
+
+/* Code point classes of the pre-tokenizer pattern, from the generated src/data/unicode_tables.c. */
+typedef enum {
+    PT_CHAR_OTHER = 0,  /* [^\s\p{L}\p{N}] */
+    PT_CHAR_LETTER = 1, /* \p{L} */
+    PT_CHAR_NUMBER = 2, /* \p{N} */
+    PT_CHAR_SPACE = 3,  /* JS \s */
+} pt_char_class;
+
+pt_char_class pt_tokenizer_char_class(uint32_t cp);
+/* The Unicode version the class table was generated from (node's), e.g. "17.0". */
+extern const char *const pt_unicode_version;
+
+#endif

@@ -1,0 +1,55 @@
+/* trainer.h: one training run: set-up from a config, optimizer steps, logging, checkpoints.
+ *
+ * A step reads its global batch (training.global_batch sequences) in micro-batches of
+ * training.micro_batch, accumulates gradients, then clips and applies AdamW. The loss of a step
+ * is the mean over all non-ignored targets of the whole global batch, whatever the split: each
+ * micro-batch's gradient is scaled by 1 / (valid targets of the global batch).
+ */
+#ifndef PT_TRAINER_H
+#define PT_TRAINER_H
+
+#include "pt/backend.h"
+#include "pt/config.h"
+#include "pt/data.h"
+#include "pt/model.h"
+#include "pt/optim.h"
+
+typedef struct {
+    int64_t step;      /* from 1 */
+    double loss;       /* mean loss of this step's batch before its update */
+    double grad_norm;  /* before clipping */
+    float lr;
+    int64_t tokens;    /* tokens in the batch */
+    double seconds;    /* wall time of the step */
+    double tokens_per_s;
+    double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
+} pt_step_stats;
+
+typedef struct {
+    pt_config cfg;
+    pt_backend *be;
+    pt_model model;
+    pt_optim opt;
+    pt_data data;
+    pt_acts *acts;
+    int32_t *h_inputs, *h_targets; /* (global_batch, T) host */
+    int32_t *d_inputs, *d_targets, *d_pos;
+    int64_t step;                  /* steps done */
+    FILE *metrics;
+    double peak_flops;             /* measured sgemm FLOP/s of this process */
+    double flops_per_token;
+} pt_trainer;
+
+pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg);
+void pt_trainer_free(pt_trainer *t);
+/* One optimizer step. */
+pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s);
+/* Steps until training.steps, logging and checkpointing as configured. */
+pt_status pt_trainer_run(pt_trainer *t);
+/* Greedy / temperature / top-k continuation of a prompt (host tokens), n_new tokens appended. */
+int pt_generate(pt_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n_new,
+                float temperature, int top_k, uint64_t seed);
+/* sgemm FLOP/s of the backend, measured now (a few hundred milliseconds). */
+double pt_measure_gemm_peak(pt_backend *be);
+
+#endif

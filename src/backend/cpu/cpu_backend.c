@@ -1,0 +1,94 @@
+/* cpu_backend.c: the CPU backend's function table: host memory, GEMM (gemm.c) and the kernels of
+ * ops.c and attention.c. Threads are OpenMP threads shared by our kernels and the GEMM library. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/ops.h"
+#include "pt/backend.h"
+
+typedef struct {
+    pt_cpu_gemm_lib gemm;
+    char desc[384];
+} pt_cpu_ctx;
+
+static void *cpu_alloc(pt_backend *be, size_t bytes) {
+    (void)be;
+    return pt_alloc_aligned(bytes);
+}
+static void cpu_free(pt_backend *be, void *p) {
+    (void)be;
+    pt_free_aligned(p);
+}
+static void cpu_zero(pt_backend *be, void *p, size_t bytes) {
+    (void)be;
+    memset(p, 0, bytes);
+}
+static void cpu_copy(pt_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (dst != src) memmove(dst, src, bytes);
+}
+static void cpu_synchronize(pt_backend *be) { (void)be; }
+
+static void cpu_gemm(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc) {
+    pt_cpu_ctx *ctx = be->ctx;
+    pt_cpu_gemm(&ctx->gemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static const char *cpu_describe(pt_backend *be) {
+    pt_cpu_ctx *ctx = be->ctx;
+    snprintf(ctx->desc, sizeof ctx->desc, "cpu backend, %d threads, %s", be->n_threads,
+             ctx->gemm.desc);
+    return ctx->desc;
+}
+
+static void cpu_destroy(pt_backend *be) {
+    free(be->ctx);
+    free(be);
+}
+
+pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
+    if (n_threads <= 0) n_threads = omp_get_num_procs();
+    omp_set_num_threads(n_threads);
+    pt_cpu_ctx *ctx = pt_calloc(1, sizeof *ctx);
+    if (pt_cpu_gemm_init(&ctx->gemm, lib, n_threads) != PT_OK) {
+        free(ctx);
+        return NULL;
+    }
+    pt_backend *be = pt_calloc(1, sizeof *be);
+    *be = (pt_backend){
+        .name = "cpu",
+        .ctx = ctx,
+        .n_threads = n_threads,
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .zero = cpu_zero,
+        .upload = cpu_copy,
+        .download = cpu_copy,
+        .copy = cpu_copy,
+        .synchronize = cpu_synchronize,
+        .gemm = cpu_gemm,
+        .embedding_forward = pt_cpu_embedding_forward,
+        .embedding_backward = pt_cpu_embedding_backward,
+        .rmsnorm_forward = pt_cpu_rmsnorm_forward,
+        .rmsnorm_backward = pt_cpu_rmsnorm_backward,
+        .rope = pt_cpu_rope,
+        .attention_forward = pt_cpu_attention_forward,
+        .attention_backward = pt_cpu_attention_backward,
+        .swiglu_forward = pt_cpu_swiglu_forward,
+        .swiglu_backward = pt_cpu_swiglu_backward,
+        .softmax_xent = pt_cpu_softmax_xent,
+        .add = pt_cpu_add,
+        .scale = pt_cpu_scale,
+        .sumsq = pt_cpu_sumsq,
+        .sum = pt_cpu_sum,
+        .adamw = pt_cpu_adamw,
+        .describe = cpu_describe,
+        .destroy = cpu_destroy,
+    };
+    return be;
+}

@@ -1,0 +1,32 @@
+/* main.c: `pentatron COMMAND ...`: dispatch to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static void pt_usage(FILE *f) {
+    fprintf(f,
+            "usage: pentatron COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  train     train a model:  pentatron train [--config FILE] [--section.key=value ...]\n"
+            "  generate  continue a prompt:  pentatron generate --checkpoint DIR --prompt TEXT\n"
+            "  prepare   tokenize text files into shards:  pentatron prepare --vocab DIR --out DIR FILE...\n"
+            "\n"
+            "`pentatron COMMAND --help` describes each; `pentatron train --help-config` lists every\n"
+            "configuration key.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        pt_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "train")) return pt_cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return pt_cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "prepare")) return pt_cmd_prepare(argc - 2, argv + 2);
+    fprintf(stderr, "pentatron: unknown command \"%s\"\n\n", cmd);
+    pt_usage(stderr);
+    return 2;
+}

@@ -1,0 +1,258 @@
+/* core.c: errors, logging, allocation, timing, RNG and file helpers (see include/pt/core.h). */
+#include "pt/core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Thread_local char pt_err_buf[1024];
+static int pt_log_rank = 0;
+static int pt_log_world = 1;
+static pt_abort_fn pt_abort_hook = NULL;
+
+const char *pt_last_error(void) { return pt_err_buf; }
+
+pt_status pt_errorf(pt_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pt_err_buf, sizeof pt_err_buf, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void pt_log_set_rank(int rank, int world) {
+    pt_log_rank = rank;
+    pt_log_world = world;
+}
+
+static void pt_vlog(FILE *f, const char *level, const char *fmt, va_list ap) {
+    char line[2048];
+    vsnprintf(line, sizeof line, fmt, ap);
+    if (pt_log_world > 1)
+        fprintf(f, "[rank %d] %s%s\n", pt_log_rank, level, line);
+    else
+        fprintf(f, "%s%s\n", level, line);
+    fflush(f);
+}
+
+void pt_log_info(const char *fmt, ...) {
+    if (pt_log_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    pt_vlog(stdout, "", fmt, ap);
+    va_end(ap);
+}
+
+void pt_log_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pt_vlog(stderr, "warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void pt_log_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pt_vlog(stderr, "error: ", fmt, ap);
+    va_end(ap);
+}
+
+void pt_set_abort(pt_abort_fn fn) { pt_abort_hook = fn; }
+
+_Noreturn void pt_fatal(const char *file, int line, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[rank %d] fatal: %s:%d: %s\n", pt_log_rank, file, line, msg);
+    fflush(stderr);
+    if (pt_abort_hook) pt_abort_hook(1);
+    abort();
+}
+
+void *pt_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    PT_ASSERTF(p != NULL, "out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *pt_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    PT_ASSERTF(p != NULL, "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *pt_alloc_aligned(size_t bytes) {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    PT_ASSERTF(p != NULL, "out of memory allocating %zu bytes", bytes);
+    memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+void pt_free_aligned(void *p) { free(p); }
+
+char *pt_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = pt_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+double pt_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int64_t pt_status_kb(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    int64_t kb = -1;
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, klen) == 0) {
+            kb = strtoll(line + klen, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb;
+}
+
+int64_t pt_peak_rss_bytes(void) { return pt_status_kb("VmHWM:") * 1024; }
+int64_t pt_rss_bytes(void) { return pt_status_kb("VmRSS:") * 1024; }
+
+static uint64_t pt_splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void pt_rng_seed(pt_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = pt_splitmix64(&seed);
+}
+
+static inline uint64_t pt_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t pt_rng_next(pt_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = pt_rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = pt_rotl(s[3], 45);
+    return result;
+}
+
+float pt_rng_uniform(pt_rng *r) { return (float)((pt_rng_next(r) >> 40) * (1.0 / 16777216.0)); }
+
+float pt_rng_normal(pt_rng *r) {
+    /* Box-Muller in double from two 53-bit uniforms; u1 in (0,1]. */
+    double u1 = ((pt_rng_next(r) >> 11) + 1) * (1.0 / 9007199254740992.0);
+    double u2 = (pt_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+pt_status pt_read_file(const char *path, char **data, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pt_errorf(PT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return pt_errorf(PT_ERR_IO, "%s: cannot seek", path);
+    }
+    long n = ftell(f);
+    if (n < 0) {
+        fclose(f);
+        return pt_errorf(PT_ERR_IO, "%s: cannot tell size", path);
+    }
+    rewind(f);
+    char *buf = pt_malloc((size_t)n + 1);
+    if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        free(buf);
+        return pt_errorf(PT_ERR_IO, "%s: short read", path);
+    }
+    fclose(f);
+    buf[n] = 0;
+    *data = buf;
+    *len = (size_t)n;
+    return PT_OK;
+}
+
+pt_status pt_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    close(fd);
+    if (rc != 0) return pt_errorf(PT_ERR_IO, "%s: fsync failed: %s", dir, strerror(errno));
+    return PT_OK;
+}
+
+static void pt_dirname(const char *path, char *out, size_t cap) {
+    snprintf(out, cap, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else if (slash == out)
+        out[1] = 0;
+    else
+        *slash = 0;
+}
+
+pt_status pt_write_file_atomic(const char *path, const void *data, size_t len) {
+    char tmp[4096], dir[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            close(fd);
+            unlink(tmp);
+            return pt_errorf(PT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        unlink(tmp);
+        return pt_errorf(PT_ERR_IO, "%s: fsync/close failed: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        unlink(tmp);
+        return pt_errorf(PT_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
+    }
+    pt_dirname(path, dir, sizeof dir);
+    return pt_fsync_dir(dir);
+}
+
+pt_status pt_mkdirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return pt_errorf(PT_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return pt_errorf(PT_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+    return PT_OK;
+}

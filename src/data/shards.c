@@ -1,0 +1,173 @@
+/* shards.c: reading token shards and ordering their rows (see include/pt/data.h). */
+#include "pt/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int pt_cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static pt_status pt_shard_map(pt_data *d, int i, int vocab_size) {
+    const char *path = d->paths[i];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot open shard: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return pt_errorf(PT_ERR_IO, "%s: cannot stat shard", path);
+    }
+    size_t size = (size_t)st.st_size, hdr = PT_SHARD_HEADER_INTS * sizeof(int32_t);
+    if (size < hdr) {
+        close(fd);
+        return pt_errorf(PT_ERR_FORMAT, "%s: %zu bytes, shorter than the %zu-byte shard header",
+                         path, size, hdr);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return pt_errorf(PT_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+    const int32_t *h = map;
+    pt_status err = PT_OK;
+    if (h[0] != PT_SHARD_MAGIC)
+        err = pt_errorf(PT_ERR_FORMAT, "%s: bad magic %d (expected %d: not a token shard)", path,
+                        h[0], PT_SHARD_MAGIC);
+    else if (h[1] != PT_SHARD_VERSION)
+        err = pt_errorf(PT_ERR_FORMAT, "%s: unsupported shard version %d (expected %d)", path, h[1],
+                        PT_SHARD_VERSION);
+    else if (h[2] < 0 || (size_t)h[2] * 2 != size - hdr)
+        err = pt_errorf(PT_ERR_FORMAT,
+                        "%s: header says %d tokens but the file holds %zu bytes of tokens", path,
+                        h[2], size - hdr);
+    else if (h[2] < d->T + 1)
+        err = pt_errorf(PT_ERR_FORMAT, "%s: %d tokens, fewer than one row of seq_len+1 = %d", path,
+                        h[2], d->T + 1);
+    if (err == PT_OK && vocab_size > 0) {
+        const uint16_t *tok = (const uint16_t *)((const char *)map + hdr);
+        for (int32_t k = 0; k < h[2]; k++)
+            if (tok[k] >= vocab_size) {
+                err = pt_errorf(PT_ERR_FORMAT, "%s: token %u at position %d is >= vocab_size %d",
+                                path, tok[k], k, vocab_size);
+                break;
+            }
+    }
+    if (err != PT_OK) {
+        munmap(map, size);
+        return err;
+    }
+    d->map_bytes[i] = size;
+    d->n_tokens[i] = (size_t)h[2];
+    d->tokens[i] = (uint16_t *)((char *)map + hdr);
+    return PT_OK;
+}
+
+pt_status pt_data_open(pt_data *d, const char *pattern, int T, int shuffle, uint64_t seed,
+                       int vocab_size) {
+    memset(d, 0, sizeof *d);
+    d->T = T;
+    d->shuffle = shuffle;
+    d->seed = seed;
+    d->perm_pass = -1;
+    if (!pattern || !*pattern) return pt_errorf(PT_ERR_CONFIG, "data.train is not set");
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc != 0 || g.gl_pathc == 0) {
+        if (rc == 0) globfree(&g);
+        return pt_errorf(PT_ERR_IO, "data.train: no file matches \"%s\"", pattern);
+    }
+    d->n_shards = (int)g.gl_pathc;
+    d->paths = pt_calloc((size_t)d->n_shards, sizeof *d->paths);
+    for (int i = 0; i < d->n_shards; i++) d->paths[i] = pt_strdup(g.gl_pathv[i]);
+    globfree(&g);
+    qsort(d->paths, (size_t)d->n_shards, sizeof *d->paths, pt_cmp_str);
+    d->tokens = pt_calloc((size_t)d->n_shards, sizeof *d->tokens);
+    d->n_tokens = pt_calloc((size_t)d->n_shards, sizeof *d->n_tokens);
+    d->map_bytes = pt_calloc((size_t)d->n_shards, sizeof *d->map_bytes);
+    d->row_start = pt_calloc((size_t)d->n_shards + 1, sizeof *d->row_start);
+    for (int i = 0; i < d->n_shards; i++) {
+        pt_status st = pt_shard_map(d, i, vocab_size);
+        if (st != PT_OK) {
+            pt_data_close(d);
+            return st;
+        }
+        d->row_start[i + 1] = d->row_start[i] + (int64_t)((d->n_tokens[i] - 1) / (size_t)T);
+    }
+    d->n_rows = d->row_start[d->n_shards];
+    if (shuffle) d->perm = pt_malloc((size_t)d->n_rows * sizeof *d->perm);
+    return PT_OK;
+}
+
+void pt_data_close(pt_data *d) {
+    for (int i = 0; i < d->n_shards; i++) {
+        if (d->tokens && d->tokens[i])
+            munmap((char *)d->tokens[i] - PT_SHARD_HEADER_INTS * sizeof(int32_t), d->map_bytes[i]);
+        if (d->paths) free(d->paths[i]);
+    }
+    free(d->paths);
+    free(d->tokens);
+    free(d->n_tokens);
+    free(d->map_bytes);
+    free(d->row_start);
+    free(d->perm);
+    memset(d, 0, sizeof *d);
+}
+
+/* Fisher-Yates with an RNG seeded by (seed, pass): the same permutation on every rank. */
+static void pt_data_make_perm(pt_data *d, int64_t pass) {
+    pt_rng r;
+    pt_rng_seed(&r, d->seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(pass + 1)));
+    for (int64_t i = 0; i < d->n_rows; i++) d->perm[i] = i;
+    for (int64_t i = d->n_rows - 1; i > 0; i--) {
+        int64_t k = (int64_t)(pt_rng_next(&r) % (uint64_t)(i + 1));
+        int64_t t = d->perm[i];
+        d->perm[i] = d->perm[k];
+        d->perm[k] = t;
+    }
+    d->perm_pass = pass;
+}
+
+int64_t pt_data_row(pt_data *d, int64_t step, int64_t j, int64_t G) {
+    int64_t idx = step * G + j;
+    int64_t pass = idx / d->n_rows, within = idx % d->n_rows;
+    if (!d->shuffle) return within;
+    if (d->perm_pass != pass) pt_data_make_perm(d, pass);
+    return d->perm[within];
+}
+
+void pt_data_read_row(const pt_data *d, int64_t row, int32_t *inputs, int32_t *targets) {
+    PT_ASSERT(row >= 0 && row < d->n_rows);
+    int s = 0;
+    while (row >= d->row_start[s + 1]) s++;
+    const uint16_t *t = d->tokens[s] + (size_t)(row - d->row_start[s]) * (size_t)d->T;
+    for (int i = 0; i < d->T; i++) {
+        inputs[i] = t[i];
+        targets[i] = t[i + 1];
+    }
+}
+
+void pt_data_batch(pt_data *d, int64_t step, int64_t G, int64_t j0, int count, int32_t *inputs,
+                   int32_t *targets) {
+    for (int b = 0; b < count; b++) {
+        int64_t row = pt_data_row(d, step, j0 + b, G);
+        pt_data_read_row(d, row, inputs + (size_t)b * d->T, targets + (size_t)b * d->T);
+    }
+}
+
+pt_status pt_shard_write(const char *path, const uint16_t *tokens, size_t n) {
+    if (n > 0x7fffffff) return pt_errorf(PT_ERR_CONFIG, "%s: %zu tokens exceed a shard's limit", path, n);
+    size_t hdr = PT_SHARD_HEADER_INTS * sizeof(int32_t);
+    char *buf = pt_calloc(1, hdr + n * 2);
+    int32_t *h = (int32_t *)buf;
+    h[0] = PT_SHARD_MAGIC;
+    h[1] = PT_SHARD_VERSION;
+    h[2] = (int32_t)n;
+    memcpy(buf + hdr, tokens, n * 2);
+    pt_status st = pt_write_file_atomic(path, buf, hdr + n * 2);
+    free(buf);
+    return st;
+}

@@ -1,0 +1,239 @@
+/* hf_config.c: Hugging Face LlamaForCausalLM config.json reading (validated key by key) and
+ * writing (see include/pt/hf_config.h for the key table). */
+#include "pt/hf_config.h"
+
+#include <float.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The value of `key`, or NULL when it is absent or null (transformers writes None as null). */
+static json_t *value_of(json_t *root, const char *key) {
+    json_t *v = json_object_get(root, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static pt_status get_int(const char *path, json_t *root, const char *key, int required, int def,
+                         int *out) {
+    json_t *v = value_of(root, key);
+    if (!v) {
+        if (required)
+            return pt_errorf(PT_ERR_CONFIG, "%s: missing key \"%s\" (expected a positive integer)", path, key);
+        *out = def;
+        return PT_OK;
+    }
+    if (!json_is_integer(v))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be an integer", path, key);
+    json_int_t x = json_integer_value(v);
+    if (x < 1 || x > INT_MAX)
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" = %lld, expected an integer in [1, %d]", path, key,
+                         (long long)x, INT_MAX);
+    *out = (int)x;
+    return PT_OK;
+}
+
+static pt_status get_float(const char *path, json_t *root, const char *key, float def, float *out) {
+    json_t *v = value_of(root, key);
+    if (!v) {
+        *out = def;
+        return PT_OK;
+    }
+    if (!json_is_number(v)) return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be a number", path, key);
+    double x = json_number_value(v);
+    if (!(x > 0) || x > FLT_MAX)
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" = %g, expected a positive float32", path, key, x);
+    *out = (float)x;
+    return PT_OK;
+}
+
+static pt_status get_bool(const char *path, json_t *root, const char *key, int def, int *out) {
+    json_t *v = value_of(root, key);
+    if (!v) {
+        *out = def;
+        return PT_OK;
+    }
+    if (!json_is_boolean(v)) return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be true or false", path, key);
+    *out = json_is_true(v);
+    return PT_OK;
+}
+
+/* model_type and architectures: at least one present, each that is present says Llama. */
+static pt_status check_model_kind(const char *path, json_t *root) {
+    json_t *mt = value_of(root, "model_type"), *arch = value_of(root, "architectures");
+    if (!mt && !arch)
+        return pt_errorf(PT_ERR_CONFIG, "%s: neither \"model_type\" nor \"architectures\" is present "
+                         "(expected \"llama\" / [\"LlamaForCausalLM\"])", path);
+    if (mt && (!json_is_string(mt) || strcmp(json_string_value(mt), "llama") != 0))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"model_type\" must be \"llama\"", path);
+    if (arch) {
+        int found = 0;
+        size_t i;
+        json_t *a;
+        if (!json_is_array(arch))
+            return pt_errorf(PT_ERR_CONFIG, "%s: key \"architectures\" must be an array of strings", path);
+        json_array_foreach(arch, i, a) {
+            if (!json_is_string(a))
+                return pt_errorf(PT_ERR_CONFIG, "%s: key \"architectures\" must be an array of strings", path);
+            found |= strcmp(json_string_value(a), "LlamaForCausalLM") == 0;
+        }
+        if (!found)
+            return pt_errorf(PT_ERR_CONFIG, "%s: key \"architectures\" does not list \"LlamaForCausalLM\"", path);
+    }
+    return PT_OK;
+}
+
+/* Features transformers' Llama supports and this trainer does not: refuse rather than differ. */
+static pt_status check_unsupported(const char *path, json_t *root, const pt_model_config *c) {
+    if (value_of(root, "rope_scaling"))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"rope_scaling\": rope_scaling not supported (expected null)", path);
+    json_t *v = value_of(root, "hidden_act");
+    if (v && (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"hidden_act\" must be \"silu\"", path);
+    const char *bias_keys[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++) {
+        v = value_of(root, bias_keys[i]);
+        if (v && !json_is_false(v))
+            return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be false (biases not supported)", path, bias_keys[i]);
+    }
+    v = value_of(root, "attention_dropout");
+    if (v && (!json_is_number(v) || json_number_value(v) != 0))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"attention_dropout\" must be 0 (dropout not supported)", path);
+    v = value_of(root, "head_dim");
+    if (v && (!json_is_integer(v) || json_integer_value(v) != c->dim / c->n_heads))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"head_dim\" must equal hidden_size / num_attention_heads = %d",
+                         path, c->dim / c->n_heads);
+    return PT_OK;
+}
+
+static pt_status parse(const char *path, json_t *root, pt_model_config *c) {
+    PT_TRY(check_model_kind(path, root));
+    PT_TRY(get_int(path, root, "vocab_size", 1, 0, &c->vocab_size));
+    PT_TRY(get_int(path, root, "hidden_size", 1, 0, &c->dim));
+    PT_TRY(get_int(path, root, "num_hidden_layers", 1, 0, &c->n_layers));
+    PT_TRY(get_int(path, root, "num_attention_heads", 1, 0, &c->n_heads));
+    PT_TRY(get_int(path, root, "num_key_value_heads", 0, c->n_heads, &c->n_kv_heads));
+    PT_TRY(get_int(path, root, "intermediate_size", 1, 0, &c->ffn_dim));
+    PT_TRY(get_int(path, root, "max_position_embeddings", 1, 0, &c->max_seq_len));
+    PT_TRY(get_float(path, root, "rope_theta", 10000.0f, &c->rope_theta));
+    PT_TRY(get_float(path, root, "rms_norm_eps", 1e-6f, &c->norm_eps));
+    PT_TRY(get_bool(path, root, "tie_word_embeddings", 0, &c->tied_embeddings));
+    PT_TRY(get_float(path, root, "initializer_range", 0.02f, &c->init_std));
+    if (c->dim % c->n_heads != 0)
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"hidden_size\" = %d is not a multiple of num_attention_heads = %d",
+                         path, c->dim, c->n_heads);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s: key \"num_key_value_heads\" = %d does not divide num_attention_heads = %d", path,
+                         c->n_kv_heads, c->n_heads);
+    return check_unsupported(path, root, c);
+}
+
+pt_status pt_hf_config_read(const char *path, pt_model_config *out) {
+    char *text;
+    size_t len;
+    PT_TRY(pt_read_file(path, &text, &len));
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    free(text);
+    if (!root)
+        return pt_errorf(PT_ERR_FORMAT, "%s: not valid JSON (line %d, column %d: %s)", path, err.line,
+                         err.column, err.text);
+    pt_status st;
+    pt_model_config c = {0};
+    if (!json_is_object(root))
+        st = pt_errorf(PT_ERR_FORMAT, "%s: expected a JSON object", path);
+    else
+        st = parse(path, root, &c);
+    json_decref(root);
+    if (st == PT_OK) *out = c;
+    return st;
+}
+
+/* The fewest significant digits that read back (through double, as readers do) to x. */
+static json_t *short_real(float x) {
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)x);
+        if ((float)strtod(buf, NULL) == x) break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
+static void set_key(json_t *root, const char *key, json_t *value) {
+    PT_ASSERT(value && json_object_set_new(root, key, value) == 0);
+}
+
+static pt_status check_for_write(const char *path, const pt_model_config *c) {
+    const struct {
+        const char *key;
+        int v;
+    } ints[] = {{"vocab_size", c->vocab_size},         {"hidden_size", c->dim},
+                {"num_hidden_layers", c->n_layers},    {"num_attention_heads", c->n_heads},
+                {"num_key_value_heads", c->n_kv_heads}, {"intermediate_size", c->ffn_dim},
+                {"max_position_embeddings", c->max_seq_len}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].v < 1)
+            return pt_errorf(PT_ERR_CONFIG, "%s: cannot write %s = %d (expected a positive integer)", path,
+                             ints[i].key, ints[i].v);
+    const struct {
+        const char *key;
+        float v;
+    } reals[] = {{"rope_theta", c->rope_theta}, {"rms_norm_eps", c->norm_eps}, {"initializer_range", c->init_std}};
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+        if (!(reals[i].v > 0) || !isfinite(reals[i].v))
+            return pt_errorf(PT_ERR_CONFIG, "%s: cannot write %s = %g (expected a positive finite number)", path,
+                             reals[i].key, (double)reals[i].v);
+    if (c->dim % c->n_heads != 0 || c->n_heads % c->n_kv_heads != 0)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s: cannot write hidden_size %d, num_attention_heads %d, num_key_value_heads %d "
+                         "(expected hidden_size divisible by heads, heads by kv heads)",
+                         path, c->dim, c->n_heads, c->n_kv_heads);
+    return PT_OK;
+}
+
+pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
+    PT_TRY(check_for_write(path, c));
+    json_t *root = json_object();
+    PT_ASSERT(root);
+    json_t *arch = json_array();
+    json_array_append_new(arch, json_string("LlamaForCausalLM"));
+    set_key(root, "architectures", arch);
+    set_key(root, "attention_bias", json_false());
+    set_key(root, "attention_dropout", json_real(0.0));
+    /* GPT-2's <|endoftext|> id, the tokenizer pentatron trains with, when the vocabulary has it */
+    set_key(root, "bos_token_id", c->vocab_size > 50256 ? json_integer(50256) : json_null());
+    set_key(root, "eos_token_id", c->vocab_size > 50256 ? json_integer(50256) : json_null());
+    set_key(root, "head_dim", json_integer(c->dim / c->n_heads));
+    set_key(root, "hidden_act", json_string("silu"));
+    set_key(root, "hidden_size", json_integer(c->dim));
+    set_key(root, "initializer_range", short_real(c->init_std));
+    set_key(root, "intermediate_size", json_integer(c->ffn_dim));
+    set_key(root, "max_position_embeddings", json_integer(c->max_seq_len));
+    set_key(root, "mlp_bias", json_false());
+    set_key(root, "model_type", json_string("llama"));
+    set_key(root, "num_attention_heads", json_integer(c->n_heads));
+    set_key(root, "num_hidden_layers", json_integer(c->n_layers));
+    set_key(root, "num_key_value_heads", json_integer(c->n_kv_heads));
+    set_key(root, "pretraining_tp", json_integer(1));
+    set_key(root, "rms_norm_eps", short_real(c->norm_eps));
+    set_key(root, "rope_scaling", json_null());
+    set_key(root, "rope_theta", short_real(c->rope_theta));
+    set_key(root, "tie_word_embeddings", json_boolean(c->tied_embeddings));
+    set_key(root, "torch_dtype", json_string("float32"));
+    set_key(root, "use_cache", json_true());
+    set_key(root, "vocab_size", json_integer(c->vocab_size));
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+    json_decref(root);
+    PT_ASSERT(s);
+    size_t n = strlen(s);
+    char *text = pt_malloc(n + 2);
+    memcpy(text, s, n);
+    text[n] = '\n';
+    text[n + 1] = '\0';
+    free(s);
+    pt_status st = pt_write_file_atomic(path, text, n + 1);
+    free(text);
+    return st;
+}

@@ -1,0 +1,357 @@
+/* config.c: the table of configuration keys, and INI / command-line parsing through libinih. */
+#include "pt/config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { PT_CFG_INT, PT_CFG_INT64, PT_CFG_U64, PT_CFG_FLOAT, PT_CFG_BOOL, PT_CFG_STR } pt_cfg_type;
+
+typedef struct {
+    const char *key;   /* "section.name" */
+    pt_cfg_type type;
+    size_t offset;     /* into pt_config */
+    size_t size;       /* for strings: capacity */
+    const char *def;
+    const char *choices; /* for strings: "a|b|c", or NULL for free text */
+    const char *help;
+} pt_cfg_key;
+
+#define PT_K(key, type, field, def, choices, help)                                                \
+    { key, type, offsetof(pt_config, field), sizeof(((pt_config *)0)->field), def, choices, help }
+
+static const pt_cfg_key pt_cfg_keys[] = {
+    PT_K("model.init_from", PT_CFG_STR, init_from, "", NULL,
+         "Hugging Face Llama directory (config.json + safetensors, F32 or BF16) to start from; "
+         "its config.json sets the architecture"),
+    PT_K("model.vocab_size", PT_CFG_INT, model.vocab_size, "50257", NULL, "vocabulary size"),
+    PT_K("model.dim", PT_CFG_INT, model.dim, "256", NULL, "hidden size"),
+    PT_K("model.n_layers", PT_CFG_INT, model.n_layers, "4", NULL, "number of decoder layers"),
+    PT_K("model.n_heads", PT_CFG_INT, model.n_heads, "4", NULL, "attention (query) heads"),
+    PT_K("model.n_kv_heads", PT_CFG_INT, model.n_kv_heads, "4", NULL,
+         "key/value heads (grouped-query attention); divides n_heads"),
+    PT_K("model.ffn_dim", PT_CFG_INT, model.ffn_dim, "688", NULL, "SwiGLU hidden size"),
+    PT_K("model.max_seq_len", PT_CFG_INT, model.max_seq_len, "1024", NULL,
+         "largest sequence length (rotary table size)"),
+    PT_K("model.rope_theta", PT_CFG_FLOAT, model.rope_theta, "10000", NULL, "rotary base"),
+    PT_K("model.norm_eps", PT_CFG_FLOAT, model.norm_eps, "1e-6", NULL, "RMSNorm epsilon"),
+    PT_K("model.tied_embeddings", PT_CFG_BOOL, model.tied_embeddings, "false", NULL,
+         "output head shares the embedding matrix"),
+    PT_K("model.init_std", PT_CFG_FLOAT, model.init_std, "0.02", NULL,
+         "standard deviation of the initial weight matrices"),
+    PT_K("data.train", PT_CFG_STR, data.train, "", NULL,
+         "glob of token shards (llm.c format), read in sorted name order"),
+    PT_K("data.shuffle", PT_CFG_BOOL, data.shuffle, "false", NULL,
+         "shuffle rows (a deterministic function of training.seed)"),
+    PT_K("training.steps", PT_CFG_INT64, training.steps, "100", NULL, "optimizer steps"),
+    PT_K("training.global_batch", PT_CFG_INT, training.global_batch, "8", NULL,
+         "sequences per optimizer step"),
+    PT_K("training.micro_batch", PT_CFG_INT, training.micro_batch, "8", NULL,
+         "sequences per forward/backward; global_batch / micro_batch accumulation steps"),
+    PT_K("training.seq_len", PT_CFG_INT, training.seq_len, "256", NULL, "tokens per sequence"),
+    PT_K("training.seed", PT_CFG_U64, training.seed, "1234", NULL,
+         "seed for initialisation and shuffling"),
+    PT_K("training.threads", PT_CFG_INT, training.threads, "0", NULL,
+         "compute threads per process (0 = all cores)"),
+    PT_K("training.gemm", PT_CFG_STR, training.gemm, "onednn", "onednn|openblas",
+         "GEMM library of the CPU backend"),
+    PT_K("optimizer.lr", PT_CFG_FLOAT, optimizer.lr, "3e-4", NULL, "peak learning rate"),
+    PT_K("optimizer.beta1", PT_CFG_FLOAT, optimizer.beta1, "0.9", NULL, "AdamW beta1"),
+    PT_K("optimizer.beta2", PT_CFG_FLOAT, optimizer.beta2, "0.95", NULL, "AdamW beta2"),
+    PT_K("optimizer.eps", PT_CFG_FLOAT, optimizer.eps, "1e-8", NULL, "AdamW epsilon"),
+    PT_K("optimizer.weight_decay", PT_CFG_FLOAT, optimizer.weight_decay, "0.1", NULL,
+         "decoupled weight decay, applied to every matrix (not to norm weights)"),
+    PT_K("optimizer.grad_clip", PT_CFG_FLOAT, optimizer.grad_clip, "1.0", NULL,
+         "clip the global gradient L2 norm to this (0 = off)"),
+    PT_K("optimizer.schedule", PT_CFG_STR, optimizer.schedule, "cosine", "constant|cosine|linear",
+         "learning-rate schedule after warmup"),
+    PT_K("optimizer.warmup_steps", PT_CFG_INT64, optimizer.warmup_steps, "0", NULL,
+         "linear warmup steps"),
+    PT_K("optimizer.min_lr", PT_CFG_FLOAT, optimizer.min_lr, "0.1", NULL,
+         "floor of the decay, as a fraction of optimizer.lr"),
+    PT_K("checkpoint.dir", PT_CFG_STR, checkpoint.dir, "", NULL,
+         "directory for checkpoints (\"\" = none)"),
+    PT_K("checkpoint.every", PT_CFG_INT64, checkpoint.every, "0", NULL,
+         "save every n steps (0 = only at the end)"),
+    PT_K("checkpoint.keep", PT_CFG_INT, checkpoint.keep, "2", NULL, "keep the last K checkpoints"),
+    PT_K("checkpoint.resume", PT_CFG_STR, checkpoint.resume, "", NULL,
+         "resume from \"latest\" (in checkpoint.dir) or a checkpoint directory"),
+    PT_K("logging.metrics", PT_CFG_STR, logging.metrics, "", NULL,
+         "append one JSON object per step to this file"),
+    PT_K("logging.progress", PT_CFG_BOOL, logging.progress, "true", NULL,
+         "progress bar with ETA when stdout is a terminal"),
+    PT_K("logging.every", PT_CFG_INT64, logging.every, "1", NULL, "print every n steps"),
+    PT_K("sample.max_new_tokens", PT_CFG_INT, sample.max_new_tokens, "64", NULL,
+         "tokens generated for the sample after training"),
+    PT_K("sample.temperature", PT_CFG_FLOAT, sample.temperature, "0", NULL,
+         "sampling temperature (0 = greedy)"),
+    PT_K("sample.top_k", PT_CFG_INT, sample.top_k, "0", NULL, "sample from the k most likely (0 = all)"),
+    PT_K("sample.prompt", PT_CFG_STR, sample.prompt, "", NULL,
+         "prompt of the sample printed at the end of training (\"\" = none)"),
+    PT_K("sample.vocab", PT_CFG_STR, sample.vocab, "", NULL,
+         "directory with encoder.json and vocab.bpe for the sample"),
+};
+#undef PT_K
+
+#define PT_N_KEYS (sizeof pt_cfg_keys / sizeof pt_cfg_keys[0])
+
+/* Which keys were set explicitly; one bit per key, kept outside pt_config (a process has one). */
+static unsigned char pt_cfg_set_flags[PT_N_KEYS];
+
+static const pt_cfg_key *pt_cfg_find(const char *key) {
+    for (size_t i = 0; i < PT_N_KEYS; i++)
+        if (strcmp(pt_cfg_keys[i].key, key) == 0) return &pt_cfg_keys[i];
+    return NULL;
+}
+
+static pt_status pt_cfg_apply(pt_config *c, const pt_cfg_key *k, const char *raw) {
+    char val[PT_PATH_MAX];
+    size_t len = strlen(raw);
+    /* strings may be quoted */
+    if (len >= 2 && (raw[0] == '"' || raw[0] == '\'') && raw[len - 1] == raw[0]) {
+        snprintf(val, sizeof val, "%.*s", (int)(len - 2), raw + 1);
+    } else {
+        snprintf(val, sizeof val, "%s", raw);
+    }
+    void *dst = (char *)c + k->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (k->type) {
+    case PT_CFG_INT: {
+        long v = strtol(val, &end, 10);
+        if (!*val || *end || errno || v < -2147483647L || v > 2147483647L)
+            return pt_errorf(PT_ERR_CONFIG, "%s: expected an integer, got \"%s\"", k->key, val);
+        *(int *)dst = (int)v;
+        break;
+    }
+    case PT_CFG_INT64: {
+        long long v = strtoll(val, &end, 10);
+        if (!*val || *end || errno)
+            return pt_errorf(PT_ERR_CONFIG, "%s: expected an integer, got \"%s\"", k->key, val);
+        *(int64_t *)dst = v;
+        break;
+    }
+    case PT_CFG_U64: {
+        unsigned long long v = strtoull(val, &end, 10);
+        if (!*val || *end || errno || val[0] == '-')
+            return pt_errorf(PT_ERR_CONFIG, "%s: expected a non-negative integer, got \"%s\"",
+                             k->key, val);
+        *(uint64_t *)dst = v;
+        break;
+    }
+    case PT_CFG_FLOAT: {
+        double v = strtod(val, &end);
+        if (!*val || *end || errno || !isfinite(v))
+            return pt_errorf(PT_ERR_CONFIG, "%s: expected a number, got \"%s\"", k->key, val);
+        *(float *)dst = (float)v;
+        break;
+    }
+    case PT_CFG_BOOL:
+        if (!strcmp(val, "true") || !strcmp(val, "1") || !strcmp(val, "yes") || !strcmp(val, "on"))
+            *(int *)dst = 1;
+        else if (!strcmp(val, "false") || !strcmp(val, "0") || !strcmp(val, "no") ||
+                 !strcmp(val, "off"))
+            *(int *)dst = 0;
+        else
+            return pt_errorf(PT_ERR_CONFIG, "%s: expected true or false, got \"%s\"", k->key, val);
+        break;
+    case PT_CFG_STR:
+        if (strlen(val) >= k->size)
+            return pt_errorf(PT_ERR_CONFIG, "%s: value longer than %zu characters", k->key,
+                             k->size - 1);
+        if (k->choices) {
+            /* the value must be one of "a|b|c" */
+            int ok = 0;
+            const char *p = k->choices;
+            size_t vl = strlen(val);
+            while (*p) {
+                const char *bar = strchr(p, '|');
+                size_t n = bar ? (size_t)(bar - p) : strlen(p);
+                if (n == vl && !strncmp(p, val, n)) ok = 1;
+                p += n + (bar ? 1 : 0);
+            }
+            if (!ok)
+                return pt_errorf(PT_ERR_CONFIG, "%s: expected one of %s, got \"%s\"", k->key,
+                                 k->choices, val);
+        }
+        snprintf((char *)dst, k->size, "%s", val);
+        break;
+    }
+    return PT_OK;
+}
+
+void pt_config_defaults(pt_config *c) {
+    memset(c, 0, sizeof *c);
+    memset(pt_cfg_set_flags, 0, sizeof pt_cfg_set_flags);
+    for (size_t i = 0; i < PT_N_KEYS; i++) {
+        pt_status st = pt_cfg_apply(c, &pt_cfg_keys[i], pt_cfg_keys[i].def);
+        PT_ASSERTF(st == PT_OK, "bad default for %s", pt_cfg_keys[i].key);
+    }
+}
+
+pt_status pt_config_set(pt_config *c, const char *key, const char *value) {
+    const pt_cfg_key *k = pt_cfg_find(key);
+    if (!k) return pt_errorf(PT_ERR_CONFIG, "unknown config key \"%s\" (see --help-config)", key);
+    PT_TRY(pt_cfg_apply(c, k, value));
+    pt_cfg_set_flags[k - pt_cfg_keys] = 1;
+    return PT_OK;
+}
+
+int pt_config_was_set(const pt_config *c, const char *key) {
+    (void)c;
+    const pt_cfg_key *k = pt_cfg_find(key);
+    return k ? pt_cfg_set_flags[k - pt_cfg_keys] : 0;
+}
+
+typedef struct {
+    pt_config *c;
+    const char *path;
+    pt_status status;
+    char msg[1024];
+} pt_ini_state;
+
+static int pt_ini_handler(void *user, const char *section, const char *name, const char *value) {
+    pt_ini_state *s = user;
+    if (s->status != PT_OK) return 0;
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", section, name);
+    pt_status st = pt_config_set(s->c, key, value);
+    if (st != PT_OK) {
+        s->status = st;
+        snprintf(s->msg, sizeof s->msg, "%s", pt_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+pt_status pt_config_load_file(pt_config *c, const char *path) {
+    pt_ini_state s = {.c = c, .path = path, .status = PT_OK};
+    int rc = ini_parse(path, pt_ini_handler, &s);
+    if (rc == -1) return pt_errorf(PT_ERR_IO, "%s: cannot open config file", path);
+    if (rc == -2) return pt_errorf(PT_ERR_MEMORY, "%s: out of memory parsing", path);
+    if (rc > 0) {
+        if (s.status != PT_OK) return pt_errorf(s.status, "%s:%d: %s", path, rc, s.msg);
+        return pt_errorf(PT_ERR_CONFIG, "%s:%d: syntax error (expected [section] or key = value)",
+                         path, rc);
+    }
+    return PT_OK;
+}
+
+pt_status pt_config_from_args(pt_config *c, int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) return pt_errorf(PT_ERR_CONFIG, "--config needs a file");
+            PT_TRY(pt_config_load_file(c, argv[i + 1]));
+        }
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--config")) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || !strchr(a, '.'))
+            return pt_errorf(PT_ERR_CONFIG, "unexpected argument \"%s\" (expected --section.key=value)", a);
+        const char *eq = strchr(a, '=');
+        char key[256];
+        if (eq) {
+            snprintf(key, sizeof key, "%.*s", (int)(eq - a - 2), a + 2);
+            PT_TRY(pt_config_set(c, key, eq + 1));
+        } else {
+            if (i + 1 >= argc) return pt_errorf(PT_ERR_CONFIG, "%s needs a value", a);
+            snprintf(key, sizeof key, "%s", a + 2);
+            PT_TRY(pt_config_set(c, key, argv[++i]));
+        }
+    }
+    return PT_OK;
+}
+
+pt_status pt_config_validate(const pt_config *c) {
+    const typeof(c->training) *t = &c->training;
+    if (t->steps < 0) return pt_errorf(PT_ERR_CONFIG, "training.steps must be >= 0");
+    if (t->global_batch <= 0) return pt_errorf(PT_ERR_CONFIG, "training.global_batch must be > 0");
+    if (t->micro_batch <= 0) return pt_errorf(PT_ERR_CONFIG, "training.micro_batch must be > 0");
+    if (t->seq_len <= 0) return pt_errorf(PT_ERR_CONFIG, "training.seq_len must be > 0");
+    if (t->threads < 0) return pt_errorf(PT_ERR_CONFIG, "training.threads must be >= 0");
+    if (t->global_batch % t->micro_batch != 0)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "training.global_batch (%d) must be divisible by training.micro_batch (%d)",
+                         t->global_batch, t->micro_batch);
+    const typeof(c->optimizer) *o = &c->optimizer;
+    if (!(o->lr >= 0)) return pt_errorf(PT_ERR_CONFIG, "optimizer.lr must be >= 0");
+    if (!(o->beta1 >= 0 && o->beta1 < 1))
+        return pt_errorf(PT_ERR_CONFIG, "optimizer.beta1 must be in [0, 1)");
+    if (!(o->beta2 >= 0 && o->beta2 < 1))
+        return pt_errorf(PT_ERR_CONFIG, "optimizer.beta2 must be in [0, 1)");
+    if (!(o->eps > 0)) return pt_errorf(PT_ERR_CONFIG, "optimizer.eps must be > 0");
+    if (!(o->weight_decay >= 0)) return pt_errorf(PT_ERR_CONFIG, "optimizer.weight_decay must be >= 0");
+    if (!(o->grad_clip >= 0)) return pt_errorf(PT_ERR_CONFIG, "optimizer.grad_clip must be >= 0");
+    if (o->warmup_steps < 0) return pt_errorf(PT_ERR_CONFIG, "optimizer.warmup_steps must be >= 0");
+    if (!(o->min_lr >= 0 && o->min_lr <= 1))
+        return pt_errorf(PT_ERR_CONFIG, "optimizer.min_lr must be in [0, 1] (a fraction of lr)");
+    if (c->checkpoint.every < 0) return pt_errorf(PT_ERR_CONFIG, "checkpoint.every must be >= 0");
+    if (c->checkpoint.keep < 1) return pt_errorf(PT_ERR_CONFIG, "checkpoint.keep must be >= 1");
+    if (c->checkpoint.resume[0] && !c->checkpoint.dir[0] && !strcmp(c->checkpoint.resume, "latest"))
+        return pt_errorf(PT_ERR_CONFIG, "checkpoint.resume = latest needs checkpoint.dir");
+    if (c->logging.every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.every must be >= 1");
+    if (c->sample.max_new_tokens < 0)
+        return pt_errorf(PT_ERR_CONFIG, "sample.max_new_tokens must be >= 0");
+    if (!(c->sample.temperature >= 0))
+        return pt_errorf(PT_ERR_CONFIG, "sample.temperature must be >= 0");
+    if (c->sample.top_k < 0) return pt_errorf(PT_ERR_CONFIG, "sample.top_k must be >= 0");
+    return PT_OK;
+}
+
+static const char *pt_cfg_type_name(pt_cfg_type t) {
+    switch (t) {
+    case PT_CFG_INT:
+    case PT_CFG_INT64: return "int";
+    case PT_CFG_U64: return "uint";
+    case PT_CFG_FLOAT: return "float";
+    case PT_CFG_BOOL: return "bool";
+    case PT_CFG_STR: return "string";
+    }
+    return "?";
+}
+
+void pt_config_print_help(FILE *f) {
+    const char *section = "";
+    for (size_t i = 0; i < PT_N_KEYS; i++) {
+        const pt_cfg_key *k = &pt_cfg_keys[i];
+        const char *dot = strchr(k->key, '.');
+        if (strncmp(section, k->key, (size_t)(dot - k->key)) || section[dot - k->key] != 0) {
+            static char sec[64];
+            snprintf(sec, sizeof sec, "%.*s", (int)(dot - k->key), k->key);
+            section = sec;
+            fprintf(f, "\n[%s]\n", section);
+        }
+        fprintf(f, "  %-24s %-6s default %-10s %s%s%s\n", k->key, pt_cfg_type_name(k->type),
+                k->def[0] ? k->def : "\"\"", k->help, k->choices ? "; one of " : "",
+                k->choices ? k->choices : "");
+    }
+}
+
+void pt_config_write(const pt_config *c, FILE *f) {
+    char section[64] = "";
+    for (size_t i = 0; i < PT_N_KEYS; i++) {
+        const pt_cfg_key *k = &pt_cfg_keys[i];
+        const char *dot = strchr(k->key, '.');
+        if (strncmp(section, k->key, (size_t)(dot - k->key)) || section[dot - k->key] != 0) {
+            snprintf(section, sizeof section, "%.*s", (int)(dot - k->key), k->key);
+            fprintf(f, "[%s]\n", section);
+        }
+        const void *src = (const char *)c + k->offset;
+        fprintf(f, "%s = ", dot + 1);
+        switch (k->type) {
+        case PT_CFG_INT: fprintf(f, "%d\n", *(const int *)src); break;
+        case PT_CFG_INT64: fprintf(f, "%lld\n", (long long)*(const int64_t *)src); break;
+        case PT_CFG_U64: fprintf(f, "%llu\n", (unsigned long long)*(const uint64_t *)src); break;
+        case PT_CFG_FLOAT: fprintf(f, "%.9g\n", (double)*(const float *)src); break;
+        case PT_CFG_BOOL: fprintf(f, "%s\n", *(const int *)src ? "true" : "false"); break;
+        case PT_CFG_STR: fprintf(f, "\"%s\"\n", (const char *)src); break;
+        }
+    }
+}

@@ -1,0 +1,60 @@
+/* optim.c: AdamW, clipping and the learning-rate schedule (see include/pt/optim.h). */
+#include "pt/optim.h"
+
+#include <math.h>
+
+void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *model) {
+    o->cfg = *cfg;
+    o->n = model->table.total;
+    o->m = model->be->alloc(model->be, o->n * sizeof(float));
+    o->v = model->be->alloc(model->be, o->n * sizeof(float));
+    o->step = 0;
+}
+
+void pt_optim_free(pt_optim *o, const pt_model *model) {
+    model->be->free(model->be, o->m);
+    model->be->free(model->be, o->v);
+    o->m = o->v = NULL;
+}
+
+float pt_lr_at(const pt_optim_config *c, int64_t s) {
+    if (c->warmup_steps > 0 && s < c->warmup_steps)
+        return c->lr * (float)(s + 1) / (float)c->warmup_steps;
+    if (c->schedule == PT_LR_CONSTANT) return c->lr;
+    int64_t span = c->total_steps - c->warmup_steps;
+    if (span <= 0) return c->lr;
+    double frac = (double)(s - c->warmup_steps) / (double)span;
+    if (frac > 1) frac = 1;
+    double floor_lr = (double)c->min_lr * c->lr;
+    double shape = c->schedule == PT_LR_COSINE ? 0.5 * (1.0 + cos(M_PI * frac)) : 1.0 - frac;
+    return (float)(floor_lr + (c->lr - floor_lr) * shape);
+}
+
+double pt_grad_norm(const pt_model *model) {
+    pt_backend *be = model->be;
+    double ss = 0;
+    for (int i = 0; i < model->table.n; i++) {
+        const pt_param *p = &model->table.p[i];
+        ss += be->sumsq(be, model->grads + p->offset, p->numel);
+    }
+    return sqrt(ss);
+}
+
+void pt_clip_grads(pt_model *model, double norm, float max_norm) {
+    if (max_norm <= 0) return;
+    /* torch computes max_norm / (total_norm + 1e-6) in fp32 and clamps it at 1 */
+    float coef = (float)max_norm / ((float)norm + 1e-6f);
+    if (coef < 1.0f) model->be->scale(model->be, model->grads, coef, model->table.total);
+}
+
+void pt_optim_step(pt_optim *o, pt_model *model, float lr) {
+    pt_backend *be = model->be;
+    o->step++;
+    for (int i = 0; i < model->table.n; i++) {
+        const pt_param *p = &model->table.p[i];
+        float wd = p->decay ? o->cfg.weight_decay : 0.0f;
+        be->adamw(be, model->params + p->offset, model->grads + p->offset, o->m + p->offset,
+                  o->v + p->offset, p->numel, lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd,
+                  o->step);
+    }
+}

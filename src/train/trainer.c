@@ -1,0 +1,325 @@
+/* trainer.c: the training loop (see include/pt/trainer.h). */
+#include "pt/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pt/checkpoint.h"
+#include "pt/hf_config.h"
+
+double pt_measure_gemm_peak(pt_backend *be) {
+    /* square sgemm large enough to reach the library's steady state */
+    const int n = 1024;
+    float *a = be->alloc(be, (size_t)n * n * sizeof(float));
+    float *b = be->alloc(be, (size_t)n * n * sizeof(float));
+    float *c = be->alloc(be, (size_t)n * n * sizeof(float));
+    float *h = pt_malloc((size_t)n * n * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 17) * 0.01f;
+    be->upload(be, a, h, (size_t)n * n * sizeof(float));
+    be->upload(be, b, h, (size_t)n * n * sizeof(float));
+    free(h);
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        double t0 = pt_now();
+        be->gemm(be, PT_NO_TRANS, PT_TRANS, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        be->synchronize(be);
+        double dt = pt_now() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    be->free(be, a);
+    be->free(be, b);
+    be->free(be, c);
+    return 2.0 * n * n * (double)n / best;
+}
+
+static int pt_schedule_id(const char *s) {
+    if (!strcmp(s, "cosine")) return PT_LR_COSINE;
+    if (!strcmp(s, "linear")) return PT_LR_LINEAR;
+    return PT_LR_CONSTANT;
+}
+
+pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
+    memset(t, 0, sizeof *t);
+    t->cfg = *cfg_in;
+    pt_config *cfg = &t->cfg;
+    PT_TRY(pt_config_validate(cfg));
+
+    /* the architecture comes from model.init_from's config.json when given */
+    if (cfg->init_from[0]) {
+        char path[PT_PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/config.json", cfg->init_from);
+        pt_model_config hf;
+        PT_TRY(pt_hf_config_read(path, &hf));
+        cfg->model = hf;
+    }
+    if (cfg->training.seq_len > cfg->model.max_seq_len)
+        return pt_errorf(PT_ERR_CONFIG, "training.seq_len (%d) exceeds model.max_seq_len (%d)",
+                         cfg->training.seq_len, cfg->model.max_seq_len);
+    PT_TRY(pt_model_config_check(&cfg->model));
+
+    pt_gemm_lib lib = !strcmp(cfg->training.gemm, "openblas") ? PT_GEMM_OPENBLAS : PT_GEMM_ONEDNN;
+    t->be = pt_backend_cpu_create(cfg->training.threads, lib);
+    if (!t->be) return PT_ERR_RUNTIME;
+    pt_log_info("backend: %s", t->be->describe(t->be));
+
+    PT_TRY(pt_data_open(&t->data, cfg->data.train, cfg->training.seq_len, cfg->data.shuffle,
+                        cfg->training.seed, cfg->model.vocab_size));
+    pt_log_info("data: %d shard(s), %lld rows of %d tokens", t->data.n_shards,
+                (long long)t->data.n_rows, cfg->training.seq_len);
+
+    PT_TRY(pt_model_init(&t->model, &cfg->model, t->be));
+    if (cfg->init_from[0]) {
+        PT_TRY(pt_ckpt_load_weights(cfg->init_from, &t->model));
+        pt_log_info("weights: loaded from %s", cfg->init_from);
+    } else {
+        pt_model_init_weights(&t->model, cfg->training.seed);
+    }
+    pt_optim_config oc = {
+        .lr = cfg->optimizer.lr,
+        .beta1 = cfg->optimizer.beta1,
+        .beta2 = cfg->optimizer.beta2,
+        .eps = cfg->optimizer.eps,
+        .weight_decay = cfg->optimizer.weight_decay,
+        .grad_clip = cfg->optimizer.grad_clip,
+        .schedule = pt_schedule_id(cfg->optimizer.schedule),
+        .warmup_steps = cfg->optimizer.warmup_steps,
+        .total_steps = cfg->training.steps,
+        .min_lr = cfg->optimizer.min_lr,
+    };
+    pt_optim_init(&t->opt, &oc, &t->model);
+
+    if (cfg->checkpoint.resume[0]) {
+        char dir[PT_PATH_MAX + 32];
+        if (!strcmp(cfg->checkpoint.resume, "latest")) {
+            if (pt_ckpt_find_latest(cfg->checkpoint.dir, dir, sizeof dir) != PT_OK) dir[0] = 0;
+        } else {
+            snprintf(dir, sizeof dir, "%s", cfg->checkpoint.resume);
+        }
+        if (dir[0]) {
+            PT_TRY(pt_ckpt_load_state(dir, &t->model, &t->opt, &t->step));
+            pt_log_info("resumed from %s at step %lld", dir, (long long)t->step);
+        } else {
+            pt_log_info("no checkpoint in %s: starting from scratch", cfg->checkpoint.dir);
+        }
+    }
+
+    int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
+    t->acts = pt_acts_create(&t->model, mb, T);
+    t->h_inputs = pt_malloc((size_t)G * T * sizeof(int32_t));
+    t->h_targets = pt_malloc((size_t)G * T * sizeof(int32_t));
+    t->d_inputs = t->be->alloc(t->be, (size_t)mb * T * sizeof(int32_t));
+    t->d_targets = t->be->alloc(t->be, (size_t)mb * T * sizeof(int32_t));
+    t->d_pos = t->be->alloc(t->be, (size_t)T * sizeof(int32_t));
+    int32_t *pos = pt_malloc((size_t)T * sizeof(int32_t));
+    for (int i = 0; i < T; i++) pos[i] = i;
+    t->be->upload(t->be, t->d_pos, pos, (size_t)T * sizeof(int32_t));
+    free(pos);
+
+    if (cfg->logging.metrics[0]) {
+        t->metrics = fopen(cfg->logging.metrics, "a");
+        if (!t->metrics)
+            return pt_errorf(PT_ERR_IO, "logging.metrics: cannot open %s for appending",
+                             cfg->logging.metrics);
+    }
+    t->peak_flops = pt_measure_gemm_peak(t->be);
+    t->flops_per_token = pt_model_flops_per_token(&cfg->model, T);
+    double mparams = (double)t->model.table.total / 1e6;
+    pt_log_info("model: %.2fM parameters, %d layers, dim %d, heads %d/%d, ffn %d, vocab %d%s",
+                mparams, cfg->model.n_layers, cfg->model.dim, cfg->model.n_heads,
+                cfg->model.n_kv_heads, cfg->model.ffn_dim, cfg->model.vocab_size,
+                cfg->model.tied_embeddings ? ", tied" : "");
+    pt_log_info("memory: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
+                "activations %.1f MiB; sgemm peak %.0f GFLOP/s",
+                t->model.table.total * 4 / 1048576.0, t->model.table.total * 4 / 1048576.0,
+                t->model.table.total * 8 / 1048576.0, pt_acts_bytes(t->acts) / 1048576.0,
+                t->peak_flops / 1e9);
+    return PT_OK;
+}
+
+void pt_trainer_free(pt_trainer *t) {
+    if (!t->be) return;
+    if (t->metrics) fclose(t->metrics);
+    pt_acts_free(&t->model, t->acts);
+    t->be->free(t->be, t->d_inputs);
+    t->be->free(t->be, t->d_targets);
+    t->be->free(t->be, t->d_pos);
+    free(t->h_inputs);
+    free(t->h_targets);
+    pt_optim_free(&t->opt, &t->model);
+    pt_model_free(&t->model);
+    pt_data_close(&t->data);
+    t->be->destroy(t->be);
+    memset(t, 0, sizeof *t);
+}
+
+pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
+    const pt_config *cfg = &t->cfg;
+    pt_backend *be = t->be;
+    int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
+    double t0 = pt_now();
+
+    /* the whole global batch is read first: its count of valid targets scales every micro-batch */
+    pt_data_batch(&t->data, t->step, G, 0, G, t->h_inputs, t->h_targets);
+    int64_t n_valid = 0;
+    for (size_t i = 0; i < (size_t)G * T; i++) n_valid += t->h_targets[i] >= 0;
+    float loss_scale = n_valid > 0 ? 1.0f / (float)n_valid : 0.0f;
+
+    pt_model_zero_grads(&t->model);
+    double loss_sum = 0;
+    for (int k = 0; k < G / mb; k++) {
+        size_t off = (size_t)k * mb * T, bytes = (size_t)mb * T * sizeof(int32_t);
+        be->upload(be, t->d_inputs, t->h_inputs + off, bytes);
+        be->upload(be, t->d_targets, t->h_targets + off, bytes);
+        loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs, t->d_targets, t->d_pos,
+                                     loss_scale, NULL);
+        pt_model_backward(&t->model, t->acts, t->d_inputs);
+    }
+    double norm = pt_grad_norm(&t->model);
+    if (!isfinite(norm))
+        return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
+                         (long long)t->step + 1, norm);
+    pt_clip_grads(&t->model, norm, cfg->optimizer.grad_clip);
+    float lr = pt_lr_at(&t->opt.cfg, t->step);
+    pt_optim_step(&t->opt, &t->model, lr);
+    be->synchronize(be);
+    t->step++;
+
+    s->step = t->step;
+    s->loss = n_valid > 0 ? loss_sum / (double)n_valid : 0.0;
+    s->grad_norm = norm;
+    s->lr = lr;
+    s->tokens = (int64_t)G * T;
+    s->seconds = pt_now() - t0;
+    s->tokens_per_s = (double)s->tokens / s->seconds;
+    s->mfu = t->flops_per_token * s->tokens_per_s / t->peak_flops;
+    return PT_OK;
+}
+
+static void pt_fmt_duration(double sec, char *out, size_t cap) {
+    long s = (long)(sec + 0.5);
+    if (s >= 3600)
+        snprintf(out, cap, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+    else
+        snprintf(out, cap, "%ldm%02lds", s / 60, s % 60);
+}
+
+static void pt_print_step(const pt_trainer *t, const pt_step_stats *s, double elapsed,
+                          int64_t first_step) {
+    int64_t total = t->cfg.training.steps;
+    int64_t done = s->step - first_step;
+    double eta = done > 0 ? elapsed / (double)done * (double)(total - s->step) : 0;
+    char eta_s[32], bar[24];
+    pt_fmt_duration(eta, eta_s, sizeof eta_s);
+    int width = 20, filled = total > 0 ? (int)(width * s->step / total) : width;
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+    bar[width] = 0;
+    pt_log_info("step %*lld/%lld | loss %.4f | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | "
+                "mem %.0f MiB | [%s] ETA %s",
+                (int)snprintf(NULL, 0, "%lld", (long long)total), (long long)s->step,
+                (long long)total, s->loss, s->grad_norm, (double)s->lr, s->tokens_per_s,
+                100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, bar, eta_s);
+}
+
+pt_status pt_trainer_run(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    int64_t first = t->step;
+    double start = pt_now();
+    while (t->step < cfg->training.steps) {
+        pt_step_stats s;
+        PT_TRY(pt_trainer_step(t, &s));
+        if (t->metrics) {
+            fprintf(t->metrics,
+                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                    "\"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, "
+                    "\"peak_rss_bytes\": %lld}\n",
+                    (long long)s.step, s.loss, (double)s.lr, s.grad_norm, (long long)s.tokens,
+                    s.seconds, s.tokens_per_s, s.mfu, (long long)pt_peak_rss_bytes());
+            fflush(t->metrics);
+        }
+        if (s.step % cfg->logging.every == 0 || s.step == cfg->training.steps || s.step == first + 1)
+            pt_print_step(t, &s, pt_now() - start, first);
+        int64_t every = cfg->checkpoint.every;
+        if (cfg->checkpoint.dir[0] &&
+            ((every > 0 && t->step % every == 0) || t->step == cfg->training.steps)) {
+            PT_TRY(pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, &t->opt, cfg,
+                                cfg->checkpoint.keep));
+            pt_log_info("checkpoint: %s/step_%08lld", cfg->checkpoint.dir, (long long)t->step);
+        }
+    }
+    return PT_OK;
+}
+
+int pt_generate(pt_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n_new,
+                float temperature, int top_k, uint64_t seed) {
+    pt_backend *be = m->be;
+    int Tmax = m->cfg.max_seq_len, V = m->cfg.vocab_size;
+    pt_acts *a = pt_acts_create(m, 1, Tmax);
+    int32_t *ctx = pt_malloc((size_t)(n_prompt + n_new) * sizeof *ctx);
+    memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
+    int32_t *d_tok = be->alloc(be, (size_t)Tmax * sizeof(int32_t));
+    int32_t *d_pos = be->alloc(be, (size_t)Tmax * sizeof(int32_t));
+    int32_t *pos = pt_malloc((size_t)Tmax * sizeof *pos);
+    for (int i = 0; i < Tmax; i++) pos[i] = i;
+    be->upload(be, d_pos, pos, (size_t)Tmax * sizeof(int32_t));
+    float *logits = pt_malloc((size_t)Tmax * V * sizeof(float));
+    float *prob = pt_malloc((size_t)V * sizeof(float));
+    pt_rng rng;
+    pt_rng_seed(&rng, seed);
+    int n = n_prompt;
+    for (int k = 0; k < n_new; k++) {
+        /* the last Tmax tokens are the context (no KV cache: this is for samples, not serving) */
+        int start = n > Tmax ? n - Tmax : 0, T = n - start;
+        pt_acts_set_shape(a, 1, T);
+        be->upload(be, d_tok, ctx + start, (size_t)T * sizeof(int32_t));
+        pt_model_logits(m, a, d_tok, d_pos, logits);
+        const float *row = logits + (size_t)(T - 1) * V;
+        int next = 0;
+        if (temperature <= 0) {
+            for (int v = 1; v < V; v++)
+                if (row[v] > row[next]) next = v;
+        } else {
+            /* softmax of logits/temperature over the top_k most likely (all when top_k = 0) */
+            float kth = -INFINITY;
+            if (top_k > 0 && top_k < V) {
+                memcpy(prob, row, (size_t)V * sizeof(float));
+                /* partial selection of the k-th largest by repeated max extraction */
+                for (int i = 0; i < top_k; i++) {
+                    int best = 0;
+                    for (int v = 1; v < V; v++)
+                        if (prob[v] > prob[best]) best = v;
+                    kth = prob[best];
+                    prob[best] = -INFINITY;
+                }
+            }
+            float mx = -INFINITY;
+            for (int v = 0; v < V; v++)
+                if (row[v] > mx) mx = row[v];
+            double sum = 0;
+            for (int v = 0; v < V; v++) {
+                prob[v] = row[v] >= kth ? expf((row[v] - mx) / temperature) : 0.0f;
+                sum += prob[v];
+            }
+            double r = pt_rng_uniform(&rng) * sum, acc = 0;
+            next = V - 1;
+            for (int v = 0; v < V; v++) {
+                acc += prob[v];
+                if (acc > r && prob[v] > 0) {
+                    next = v;
+                    break;
+                }
+            }
+        }
+        ctx[n++] = next;
+        out[k] = next;
+    }
+    be->free(be, d_tok);
+    be->free(be, d_pos);
+    free(pos);
+    free(logits);
+    free(prob);
+    free(ctx);
+    pt_acts_free(m, a);
+    return n_new;
+}

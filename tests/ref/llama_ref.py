@@ -1,0 +1,599 @@
+#!/usr/bin/python3
+"""PyTorch reference for pentatron's Llama model (end-to-end check).
+
+Plain-torch re-implementation of Hugging Face transformers' LlamaForCausalLM
+(v4.4x, eager attention, default rope) plus an AdamW training run.  It writes
+a tiny random HF checkpoint (config.json + model.safetensors) and an
+expected.safetensors with logits, loss, gradients (fp32 and fp64), per-step
+losses / pre-clip grad norms, and final weights, for the C tests to compare.
+
+Run with /usr/bin/python3 (Debian torch).  No transformers/safetensors needed:
+safetensors files are written and read by hand.
+
+    llama_ref.py --out DIR [options]      # generate reference data
+    llama_ref.py --selfcheck [--out DIR]  # run internal consistency checks
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+import torch.nn.functional as F
+
+# --------------------------------------------------------------------------
+# safetensors (by hand)
+# --------------------------------------------------------------------------
+
+_ST_DTYPES = {
+    torch.float32: "F32",
+    torch.float64: "F64",
+    torch.int32: "I32",
+    torch.int64: "I64",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+}
+_ST_DTYPES_INV = {v: k for k, v in _ST_DTYPES.items()}
+
+
+def _tensor_bytes(t):
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().astype("<i2").tobytes()
+    arr = t.numpy()
+    return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def save_safetensors(path, tensors, metadata=None):
+    """tensors: ordered dict name -> torch.Tensor.  Writes F32/F64/I32/... ."""
+    header = {}
+    blobs = []
+    off = 0
+    for name, t in tensors.items():
+        if t.dtype not in _ST_DTYPES:
+            raise ValueError("unsupported dtype %s for %s" % (t.dtype, name))
+        b = _tensor_bytes(t)
+        header[name] = {
+            "dtype": _ST_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [off, off + len(b)],
+        }
+        blobs.append(b)
+        off += len(b)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hj += b" " * ((8 - len(hj) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def load_safetensors(path):
+    """Returns (dict name -> tensor, metadata dict)."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    meta = header.pop("__metadata__", {}) or {}
+    np_dt = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8", "F16": "<f2"}
+    out = {}
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        dt = info["dtype"]
+        if dt == "BF16":
+            a = np.frombuffer(data[b:e], dtype="<i2").copy()
+            t = torch.from_numpy(a).view(torch.bfloat16)
+        else:
+            a = np.frombuffer(data[b:e], dtype=np_dt[dt]).copy()
+            t = torch.from_numpy(a)
+        out[name] = t.reshape(info["shape"])
+    return out, meta
+
+
+# --------------------------------------------------------------------------
+# model (functional, parameters in a dict keyed by HF names)
+# --------------------------------------------------------------------------
+
+
+class Cfg:
+    def __init__(self, vocab, dim, layers, heads, kv_heads, ffn, theta, eps, tied):
+        self.vocab, self.dim, self.layers = vocab, dim, layers
+        self.heads, self.kv_heads, self.ffn = heads, kv_heads, ffn
+        self.theta, self.eps, self.tied = float(theta), float(eps), bool(tied)
+        if dim % heads:
+            raise ValueError("dim must be divisible by heads")
+        if heads % kv_heads:
+            raise ValueError("heads must be divisible by kv-heads")
+        self.hd = dim // heads
+        if self.hd % 2:
+            raise ValueError("head dim must be even")
+
+
+def param_names(cfg):
+    names = ["model.embed_tokens.weight"]
+    for i in range(cfg.layers):
+        p = "model.layers.%d." % i
+        names += [
+            p + "input_layernorm.weight",
+            p + "self_attn.q_proj.weight",
+            p + "self_attn.k_proj.weight",
+            p + "self_attn.v_proj.weight",
+            p + "self_attn.o_proj.weight",
+            p + "post_attention_layernorm.weight",
+            p + "mlp.gate_proj.weight",
+            p + "mlp.up_proj.weight",
+            p + "mlp.down_proj.weight",
+        ]
+    names.append("model.norm.weight")
+    if not cfg.tied:
+        names.append("lm_head.weight")
+    return names
+
+
+def param_shape(cfg, name):
+    C, V, F_, hd = cfg.dim, cfg.vocab, cfg.ffn, cfg.hd
+    if name in ("model.embed_tokens.weight", "lm_head.weight"):
+        return (V, C)
+    if name.endswith("layernorm.weight") or name == "model.norm.weight":
+        return (C,)
+    if name.endswith("q_proj.weight"):
+        return (cfg.heads * hd, C)
+    if name.endswith("k_proj.weight") or name.endswith("v_proj.weight"):
+        return (cfg.kv_heads * hd, C)
+    if name.endswith("o_proj.weight"):
+        return (C, cfg.heads * hd)
+    if name.endswith("gate_proj.weight") or name.endswith("up_proj.weight"):
+        return (F_, C)
+    if name.endswith("down_proj.weight"):
+        return (C, F_)
+    raise KeyError(name)
+
+
+def init_params(cfg, seed):
+    """Deterministic fp32 init: matrices ~ N(0, 0.05), norm weights 1 + 0.1 N(0,1)."""
+    g = torch.Generator().manual_seed(seed)
+    params = {}
+    for name in param_names(cfg):
+        shape = param_shape(cfg, name)
+        r = torch.randn(shape, generator=g, dtype=torch.float32)
+        if len(shape) == 1:
+            params[name] = 1.0 + 0.1 * r
+        else:
+            params[name] = 0.05 * r
+    return params
+
+
+def rms_norm(x, w, eps):
+    # HF LlamaRMSNorm: computes in fp32 (here: in x's dtype, fp32 or fp64)
+    var = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(var + eps))
+
+
+def rope_cos_sin(T, hd, theta, dtype):
+    # HF LlamaRotaryEmbedding (rope_type "default")
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(dtype) / hd))
+    pos = torch.arange(T, dtype=dtype)
+    freqs = torch.outer(pos, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (T, hd)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def forward(params, tokens, cfg):
+    """tokens (B, T) int64 -> logits (B, T, V) in the parameters' dtype."""
+    B, T = tokens.shape
+    H, KV, hd = cfg.heads, cfg.kv_heads, cfg.hd
+    dtype = params["model.embed_tokens.weight"].dtype
+    x = F.embedding(tokens, params["model.embed_tokens.weight"])
+    cos, sin = rope_cos_sin(T, hd, cfg.theta, dtype)
+    cos, sin = cos[None, None], sin[None, None]  # (1,1,T,hd)
+    mask = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
+    rep = H // KV
+    for i in range(cfg.layers):
+        p = "model.layers.%d." % i
+        h = rms_norm(x, params[p + "input_layernorm.weight"], cfg.eps)
+        q = F.linear(h, params[p + "self_attn.q_proj.weight"]).view(B, T, H, hd).transpose(1, 2)
+        k = F.linear(h, params[p + "self_attn.k_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+        v = F.linear(h, params[p + "self_attn.v_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # repeat_kv: query head h uses kv head h // rep
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        att = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(hd) + mask
+        att = torch.softmax(att, dim=-1)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(B, T, H * hd)
+        x = x + F.linear(y, params[p + "self_attn.o_proj.weight"])
+        h = rms_norm(x, params[p + "post_attention_layernorm.weight"], cfg.eps)
+        m = F.silu(F.linear(h, params[p + "mlp.gate_proj.weight"])) * F.linear(
+            h, params[p + "mlp.up_proj.weight"])
+        x = x + F.linear(m, params[p + "mlp.down_proj.weight"])
+    x = rms_norm(x, params["model.norm.weight"], cfg.eps)
+    head = params["model.embed_tokens.weight" if cfg.tied else "lm_head.weight"]
+    return F.linear(x, head)
+
+
+def loss_sum(logits, targets):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1),
+                           ignore_index=-1, reduction="sum")
+
+
+def make_leaf(params, dtype):
+    return {k: v.detach().to(dtype).clone().requires_grad_(True) for k, v in params.items()}
+
+
+def loss_and_grads(params0, tokens, targets, cfg, dtype, micro=None):
+    """Returns (logits or None, loss tensor, grads dict).  micro: micro-batch size."""
+    P = make_leaf(params0, dtype)
+    B = tokens.shape[0]
+    nvalid = int((targets != -1).sum())
+    micro = micro or B
+    logits_all = []
+    total = 0.0
+    for b0 in range(0, B, micro):
+        lg = forward(P, tokens[b0:b0 + micro], cfg)
+        l = loss_sum(lg, targets[b0:b0 + micro]) / nvalid
+        l.backward()
+        total += l.detach()
+        logits_all.append(lg.detach())
+    return torch.cat(logits_all, 0), total, {k: v.grad.detach().clone() for k, v in P.items()}
+
+
+# --------------------------------------------------------------------------
+# data and training
+# --------------------------------------------------------------------------
+
+
+def make_data(cfg, steps, B, T, seed, ignore_frac):
+    g = torch.Generator().manual_seed(seed + 1000003)
+    tokens = torch.randint(0, cfg.vocab, (steps, B, T), generator=g, dtype=torch.int64)
+    targets = torch.randint(0, cfg.vocab, (steps, B, T), generator=g, dtype=torch.int64)
+    drop = torch.rand((steps, B, T), generator=g) < ignore_frac
+    targets[drop] = -1
+    for s in range(steps):
+        if int((targets[s] != -1).sum()) == 0:
+            targets[s, 0, 0] = int(torch.randint(0, cfg.vocab, (1,), generator=g))
+    return tokens, targets
+
+
+def train(params0, tokens, targets, cfg, a):
+    P = make_leaf(params0, torch.float32)
+    names = list(P.keys())
+    decay = [P[n] for n in names if P[n].dim() == 2]
+    no_decay = [P[n] for n in names if P[n].dim() != 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": a.wd}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=a.lr, betas=(a.beta1, a.beta2), eps=a.adam_eps, weight_decay=a.wd)
+    plist = [P[n] for n in names]
+    B = tokens.shape[1]
+    micro = a.micro_batch or B
+    losses, gnorms = [], []
+    for s in range(a.steps):
+        opt.zero_grad(set_to_none=True)
+        tk, tg = tokens[s], targets[s]
+        nvalid = int((tg != -1).sum())
+        tot = 0.0
+        for b0 in range(0, B, micro):
+            lg = forward(P, tk[b0:b0 + micro], cfg)
+            l = loss_sum(lg, tg[b0:b0 + micro]) / nvalid
+            l.backward()
+            tot += float(l.detach())
+        if a.clip > 0:
+            gn = torch.nn.utils.clip_grad_norm_(plist, a.clip)
+        else:
+            gn = torch.norm(torch.stack([torch.norm(p.grad.detach(), 2) for p in plist]), 2)
+        losses.append(tot)
+        gnorms.append(float(gn))
+        opt.step()
+    return losses, gnorms, {k: v.detach().clone() for k, v in P.items()}
+
+
+# --------------------------------------------------------------------------
+# self-checks
+# --------------------------------------------------------------------------
+
+
+def naive_forward(params, tokens, cfg):
+    """Independent per-token float64 loop implementation (python scalars for
+    the norm / rope / softmax).  tokens: (T,) list.  Returns (T, V) tensor."""
+    P = {k: v.detach().double() for k, v in params.items()}
+    T = len(tokens)
+    C, H, KV, hd = cfg.dim, cfg.heads, cfg.kv_heads, cfg.hd
+    half = hd // 2
+
+    def norm(vec, w):
+        ms = sum(float(e) ** 2 for e in vec) / C
+        r = 1.0 / math.sqrt(ms + cfg.eps)
+        return torch.tensor([float(w[j]) * float(vec[j]) * r for j in range(C)], dtype=torch.float64)
+
+    def rope(vec, t):
+        # pairs (j, j+half) rotated by angle t * theta^(-2j/hd)
+        out = [0.0] * hd
+        for j in range(half):
+            ang = t * cfg.theta ** (-2.0 * j / hd)
+            c, s = math.cos(ang), math.sin(ang)
+            a, b = float(vec[j]), float(vec[j + half])
+            out[j] = a * c - b * s
+            out[j + half] = b * c + a * s
+        return out
+
+    def mv(W, vec):
+        return [sum(float(W[r, c]) * float(vec[c]) for c in range(W.shape[1])) for r in range(W.shape[0])]
+
+    xs = [P["model.embed_tokens.weight"][tok].clone() for tok in tokens]
+    for i in range(cfg.layers):
+        p = "model.layers.%d." % i
+        qs, ks, vs = [], [], []
+        for t in range(T):
+            h = norm(xs[t], P[p + "input_layernorm.weight"])
+            q = mv(P[p + "self_attn.q_proj.weight"], h)
+            k = mv(P[p + "self_attn.k_proj.weight"], h)
+            v = mv(P[p + "self_attn.v_proj.weight"], h)
+            qs.append([rope(q[hh * hd:(hh + 1) * hd], t) for hh in range(H)])
+            ks.append([rope(k[g * hd:(g + 1) * hd], t) for g in range(KV)])
+            vs.append([v[g * hd:(g + 1) * hd] for g in range(KV)])
+        new = []
+        for t in range(T):
+            y = []
+            for hh in range(H):
+                g = hh // (H // KV)
+                sc = [sum(qs[t][hh][d] * ks[s][g][d] for d in range(hd)) / math.sqrt(hd)
+                      for s in range(t + 1)]
+                mx = max(sc)
+                ex = [math.exp(e - mx) for e in sc]
+                z = sum(ex)
+                y += [sum(ex[s] / z * vs[s][g][d] for s in range(t + 1)) for d in range(hd)]
+            x = xs[t] + torch.tensor(mv(P[p + "self_attn.o_proj.weight"], y), dtype=torch.float64)
+            h = norm(x, P[p + "post_attention_layernorm.weight"])
+            gt = mv(P[p + "mlp.gate_proj.weight"], h)
+            up = mv(P[p + "mlp.up_proj.weight"], h)
+            m = [gv / (1.0 + math.exp(-gv)) * uv for gv, uv in zip(gt, up)]
+            x = x + torch.tensor(mv(P[p + "mlp.down_proj.weight"], m), dtype=torch.float64)
+            new.append(x)
+        xs = new
+    head = P["model.embed_tokens.weight" if cfg.tied else "lm_head.weight"]
+    out = []
+    for t in range(T):
+        h = norm(xs[t], P["model.norm.weight"])
+        out.append(torch.tensor(mv(head, h), dtype=torch.float64))
+    return torch.stack(out)
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return float(torch.norm(a - b) / max(float(torch.norm(b)), 1e-300))
+
+
+def selfcheck(a):
+    results = []
+
+    def rec(name, val, tol):
+        ok = val < tol
+        results.append(ok)
+        print("selfcheck %-52s %.3e  (tol %.0e)  %s" % (name, val, tol, "ok" if ok else "FAIL"),
+              file=sys.stderr)
+
+    cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied)
+    params = init_params(cfg, a.seed)
+    tokens, targets = make_data(cfg, 1, a.batch, a.seq, a.seed, a.ignore_frac)
+    tk, tg = tokens[0], targets[0]
+
+    # (a) fp32 vs fp64
+    lg32, l32, g32 = loss_and_grads(params, tk, tg, cfg, torch.float32)
+    lg64, l64, g64 = loss_and_grads(params, tk, tg, cfg, torch.float64)
+    rec("(a) logits fp32 vs fp64", rel(lg32, lg64), 1e-5)
+    rec("(a) loss fp32 vs fp64", abs(float(l32) - float(l64)) / abs(float(l64)), 1e-5)
+    rec("(a) grads fp32 vs fp64 (max over params)", max(rel(g32[k], g64[k]) for k in g32), 1e-4)
+
+    # (b) naive per-token loop, tiny GQA configs (tied and untied), odd T
+    for tied in (0, 1):
+        tcfg = Cfg(vocab=11, dim=12, layers=2, heads=3, kv_heads=1, ffn=10,
+                   theta=a.theta, eps=a.eps, tied=tied)
+        tp = init_params(tcfg, a.seed + 7)
+        gtk = torch.Generator().manual_seed(a.seed + 11)
+        ttok = torch.randint(0, tcfg.vocab, (2, 5), generator=gtk)
+        P64 = {k: v.double() for k, v in tp.items()}
+        vec = forward(P64, ttok, tcfg)
+        nv = torch.stack([naive_forward(tp, ttok[b].tolist(), tcfg) for b in range(2)])
+        rec("(b) vectorised vs naive loop fp64 (tied=%d)" % tied, rel(vec, nv), 1e-12)
+    # (b') MHA (kv == heads) and a second GQA ratio
+    for H, KV in ((4, 4), (4, 2)):
+        tcfg = Cfg(vocab=9, dim=16, layers=1, heads=H, kv_heads=KV, ffn=6,
+                   theta=500.0, eps=a.eps, tied=0)
+        tp = init_params(tcfg, a.seed + 13)
+        ttok = torch.randint(0, tcfg.vocab, (1, 7), generator=torch.Generator().manual_seed(3))
+        vec = forward({k: v.double() for k, v in tp.items()}, ttok, tcfg)
+        nv = naive_forward(tp, ttok[0].tolist(), tcfg)[None]
+        rec("(b) vectorised vs naive loop fp64 (H=%d KV=%d)" % (H, KV), rel(vec, nv), 1e-12)
+    # (b'') loss convention: mean CE over valid targets, computed by hand
+    lsm = torch.log_softmax(lg64, -1)
+    terms = [-float(lsm[b, t, int(tg[b, t])]) for b in range(tg.shape[0])
+             for t in range(tg.shape[1]) if int(tg[b, t]) != -1]
+    rec("(b) loss vs hand-computed masked mean CE", abs(sum(terms) / len(terms) - float(l64)), 1e-12)
+
+    # (c) gradient accumulation == full batch
+    for m in sorted({1, max(1, a.batch // 2)} if a.batch > 1 else {1}):
+        if a.batch % m:
+            continue
+        _, lm, gm = loss_and_grads(params, tk, tg, cfg, torch.float32, micro=m)
+        rec("(c) micro-batch %d vs full batch: grads fp32 (max)" % m,
+            max(rel(gm[k], g32[k]) for k in g32), 1e-6)
+        rec("(c) micro-batch %d vs full batch: loss fp32" % m,
+            abs(float(lm) - float(l32)) / abs(float(l32)), 1e-6)
+        _, _, gm64 = loss_and_grads(params, tk, tg, cfg, torch.float64, micro=m)
+        rec("(c) micro-batch %d vs full batch: grads fp64 (max)" % m,
+            max(rel(gm64[k], g64[k]) for k in g64), 1e-12)
+
+    # (d) safetensors round trip
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        fn = os.path.join(d, "x.safetensors")
+        src = {"a": lg32, "b": lg64, "c": tk.to(torch.int32), "d": torch.zeros(0)}
+        save_safetensors(fn, src, {"k": 1})
+        back, meta = load_safetensors(fn)
+        with open(fn, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+        ok = all(torch.equal(src[k], back[k]) and src[k].dtype == back[k].dtype for k in src)
+        ok = ok and meta == {"k": "1"} and n % 8 == 0
+        rec("(d) safetensors round trip (0 = exact)", 0.0 if ok else 1.0, 0.5)
+
+    return all(results)
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out")
+    ap.add_argument("--vocab", type=int, default=97)
+    ap.add_argument("--dim", type=int, default=48)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=80)
+    ap.add_argument("--seq", type=int, default=19)
+    ap.add_argument("--batch", type=int, default=3)
+    ap.add_argument("--tied", type=int, default=0, choices=(0, 1))
+    ap.add_argument("--theta", type=float, default=10000.0)
+    ap.add_argument("--eps", type=float, default=1e-6)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--adam-eps", type=float, default=1e-8)
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--ignore-frac", type=float, default=0.1)
+    ap.add_argument("--micro-batch", type=int, default=0,
+                    help="micro-batch size (0 or >= batch: no accumulation)")
+    ap.add_argument("--selfcheck", action="store_true")
+    a = ap.parse_args(argv)
+    if not a.out and not a.selfcheck:
+        ap.error("--out is required (unless --selfcheck)")
+    if a.micro_batch <= 0 or a.micro_batch >= a.batch:
+        a.micro_batch = 0
+    elif a.batch % a.micro_batch:
+        ap.error("--batch must be a multiple of --micro-batch")
+    if a.steps < 1 or a.batch < 1 or a.seq < 1:
+        ap.error("--steps, --batch and --seq must be >= 1")
+    return a
+
+
+def generate(a):
+    cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied)
+    params = init_params(cfg, a.seed)
+    tokens, targets = make_data(cfg, a.steps, a.batch, a.seq, a.seed, a.ignore_frac)
+
+    mdir = os.path.join(a.out, "model")
+    os.makedirs(mdir, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": cfg.vocab,
+        "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn,
+        "num_hidden_layers": cfg.layers,
+        "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.hd,
+        "max_position_embeddings": max(a.seq, 64),
+        "rope_theta": cfg.theta,
+        "rope_scaling": None,
+        "rms_norm_eps": cfg.eps,
+        "tie_word_embeddings": cfg.tied,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "torch_dtype": "float32",
+        "initializer_range": 0.02,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    cfg_path = os.path.join(mdir, "config.json")
+    with open(cfg_path, "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    model_path = os.path.join(mdir, "model.safetensors")
+    save_safetensors(model_path, params, {"format": "pt"})
+
+    tk, tg = tokens[0], targets[0]
+    lg32, l32, g32 = loss_and_grads(params, tk, tg, cfg, torch.float32)
+    lg64, l64, g64 = loss_and_grads(params, tk, tg, cfg, torch.float64)
+    losses, gnorms, final = train(params, tokens, targets, cfg, a)
+
+    exp = {}
+    exp["tokens"] = tokens.to(torch.int32)
+    exp["targets"] = targets.to(torch.int32)
+    exp["logits"] = lg32.float()
+    exp["logits64"] = lg64.double()
+    exp["loss"] = l32.reshape(1).float()
+    exp["loss64"] = l64.reshape(1).double()
+    names = param_names(cfg)
+    for n in names:
+        exp["grad." + n] = g32[n].float()
+    for n in names:
+        exp["grad64." + n] = g64[n].double()
+    exp["losses"] = torch.tensor(losses, dtype=torch.float64)
+    exp["grad_norms"] = torch.tensor(gnorms, dtype=torch.float64)
+    for n in names:
+        exp["final." + n] = final[n].float()
+    meta = {k: getattr(a, k) for k in (
+        "vocab", "dim", "layers", "heads", "kv_heads", "ffn", "seq", "batch", "tied", "theta",
+        "eps", "seed", "steps", "lr", "beta1", "beta2", "adam_eps", "wd", "clip",
+        "ignore_frac")}
+    meta["micro_batch"] = a.micro_batch or a.batch
+    meta["head_dim"] = cfg.hd
+    meta["torch_version"] = torch.__version__
+    meta = {k: repr(v) if isinstance(v, float) else str(v) for k, v in meta.items()}
+    exp_path = os.path.join(a.out, "expected.safetensors")
+    save_safetensors(exp_path, exp, meta)
+
+    summary = {
+        "loss": float(l32), "loss64": float(l64), "final_loss": losses[-1],
+        "n_valid": int((tg != -1).sum()),
+        "config": os.path.abspath(cfg_path), "model": os.path.abspath(model_path),
+        "expected": os.path.abspath(exp_path),
+    }
+    print(json.dumps(summary))
+
+
+def main(argv):
+    torch.set_num_threads(1)
+    try:
+        torch.use_deterministic_algorithms(True)
+    except Exception:
+        pass
+    a = parse_args(argv)
+    ok = True
+    if a.selfcheck:
+        ok = selfcheck(a)
+        print("selfcheck %s" % ("PASSED" if ok else "FAILED"), file=sys.stderr)
+    if a.out:
+        generate(a)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,23 @@
+/* testutil.h: helpers shared by the cmocka tests (reference comparisons print both values). */
+#ifndef PT_TESTUTIL_H
+#define PT_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* ‖a − b‖ / ‖b‖ (‖b‖ = 0 gives ‖a‖). */
+double tu_rel_err(const float *a, const float *b, size_t n);
+double tu_rel_err_d(const float *a, const double *b, size_t n);
+/* Fails the test with a message naming `what` when err > tol. */
+void tu_check_rel(const char *what, double err, double tol);
+/* Uniform values in [-scale, scale) from a fixed seed. */
+void tu_fill(float *x, size_t n, uint64_t seed, float scale);
+/* Environment path set by tests/CMakeLists.txt (PT_SOURCE_DIR, PT_DEPS_DIR, ...), or NULL. */
+const char *tu_env(const char *name);
+/* A fresh temporary directory for this test (removed at exit). */
+const char *tu_tmpdir(void);
+
+#endif
