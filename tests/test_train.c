@@ -1,0 +1,243 @@
+/* test_train.c: the training loop end to end on a tiny model: bitwise resume, checkpoint
+ * integrity and rotation, accumulation invariance, the learning-rate schedule, init_from. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pt/checkpoint.h"
+#include "pt/data.h"
+#include "pt/trainer.h"
+#include "testutil.h"
+
+#define STEPS 6
+
+static const char *shard_glob(void) {
+    static char glob[600];
+    if (!glob[0]) {
+        char path[600];
+        size_t n = 20000;
+        uint16_t *t = malloc(n * 2);
+        /* a learnable sequence: mostly a repeating pattern, some noise */
+        uint64_t s = 12345;
+        for (size_t i = 0; i < n; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            t[i] = (s >> 60) == 0 ? (uint16_t)((s >> 33) % 97) : (uint16_t)((i * 7) % 97);
+        }
+        snprintf(path, sizeof path, "%s/train_000000.bin", tu_tmpdir());
+        assert_int_equal(pt_shard_write(path, t, n), PT_OK);
+        free(t);
+        snprintf(glob, sizeof glob, "%s/train_*.bin", tu_tmpdir());
+    }
+    return glob;
+}
+
+static void tiny_config(pt_config *c, const char *ckpt_dir) {
+    pt_config_defaults(c);
+    char *args[] = {"--model.vocab_size=97", "--model.dim=32",  "--model.n_layers=2",
+                    "--model.n_heads=4",     "--model.n_kv_heads=2", "--model.ffn_dim=48",
+                    "--model.max_seq_len=32", "--training.seq_len=16", "--training.global_batch=4",
+                    "--training.micro_batch=2", "--training.threads=2", "--optimizer.lr=3e-3",
+                    "--optimizer.warmup_steps=2", "--data.shuffle=true"};
+    assert_int_equal(pt_config_from_args(c, (int)(sizeof args / sizeof *args), args), PT_OK);
+    c->training.steps = STEPS;
+    snprintf(c->data.train, sizeof c->data.train, "%s", shard_glob());
+    snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", ckpt_dir ? ckpt_dir : "");
+}
+
+static void init_or_fail(pt_trainer *t, const pt_config *c) {
+    if (pt_trainer_init(t, c) != PT_OK) fail_msg("trainer init: %s", pt_last_error());
+}
+
+static void test_resume_is_bitwise(void **state) {
+    (void)state;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/resume", tu_tmpdir());
+    pt_config c;
+    tiny_config(&c, dir);
+
+    /* uninterrupted */
+    pt_trainer a;
+    init_or_fail(&a, &c);
+    double losses[STEPS];
+    for (int s = 0; s < STEPS; s++) {
+        pt_step_stats st;
+        assert_int_equal(pt_trainer_step(&a, &st), PT_OK);
+        losses[s] = st.loss;
+    }
+    assert_true(losses[STEPS - 1] < losses[0]); /* it learns */
+
+    /* stopped after 3 steps, saved, resumed in a new trainer */
+    pt_trainer b;
+    init_or_fail(&b, &c);
+    for (int s = 0; s < 3; s++) {
+        pt_step_stats st;
+        assert_int_equal(pt_trainer_step(&b, &st), PT_OK);
+    }
+    assert_int_equal(pt_ckpt_save(dir, b.step, &b.model, &b.opt, &b.cfg, 2), PT_OK);
+    pt_trainer_free(&b);
+    snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "latest");
+    pt_trainer r;
+    init_or_fail(&r, &c);
+    assert_int_equal(r.step, 3);
+    for (int s = 3; s < STEPS; s++) {
+        pt_step_stats st;
+        assert_int_equal(pt_trainer_step(&r, &st), PT_OK);
+        if (memcmp(&st.loss, &losses[s], sizeof(double)) != 0)
+            fail_msg("step %d: resumed loss %.17g != uninterrupted %.17g", s + 1, st.loss, losses[s]);
+    }
+    assert_memory_equal(r.model.params, a.model.params, a.model.table.total * sizeof(float));
+    assert_memory_equal(r.opt.m, a.opt.m, a.model.table.total * sizeof(float));
+    assert_memory_equal(r.opt.v, a.opt.v, a.model.table.total * sizeof(float));
+    pt_trainer_free(&r);
+    pt_trainer_free(&a);
+}
+
+static void test_accumulation_does_not_change_the_step(void **state) {
+    (void)state;
+    pt_config c;
+    tiny_config(&c, NULL);
+    c.training.micro_batch = 4;
+    pt_trainer a, b;
+    init_or_fail(&a, &c);
+    c.training.micro_batch = 1;
+    init_or_fail(&b, &c);
+    for (int s = 0; s < STEPS; s++) {
+        pt_step_stats sa, sb;
+        assert_int_equal(pt_trainer_step(&a, &sa), PT_OK);
+        assert_int_equal(pt_trainer_step(&b, &sb), PT_OK);
+        double rel = fabs(sa.loss - sb.loss) / sa.loss;
+        if (rel > 1e-5) fail_msg("step %d: loss %.9g (mb 4) vs %.9g (mb 1)", s + 1, sa.loss, sb.loss);
+    }
+    tu_check_rel("weights after accumulation",
+                 tu_rel_err(b.model.params, a.model.params, a.model.table.total), 1e-5);
+    pt_trainer_free(&a);
+    pt_trainer_free(&b);
+}
+
+static void flip_byte(const char *path, long where) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, where, where < 0 ? SEEK_END : SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, -1, SEEK_CUR);
+    fputc(ch ^ 0x5a, f);
+    fclose(f);
+}
+
+static void test_checkpoint_corruption_is_detected(void **state) {
+    (void)state;
+    char dir[600], ck[700], path[800], cmd[4000];
+    snprintf(dir, sizeof dir, "%s/corrupt", tu_tmpdir());
+    pt_config c;
+    tiny_config(&c, dir);
+    pt_trainer t;
+    init_or_fail(&t, &c);
+    pt_step_stats st;
+    assert_int_equal(pt_trainer_step(&t, &st), PT_OK);
+    assert_int_equal(pt_ckpt_save(dir, 1, &t.model, &t.opt, &t.cfg, 3), PT_OK);
+    snprintf(ck, sizeof ck, "%s/step_00000001", dir);
+    int64_t step;
+
+    /* a flipped byte in the weights' data */
+    snprintf(cmd, sizeof cmd, "cp -r %s %s.bak", ck, ck);
+    assert_int_equal(system(cmd), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    flip_byte(path, -3);
+    assert_int_not_equal(pt_ckpt_load_state(ck, &t.model, &t.opt, &step), PT_OK);
+    assert_non_null(strstr(pt_last_error(), "checksum"));
+    assert_non_null(strstr(pt_last_error(), "model.safetensors"));
+
+    /* a truncated state file */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s.bak %s && truncate -s 1000 %s/state.safetensors",
+             ck, ck, ck, ck);
+    assert_int_equal(system(cmd), 0);
+    assert_int_not_equal(pt_ckpt_load_state(ck, &t.model, &t.opt, &step), PT_OK);
+    assert_non_null(strstr(pt_last_error(), "state.safetensors"));
+
+    /* the intact copy loads */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s.bak %s", ck, ck, ck);
+    assert_int_equal(system(cmd), 0);
+    if (pt_ckpt_load_state(ck, &t.model, &t.opt, &step) != PT_OK) fail_msg("%s", pt_last_error());
+    assert_int_equal(step, 1);
+    pt_trainer_free(&t);
+}
+
+static void test_rotation_and_interrupted_save(void **state) {
+    (void)state;
+    char dir[600], path[800], latest[800];
+    snprintf(dir, sizeof dir, "%s/rotate", tu_tmpdir());
+    pt_config c;
+    tiny_config(&c, dir);
+    pt_trainer t;
+    init_or_fail(&t, &c);
+    for (int s = 1; s <= 4; s++) assert_int_equal(pt_ckpt_save(dir, s, &t.model, &t.opt, &t.cfg, 2), PT_OK);
+    struct stat sb;
+    for (int s = 1; s <= 4; s++) {
+        snprintf(path, sizeof path, "%s/step_%08d", dir, s);
+        assert_int_equal(stat(path, &sb) == 0, s >= 3);
+    }
+    /* a save that died half-way leaves a .tmp directory: it is never taken as a checkpoint */
+    snprintf(path, sizeof path, "%s/step_00000009.tmp", dir);
+    assert_int_equal(pt_mkdirs(path), PT_OK);
+    assert_int_equal(pt_ckpt_find_latest(dir, latest, sizeof latest), PT_OK);
+    assert_non_null(strstr(latest, "step_00000004"));
+    /* and the next save of that step replaces it */
+    assert_int_equal(pt_ckpt_save(dir, 9, &t.model, &t.opt, &t.cfg, 2), PT_OK);
+    assert_int_equal(stat(path, &sb) == 0, 0);
+    assert_int_equal(pt_ckpt_find_latest(dir, latest, sizeof latest), PT_OK);
+    assert_non_null(strstr(latest, "step_00000009"));
+    pt_trainer_free(&t);
+}
+
+static void test_init_from_export_reproduces_the_model(void **state) {
+    (void)state;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/export", tu_tmpdir());
+    pt_config c;
+    tiny_config(&c, NULL);
+    pt_trainer a;
+    init_or_fail(&a, &c);
+    pt_step_stats st;
+    assert_int_equal(pt_trainer_step(&a, &st), PT_OK);
+    assert_int_equal(pt_ckpt_export_hf(dir, &a.model), PT_OK);
+    pt_config d;
+    tiny_config(&d, NULL);
+    snprintf(d.init_from, sizeof d.init_from, "%s", dir);
+    d.model.dim = 999; /* ignored: the architecture comes from config.json */
+    pt_trainer b;
+    init_or_fail(&b, &d);
+    assert_int_equal(b.model.cfg.dim, 32);
+    assert_memory_equal(b.model.params, a.model.params, a.model.table.total * sizeof(float));
+    pt_trainer_free(&a);
+    pt_trainer_free(&b);
+}
+
+static void test_lr_schedule(void **state) {
+    (void)state;
+    pt_optim_config c = {.lr = 1.0f, .warmup_steps = 4, .total_steps = 14, .min_lr = 0.1f,
+                         .schedule = PT_LR_COSINE};
+    assert_float_equal(pt_lr_at(&c, 0), 0.25f, 1e-7);
+    assert_float_equal(pt_lr_at(&c, 3), 1.0f, 1e-7);
+    assert_float_equal(pt_lr_at(&c, 4), 1.0f, 1e-7);
+    assert_float_equal(pt_lr_at(&c, 9), 0.1 + 0.9 * 0.5 * (1 + cos(M_PI * 0.5)), 1e-6);
+    assert_float_equal(pt_lr_at(&c, 14), 0.1f, 1e-6);
+    assert_float_equal(pt_lr_at(&c, 100), 0.1f, 1e-6);
+    c.schedule = PT_LR_LINEAR;
+    assert_float_equal(pt_lr_at(&c, 9), 0.1 + 0.9 * 0.5, 1e-6);
+    c.schedule = PT_LR_CONSTANT;
+    assert_float_equal(pt_lr_at(&c, 9), 1.0f, 1e-7);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_is_bitwise),
+        cmocka_unit_test(test_accumulation_does_not_change_the_step),
+        cmocka_unit_test(test_checkpoint_corruption_is_detected),
+        cmocka_unit_test(test_rotation_and_interrupted_save),
+        cmocka_unit_test(test_init_from_export_reproduces_the_model),
+        cmocka_unit_test(test_lr_schedule),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
