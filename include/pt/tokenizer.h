@@ -6,7 +6,8 @@
  * with JS semantics (JS \s, node's Unicode tables, see src/data/unicode_tables.c), and each piece is
  * merged by the ranks in vocab.bpe. Encoder.js looks merge pairs up by the string "a,b", so a pair
  * whose pieces contain a comma can take the rank of another merge with the same joined string
- * (11 such aliases in the GPT-2 vocabulary, e.g. ('",', '"') ranks as ('"', ',"')); we reproduce that.
+ * (11 such aliases in the GPT-2 vocabulary, e.g. ('",', '"') ranks as ('"', ',"')); we reproduce
+ * that, though no text we tried reaches an alias that changes the result.
  *
  * Bytes that are not valid UTF-8 (RFC 3629: no overlongs, surrogates or code points above
  * U+10FFFF) are kept as they are, one byte at a time, and classed like the U+FFFD that the
