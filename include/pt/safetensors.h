@@ -51,11 +51,11 @@ size_t pt_st_dtype_size(pt_st_dtype dt);
 typedef struct {
     const char *name;
     pt_st_dtype dtype;
-    int ndim;                       /* 0 for a scalar */
+    int ndim; /* 0 for a scalar */
     int64_t shape[PT_ST_MAX_DIMS];
-    int64_t numel;                  /* product of shape (1 for a scalar) */
-    uint64_t offset;                /* byte offset in the data region */
-    uint64_t nbytes;                /* numel × dtype size */
+    int64_t numel;   /* product of shape (1 for a scalar) */
+    uint64_t offset; /* byte offset in the data region */
+    uint64_t nbytes; /* numel × dtype size */
 } pt_st_tensor;
 
 /* ---- reading one file ---- */
@@ -105,16 +105,17 @@ int pt_st_dir_count(const pt_st_dir *d);
 const pt_st_tensor *pt_st_dir_tensor_at(const pt_st_dir *d, int i);
 /* NULL when absent; *file (if file is not NULL) receives the shard that holds it. */
 const pt_st_tensor *pt_st_dir_find(const pt_st_dir *d, const char *name, pt_st_file **file);
-pt_status pt_st_dir_read_f32(pt_st_dir *d, const char *name, const int64_t *expect_shape,
-                             int ndim, float *out);
-pt_status pt_st_dir_read_i32(pt_st_dir *d, const char *name, const int64_t *expect_shape,
-                             int ndim, int32_t *out);
+pt_status pt_st_dir_read_f32(pt_st_dir *d, const char *name, const int64_t *expect_shape, int ndim,
+                             float *out);
+pt_status pt_st_dir_read_i32(pt_st_dir *d, const char *name, const int64_t *expect_shape, int ndim,
+                             int32_t *out);
 
 /* ---- writing ---- */
 
 /* Collects tensors (borrowed pointers: they must stay valid until pt_st_writer_write) and
  * metadata, then streams one file. Tensors are laid out by decreasing dtype size, then name, so
- * that each is aligned to its element size (the header is padded with spaces to a multiple of 8). */
+ * that each is aligned to its element size (the header is padded with spaces to a multiple of 8).
+ */
 typedef struct pt_st_writer pt_st_writer;
 
 pt_st_writer *pt_st_writer_create(void);

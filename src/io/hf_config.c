@@ -20,7 +20,8 @@ static pt_status get_int(const char *path, json_t *root, const char *key, int re
     json_t *v = value_of(root, key);
     if (!v) {
         if (required)
-            return pt_errorf(PT_ERR_CONFIG, "%s: missing key \"%s\" (expected a positive integer)", path, key);
+            return pt_errorf(PT_ERR_CONFIG, "%s: missing key \"%s\" (expected a positive integer)",
+                             path, key);
         *out = def;
         return PT_OK;
     }
@@ -28,8 +29,8 @@ static pt_status get_int(const char *path, json_t *root, const char *key, int re
         return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be an integer", path, key);
     json_int_t x = json_integer_value(v);
     if (x < 1 || x > INT_MAX)
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" = %lld, expected an integer in [1, %d]", path, key,
-                         (long long)x, INT_MAX);
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" = %lld, expected an integer in [1, %d]",
+                         path, key, (long long)x, INT_MAX);
     *out = (int)x;
     return PT_OK;
 }
@@ -40,10 +41,12 @@ static pt_status get_float(const char *path, json_t *root, const char *key, floa
         *out = def;
         return PT_OK;
     }
-    if (!json_is_number(v)) return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be a number", path, key);
+    if (!json_is_number(v))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be a number", path, key);
     double x = json_number_value(v);
     if (!(x > 0) || x > FLT_MAX)
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" = %g, expected a positive float32", path, key, x);
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" = %g, expected a positive float32", path,
+                         key, x);
     *out = (float)x;
     return PT_OK;
 }
@@ -54,7 +57,8 @@ static pt_status get_bool(const char *path, json_t *root, const char *key, int d
         *out = def;
         return PT_OK;
     }
-    if (!json_is_boolean(v)) return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be true or false", path, key);
+    if (!json_is_boolean(v))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be true or false", path, key);
     *out = json_is_true(v);
     return PT_OK;
 }
@@ -63,8 +67,10 @@ static pt_status get_bool(const char *path, json_t *root, const char *key, int d
 static pt_status check_model_kind(const char *path, json_t *root) {
     json_t *mt = value_of(root, "model_type"), *arch = value_of(root, "architectures");
     if (!mt && !arch)
-        return pt_errorf(PT_ERR_CONFIG, "%s: neither \"model_type\" nor \"architectures\" is present "
-                         "(expected \"llama\" / [\"LlamaForCausalLM\"])", path);
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s: neither \"model_type\" nor \"architectures\" is present "
+                         "(expected \"llama\" / [\"LlamaForCausalLM\"])",
+                         path);
     if (mt && (!json_is_string(mt) || strcmp(json_string_value(mt), "llama") != 0))
         return pt_errorf(PT_ERR_CONFIG, "%s: key \"model_type\" must be \"llama\"", path);
     if (arch) {
@@ -72,14 +78,17 @@ static pt_status check_model_kind(const char *path, json_t *root) {
         size_t i;
         json_t *a;
         if (!json_is_array(arch))
-            return pt_errorf(PT_ERR_CONFIG, "%s: key \"architectures\" must be an array of strings", path);
+            return pt_errorf(PT_ERR_CONFIG, "%s: key \"architectures\" must be an array of strings",
+                             path);
         json_array_foreach(arch, i, a) {
             if (!json_is_string(a))
-                return pt_errorf(PT_ERR_CONFIG, "%s: key \"architectures\" must be an array of strings", path);
+                return pt_errorf(PT_ERR_CONFIG,
+                                 "%s: key \"architectures\" must be an array of strings", path);
             found |= strcmp(json_string_value(a), "LlamaForCausalLM") == 0;
         }
         if (!found)
-            return pt_errorf(PT_ERR_CONFIG, "%s: key \"architectures\" does not list \"LlamaForCausalLM\"", path);
+            return pt_errorf(PT_ERR_CONFIG,
+                             "%s: key \"architectures\" does not list \"LlamaForCausalLM\"", path);
     }
     return PT_OK;
 }
@@ -87,7 +96,9 @@ static pt_status check_model_kind(const char *path, json_t *root) {
 /* Features transformers' Llama supports and this trainer does not: refuse rather than differ. */
 static pt_status check_unsupported(const char *path, json_t *root, const pt_model_config *c) {
     if (value_of(root, "rope_scaling"))
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"rope_scaling\": rope_scaling not supported (expected null)", path);
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s: key \"rope_scaling\": rope_scaling not supported (expected null)",
+                         path);
     json_t *v = value_of(root, "hidden_act");
     if (v && (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
         return pt_errorf(PT_ERR_CONFIG, "%s: key \"hidden_act\" must be \"silu\"", path);
@@ -95,14 +106,17 @@ static pt_status check_unsupported(const char *path, json_t *root, const pt_mode
     for (int i = 0; i < 2; i++) {
         v = value_of(root, bias_keys[i]);
         if (v && !json_is_false(v))
-            return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be false (biases not supported)", path, bias_keys[i]);
+            return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be false (biases not supported)",
+                             path, bias_keys[i]);
     }
     v = value_of(root, "attention_dropout");
     if (v && (!json_is_number(v) || json_number_value(v) != 0))
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"attention_dropout\" must be 0 (dropout not supported)", path);
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s: key \"attention_dropout\" must be 0 (dropout not supported)", path);
     v = value_of(root, "head_dim");
     if (v && (!json_is_integer(v) || json_integer_value(v) != c->dim / c->n_heads))
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"head_dim\" must equal hidden_size / num_attention_heads = %d",
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s: key \"head_dim\" must equal hidden_size / num_attention_heads = %d",
                          path, c->dim / c->n_heads);
     return PT_OK;
 }
@@ -121,12 +135,15 @@ static pt_status parse(const char *path, json_t *root, pt_model_config *c) {
     PT_TRY(get_bool(path, root, "tie_word_embeddings", 0, &c->tied_embeddings));
     PT_TRY(get_float(path, root, "initializer_range", 0.02f, &c->init_std));
     if (c->dim % c->n_heads != 0)
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"hidden_size\" = %d is not a multiple of num_attention_heads = %d",
-                         path, c->dim, c->n_heads);
+        return pt_errorf(
+            PT_ERR_CONFIG,
+            "%s: key \"hidden_size\" = %d is not a multiple of num_attention_heads = %d", path,
+            c->dim, c->n_heads);
     if (c->n_heads % c->n_kv_heads != 0)
-        return pt_errorf(PT_ERR_CONFIG,
-                         "%s: key \"num_key_value_heads\" = %d does not divide num_attention_heads = %d", path,
-                         c->n_kv_heads, c->n_heads);
+        return pt_errorf(
+            PT_ERR_CONFIG,
+            "%s: key \"num_key_value_heads\" = %d does not divide num_attention_heads = %d", path,
+            c->n_kv_heads, c->n_heads);
     return check_unsupported(path, root, c);
 }
 
@@ -138,8 +155,8 @@ pt_status pt_hf_config_read(const char *path, pt_model_config *out) {
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     free(text);
     if (!root)
-        return pt_errorf(PT_ERR_FORMAT, "%s: not valid JSON (line %d, column %d: %s)", path, err.line,
-                         err.column, err.text);
+        return pt_errorf(PT_ERR_FORMAT, "%s: not valid JSON (line %d, column %d: %s)", path,
+                         err.line, err.column, err.text);
     pt_status st;
     pt_model_config c = {0};
     if (!json_is_object(root))
@@ -169,27 +186,35 @@ static pt_status check_for_write(const char *path, const pt_model_config *c) {
     const struct {
         const char *key;
         int v;
-    } ints[] = {{"vocab_size", c->vocab_size},         {"hidden_size", c->dim},
-                {"num_hidden_layers", c->n_layers},    {"num_attention_heads", c->n_heads},
-                {"num_key_value_heads", c->n_kv_heads}, {"intermediate_size", c->ffn_dim},
+    } ints[] = {{"vocab_size", c->vocab_size},
+                {"hidden_size", c->dim},
+                {"num_hidden_layers", c->n_layers},
+                {"num_attention_heads", c->n_heads},
+                {"num_key_value_heads", c->n_kv_heads},
+                {"intermediate_size", c->ffn_dim},
                 {"max_position_embeddings", c->max_seq_len}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].v < 1)
-            return pt_errorf(PT_ERR_CONFIG, "%s: cannot write %s = %d (expected a positive integer)", path,
+            return pt_errorf(PT_ERR_CONFIG,
+                             "%s: cannot write %s = %d (expected a positive integer)", path,
                              ints[i].key, ints[i].v);
     const struct {
         const char *key;
         float v;
-    } reals[] = {{"rope_theta", c->rope_theta}, {"rms_norm_eps", c->norm_eps}, {"initializer_range", c->init_std}};
+    } reals[] = {{"rope_theta", c->rope_theta},
+                 {"rms_norm_eps", c->norm_eps},
+                 {"initializer_range", c->init_std}};
     for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
         if (!(reals[i].v > 0) || !isfinite(reals[i].v))
-            return pt_errorf(PT_ERR_CONFIG, "%s: cannot write %s = %g (expected a positive finite number)", path,
+            return pt_errorf(PT_ERR_CONFIG,
+                             "%s: cannot write %s = %g (expected a positive finite number)", path,
                              reals[i].key, (double)reals[i].v);
     if (c->dim % c->n_heads != 0 || c->n_heads % c->n_kv_heads != 0)
-        return pt_errorf(PT_ERR_CONFIG,
-                         "%s: cannot write hidden_size %d, num_attention_heads %d, num_key_value_heads %d "
-                         "(expected hidden_size divisible by heads, heads by kv heads)",
-                         path, c->dim, c->n_heads, c->n_kv_heads);
+        return pt_errorf(
+            PT_ERR_CONFIG,
+            "%s: cannot write hidden_size %d, num_attention_heads %d, num_key_value_heads %d "
+            "(expected hidden_size divisible by heads, heads by kv heads)",
+            path, c->dim, c->n_heads, c->n_kv_heads);
     return PT_OK;
 }
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "safetensors.c reads and writes little-endian data in place: a little-endian host is required"
+#error "safetensors.c reads and writes little-endian data in place"
 #endif
 
 /* Names in messages are truncated: a hostile file can carry megabyte-long ones. */
@@ -136,9 +136,9 @@ struct pt_st_file {
     int mapped;
     const uint8_t *data; /* data region: base + 8 + header size */
     uint64_t data_len;
-    pt_st_tensor *t;     /* sorted by name; names owned */
+    pt_st_tensor *t; /* sorted by name; names owned */
     int n;
-    char **meta;         /* key, value pairs sorted by key; owned */
+    char **meta; /* key, value pairs sorted by key; owned */
     int n_meta;
 };
 
@@ -222,45 +222,53 @@ static pt_status parse_tensor(const pt_st_file *f, const char *name, json_t *v, 
 
     json_t *dt = json_object_get(v, "dtype");
     if (!json_is_string(dt))
-        return pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT ": \"dtype\" missing or not a string",
-                         f->path, name);
-    if (!dtype_from_name(json_string_value(dt), &t->dtype))
         return pt_errorf(PT_ERR_FORMAT,
-                         "%s: tensor " NAME_FMT ": unknown dtype \"%.32s\" (expected one of BOOL, "
-                         "U8, I8, F8_E4M3, F8_E5M2, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64)",
-                         f->path, name, json_string_value(dt));
+                         "%s: tensor " NAME_FMT ": \"dtype\" missing or not a string", f->path,
+                         name);
+    if (!dtype_from_name(json_string_value(dt), &t->dtype))
+        return pt_errorf(
+            PT_ERR_FORMAT,
+            "%s: tensor " NAME_FMT ": unknown dtype \"%.32s\" (expected one of BOOL, "
+            "U8, I8, F8_E4M3, F8_E5M2, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64)",
+            f->path, name, json_string_value(dt));
 
     json_t *sh = json_object_get(v, "shape");
     if (!json_is_array(sh))
-        return pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT ": \"shape\" missing or not an array",
-                         f->path, name);
+        return pt_errorf(PT_ERR_FORMAT,
+                         "%s: tensor " NAME_FMT ": \"shape\" missing or not an array", f->path,
+                         name);
     if (json_array_size(sh) > PT_ST_MAX_DIMS)
-        return pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT ": %zu dimensions (at most %d supported)",
-                         f->path, name, json_array_size(sh), PT_ST_MAX_DIMS);
+        return pt_errorf(PT_ERR_FORMAT,
+                         "%s: tensor " NAME_FMT ": %zu dimensions (at most %d supported)", f->path,
+                         name, json_array_size(sh), PT_ST_MAX_DIMS);
     t->ndim = (int)json_array_size(sh);
     for (int i = 0; i < t->ndim; i++)
         PT_TRY(parse_int_array_entry(f, name, "shape", sh, (size_t)i, &t->shape[i]));
     char sbuf[256];
     if (!shape_numel(t->shape, t->ndim, pt_st_dtype_size(t->dtype), &t->numel, &t->nbytes)) {
         format_shape(sbuf, sizeof sbuf, t->shape, t->ndim);
-        return pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT ": shape %s × %zu bytes overflows 64 bits",
-                         f->path, name, sbuf, pt_st_dtype_size(t->dtype));
+        return pt_errorf(PT_ERR_FORMAT,
+                         "%s: tensor " NAME_FMT ": shape %s * %zu bytes overflows 64 bits", f->path,
+                         name, sbuf, pt_st_dtype_size(t->dtype));
     }
 
     json_t *off = json_object_get(v, "data_offsets");
     if (!json_is_array(off) || json_array_size(off) != 2)
         return pt_errorf(PT_ERR_FORMAT,
-                         "%s: tensor " NAME_FMT ": \"data_offsets\" missing or not an array [begin, end]",
+                         "%s: tensor " NAME_FMT
+                         ": \"data_offsets\" missing or not an array [begin, end]",
                          f->path, name);
     int64_t begin, end;
     PT_TRY(parse_int_array_entry(f, name, "data_offsets", off, 0, &begin));
     PT_TRY(parse_int_array_entry(f, name, "data_offsets", off, 1, &end));
     if (begin > end)
-        return pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT ": data_offsets [%lld, %lld] has begin > end",
+        return pt_errorf(PT_ERR_FORMAT,
+                         "%s: tensor " NAME_FMT ": data_offsets [%lld, %lld] has begin > end",
                          f->path, name, (long long)begin, (long long)end);
     if ((uint64_t)end > f->data_len)
         return pt_errorf(PT_ERR_FORMAT,
-                         "%s: tensor " NAME_FMT ": data_offsets end %lld is past the end of the data "
+                         "%s: tensor " NAME_FMT
+                         ": data_offsets end %lld is past the end of the data "
                          "region (%llu bytes; truncated file?)",
                          f->path, name, (long long)end, (unsigned long long)f->data_len);
     if ((uint64_t)(end - begin) != t->nbytes) {
@@ -268,28 +276,35 @@ static pt_status parse_tensor(const pt_st_file *f, const char *name, json_t *v, 
         return pt_errorf(PT_ERR_FORMAT,
                          "%s: tensor " NAME_FMT ": data_offsets [%lld, %lld] span %lld bytes, but "
                          "shape %s of %s needs %llu",
-                         f->path, name, (long long)begin, (long long)end, (long long)(end - begin), sbuf,
-                         pt_st_dtype_name(t->dtype), (unsigned long long)t->nbytes);
+                         f->path, name, (long long)begin, (long long)end, (long long)(end - begin),
+                         sbuf, pt_st_dtype_name(t->dtype), (unsigned long long)t->nbytes);
     }
     t->offset = (uint64_t)begin;
     return PT_OK;
 }
 
+/* Metadata is stored as (key, value) pointer pairs; compares the keys. */
+static int cmp_meta_key(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static pt_status parse_metadata(pt_st_file *f, json_t *m) {
     if (json_is_null(m)) return PT_OK;
     if (!json_is_object(m))
-        return pt_errorf(PT_ERR_FORMAT, "%s: \"__metadata__\" is not an object of strings", f->path);
+        return pt_errorf(PT_ERR_FORMAT, "%s: \"__metadata__\" is not an object of strings",
+                         f->path);
     f->meta = pt_calloc(2 * json_object_size(m) + 1, sizeof *f->meta);
     const char *k;
     json_t *v;
     json_object_foreach(m, k, v) {
         if (!json_is_string(v))
-            return pt_errorf(PT_ERR_FORMAT, "%s: \"__metadata__\" entry " NAME_FMT " is not a string",
-                             f->path, k);
+            return pt_errorf(PT_ERR_FORMAT,
+                             "%s: \"__metadata__\" entry " NAME_FMT " is not a string", f->path, k);
         f->meta[2 * f->n_meta] = pt_strdup(k);
         f->meta[2 * f->n_meta + 1] = pt_strdup(json_string_value(v));
         f->n_meta++;
     }
+    qsort(f->meta, (size_t)f->n_meta, 2 * sizeof *f->meta, cmp_meta_key);
     return PT_OK;
 }
 
@@ -317,12 +332,14 @@ static pt_status check_coverage(const pt_st_file *f) {
                            " bytes [%llu, %llu)",
                            f->path, t->name, (unsigned long long)t->offset,
                            (unsigned long long)(t->offset + t->nbytes), prev->name,
-                           (unsigned long long)prev->offset, (unsigned long long)(prev->offset + prev->nbytes));
+                           (unsigned long long)prev->offset,
+                           (unsigned long long)(prev->offset + prev->nbytes));
         else if (t->offset > pos)
-            st = pt_errorf(PT_ERR_FORMAT,
-                           "%s: data bytes [%llu, %llu) before tensor " NAME_FMT
-                           " belong to no tensor (holes are not allowed)",
-                           f->path, (unsigned long long)pos, (unsigned long long)t->offset, t->name);
+            st =
+                pt_errorf(PT_ERR_FORMAT,
+                          "%s: data bytes [%llu, %llu) before tensor " NAME_FMT
+                          " belong to no tensor (holes are not allowed)",
+                          f->path, (unsigned long long)pos, (unsigned long long)t->offset, t->name);
         pos = t->offset + t->nbytes;
         prev = t;
     }
@@ -359,7 +376,8 @@ static pt_status parse_header(pt_st_file *f, const char *hdr, size_t len) {
     json_object_keylen_foreach(root, k, klen, v) {
         if (k[0] != '\0' && strlen(k) == klen && strcmp(k, "__metadata__") == 0) continue;
         if (k[0] == '\0' || strlen(k) != klen) {
-            st = pt_errorf(PT_ERR_FORMAT, "%s: a tensor name is empty or contains a NUL byte", f->path);
+            st = pt_errorf(PT_ERR_FORMAT, "%s: a tensor name is empty or contains a NUL byte",
+                           f->path);
             goto done;
         }
         pt_st_tensor *t = &f->t[f->n];
@@ -371,7 +389,8 @@ static pt_status parse_header(pt_st_file *f, const char *hdr, size_t len) {
     qsort(f->t, (size_t)f->n, sizeof *f->t, cmp_tensor_name);
     for (int i = 1; i < f->n; i++) {
         if (strcmp(f->t[i - 1].name, f->t[i].name) == 0) {
-            st = pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT " appears twice", f->path, f->t[i].name);
+            st = pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT " appears twice", f->path,
+                           f->t[i].name);
             goto done;
         }
     }
@@ -380,44 +399,50 @@ done:
     return st;
 }
 
-/* Maps the file, or reads it where mmap is not possible. */
+/* Reads the whole open file into an exact-size heap buffer. */
+static pt_status read_all(pt_st_file *f, int fd) {
+    f->base = pt_malloc(f->size);
+    size_t got = 0;
+    while (got < f->size) {
+        ssize_t r = read(fd, f->base + got, f->size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return pt_errorf(PT_ERR_IO, "%s: read failed after %zu of %zu bytes: %s", f->path, got,
+                             f->size, r < 0 ? strerror(errno) : "file shrank");
+        got += (size_t)r;
+    }
+    return PT_OK;
+}
+
+/* Maps the file, or reads it where mmap is not possible. Under AddressSanitizer the file is always
+ * read into the heap, so that a read past any tensor or past the file is reported. */
 static pt_status load_bytes(pt_st_file *f) {
     int fd = open(f->path, O_RDONLY);
     if (fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
     struct stat sb;
+    pt_status st = PT_OK;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return pt_errorf(PT_ERR_IO, "%s: not a regular file", f->path);
+        st = pt_errorf(PT_ERR_IO, "%s: not a regular file", f->path);
+    } else if ((uint64_t)sb.st_size > SIZE_MAX) {
+        st = pt_errorf(PT_ERR_IO, "%s: too large to map", f->path);
+    } else if ((f->size = (size_t)sb.st_size) < 8) {
+        st = pt_errorf(PT_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header size",
+                       f->path, f->size);
+    } else {
+#ifdef __SANITIZE_ADDRESS__
+        void *p = MAP_FAILED;
+#else
+        void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+#endif
+        if (p != MAP_FAILED) {
+            f->base = p;
+            f->mapped = 1;
+        } else {
+            st = read_all(f, fd);
+        }
     }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
-        close(fd);
-        return pt_errorf(PT_ERR_IO, "%s: too large to map", f->path);
-    }
-    f->size = (size_t)sb.st_size;
-    if (f->size < 8) {
-        close(fd);
-        return pt_errorf(PT_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header size",
-                         f->path, f->size);
-    }
-    void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (p != MAP_FAILED) {
-        f->base = p;
-        f->mapped = 1;
-        return PT_OK;
-    }
-    char *buf;
-    size_t len;
-    PT_TRY(pt_read_file(f->path, &buf, &len));
-    f->base = (uint8_t *)buf;
-    if (len != f->size) {
-        /* changed under us; keep f->size consistent with the buffer for the checks that follow */
-        f->size = len;
-        if (len < 8)
-            return pt_errorf(PT_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header size",
-                             f->path, len);
-    }
-    return PT_OK;
+    return st;
 }
 
 pt_status pt_st_open(pt_st_file **out, const char *path) {
@@ -434,8 +459,10 @@ pt_status pt_st_open(pt_st_file **out, const char *path) {
         goto fail;
     }
     if (hlen > f->size - 8) {
-        st = pt_errorf(PT_ERR_FORMAT, "%s: header size %llu is larger than the file allows (%zu bytes after the size)",
-                       path, (unsigned long long)hlen, f->size - 8);
+        st = pt_errorf(
+            PT_ERR_FORMAT,
+            "%s: header size %llu is larger than the file allows (%zu bytes after the size)", path,
+            (unsigned long long)hlen, f->size - 8);
         goto fail;
     }
     if (hlen > PT_ST_MAX_HEADER_BYTES) {
@@ -484,10 +511,9 @@ pt_status pt_st_read_f32(pt_st_file *f, const char *name, const int64_t *expect_
     PT_TRY(check_shape(f, t, expect_shape, ndim));
     const uint8_t *src = f->data + t->offset;
     int64_t n = t->numel;
+    if (n == 0) return PT_OK; /* out may be NULL */
     switch (t->dtype) {
-    case PT_ST_DTYPE_F32:
-        memcpy(out, src, (size_t)t->nbytes);
-        break;
+    case PT_ST_DTYPE_F32: memcpy(out, src, (size_t)t->nbytes); break;
     case PT_ST_DTYPE_BF16:
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
@@ -513,7 +539,8 @@ pt_status pt_st_read_f32(pt_st_file *f, const char *name, const int64_t *expect_
         }
         break;
     default:
-        return pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT " has dtype %s, expected F32, BF16, F16 or F64",
+        return pt_errorf(PT_ERR_FORMAT,
+                         "%s: tensor " NAME_FMT " has dtype %s, expected F32, BF16, F16 or F64",
                          f->path, t->name, pt_st_dtype_name(t->dtype));
     }
     return PT_OK;
@@ -526,17 +553,17 @@ pt_status pt_st_read_i32(pt_st_file *f, const char *name, const int64_t *expect_
     PT_TRY(check_shape(f, t, expect_shape, ndim));
     const uint8_t *src = f->data + t->offset;
     int64_t n = t->numel;
+    if (n == 0) return PT_OK; /* out may be NULL */
     switch (t->dtype) {
-    case PT_ST_DTYPE_I32:
-        memcpy(out, src, (size_t)t->nbytes);
-        break;
+    case PT_ST_DTYPE_I32: memcpy(out, src, (size_t)t->nbytes); break;
     case PT_ST_DTYPE_I64:
         for (int64_t i = 0; i < n; i++) {
             int64_t v;
             memcpy(&v, src + 8 * i, 8);
             if (v < INT32_MIN || v > INT32_MAX)
                 return pt_errorf(PT_ERR_FORMAT,
-                                 "%s: tensor " NAME_FMT ": element %lld = %lld does not fit in int32",
+                                 "%s: tensor " NAME_FMT
+                                 ": element %lld = %lld does not fit in int32",
                                  f->path, t->name, (long long)i, (long long)v);
             out[i] = (int32_t)v;
         }
@@ -552,7 +579,8 @@ pt_status pt_st_read_i32(pt_st_file *f, const char *name, const int64_t *expect_
         for (int64_t i = 0; i < n; i++) out[i] = src[i];
         break;
     default:
-        return pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT " has dtype %s, expected I32, I64, U16 or U8",
+        return pt_errorf(PT_ERR_FORMAT,
+                         "%s: tensor " NAME_FMT " has dtype %s, expected I32, I64, U16 or U8",
                          f->path, t->name, pt_st_dtype_name(t->dtype));
     }
     return PT_OK;
@@ -596,17 +624,21 @@ const pt_st_tensor *pt_st_dir_find(const pt_st_dir *d, const char *name, pt_st_f
     return e ? e->t : NULL;
 }
 
-pt_status pt_st_dir_read_f32(pt_st_dir *d, const char *name, const int64_t *expect_shape,
-                             int ndim, float *out) {
+pt_status pt_st_dir_read_f32(pt_st_dir *d, const char *name, const int64_t *expect_shape, int ndim,
+                             float *out) {
     const dir_entry *e = dir_lookup(d, name);
-    if (!e) return pt_errorf(PT_ERR_FORMAT, "%s: no tensor " NAME_FMT " in the checkpoint", d->path, name);
+    if (!e)
+        return pt_errorf(PT_ERR_FORMAT, "%s: no tensor " NAME_FMT " in the checkpoint", d->path,
+                         name);
     return pt_st_read_f32(e->file, name, expect_shape, ndim, out);
 }
 
-pt_status pt_st_dir_read_i32(pt_st_dir *d, const char *name, const int64_t *expect_shape,
-                             int ndim, int32_t *out) {
+pt_status pt_st_dir_read_i32(pt_st_dir *d, const char *name, const int64_t *expect_shape, int ndim,
+                             int32_t *out) {
     const dir_entry *e = dir_lookup(d, name);
-    if (!e) return pt_errorf(PT_ERR_FORMAT, "%s: no tensor " NAME_FMT " in the checkpoint", d->path, name);
+    if (!e)
+        return pt_errorf(PT_ERR_FORMAT, "%s: no tensor " NAME_FMT " in the checkpoint", d->path,
+                         name);
     return pt_st_read_i32(e->file, name, expect_shape, ndim, out);
 }
 
@@ -656,13 +688,15 @@ static pt_status dir_open_index(pt_st_dir *d, const char *index_path) {
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     free(text);
     if (!root)
-        return pt_errorf(PT_ERR_FORMAT, "%s: not valid JSON (line %d: %s)", index_path, err.line, err.text);
+        return pt_errorf(PT_ERR_FORMAT, "%s: not valid JSON (line %d: %s)", index_path, err.line,
+                         err.text);
     pt_status st = PT_OK;
     index_entry *ie = NULL;
     char *shard_path = NULL;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(root) || !json_is_object(wm)) {
-        st = pt_errorf(PT_ERR_FORMAT, "%s: expected an object with a \"weight_map\" object", index_path);
+        st = pt_errorf(PT_ERR_FORMAT, "%s: expected an object with a \"weight_map\" object",
+                       index_path);
         goto done;
     }
     size_t n = json_object_size(wm);
@@ -706,8 +740,10 @@ static pt_status dir_open_index(pt_st_dir *d, const char *index_path) {
         pt_st_file *f = d->files[ie[i].file];
         const pt_st_tensor *t = pt_st_find(f, ie[i].name);
         if (!t) {
-            st = pt_errorf(PT_ERR_FORMAT, "%s: weight_map puts tensor " NAME_FMT " in %s, which has no such tensor",
-                           index_path, ie[i].name, pt_st_path(f));
+            st =
+                pt_errorf(PT_ERR_FORMAT,
+                          "%s: weight_map puts tensor " NAME_FMT " in %s, which has no such tensor",
+                          index_path, ie[i].name, pt_st_path(f));
             goto done;
         }
         d->e[d->n].t = t;
@@ -723,8 +759,10 @@ static pt_status dir_open_index(pt_st_dir *d, const char *index_path) {
             index_entry key = {.name = t->name};
             const index_entry *hit = bsearch(&key, ie, n, sizeof *ie, cmp_index_name);
             if (!hit || d->files[hit->file] != f) {
-                st = pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT " of %s is %s", index_path, t->name,
-                               pt_st_path(f), hit ? "mapped to another shard in weight_map" : "missing from weight_map");
+                st = pt_errorf(PT_ERR_FORMAT, "%s: tensor " NAME_FMT " of %s is %s", index_path,
+                               t->name, pt_st_path(f),
+                               hit ? "mapped to another shard in weight_map"
+                                   : "missing from weight_map");
                 goto done;
             }
         }
@@ -751,12 +789,14 @@ pt_status pt_st_dir_open(pt_st_dir **out, const char *dir) {
             d->n_files = 1;
             pt_st_file *f = d->files[0];
             d->e = pt_calloc((size_t)pt_st_count(f) + 1, sizeof *d->e);
-            for (int i = 0; i < pt_st_count(f); i++) d->e[d->n++] = (dir_entry){pt_st_tensor_at(f, i), f};
+            for (int i = 0; i < pt_st_count(f); i++)
+                d->e[d->n++] = (dir_entry){pt_st_tensor_at(f, i), f};
         }
     } else if (is_regular_file(index)) {
         st = dir_open_index(d, index);
     } else {
-        st = pt_errorf(PT_ERR_IO, "%s: neither model.safetensors nor model.safetensors.index.json found", dir);
+        st = pt_errorf(PT_ERR_IO,
+                       "%s: neither model.safetensors nor model.safetensors.index.json found", dir);
     }
     free(single);
     free(index);
@@ -803,25 +843,33 @@ void pt_st_writer_free(pt_st_writer *w) {
     free(w);
 }
 
-static pt_status writer_add(pt_st_writer *w, const char *name, pt_st_dtype dtype, const int64_t *shape,
-                            int ndim, const void *data, int from_f32) {
+static pt_status writer_add(pt_st_writer *w, const char *name, pt_st_dtype dtype,
+                            const int64_t *shape, int ndim, const void *data, int from_f32) {
     if (!name || !name[0] || strcmp(name, "__metadata__") == 0)
-        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: invalid tensor name " NAME_FMT, name ? name : "(null)");
+        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: invalid tensor name " NAME_FMT,
+                         name ? name : "(null)");
     json_t *probe = json_string(name); /* NULL unless valid UTF-8 */
-    if (!probe) return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor name " NAME_FMT " is not UTF-8", name);
+    if (!probe)
+        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor name " NAME_FMT " is not UTF-8",
+                         name);
     json_decref(probe);
     if ((unsigned)dtype >= PT_ST_DTYPE_COUNT)
-        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor " NAME_FMT ": invalid dtype %d", name, (int)dtype);
+        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor " NAME_FMT ": invalid dtype %d",
+                         name, (int)dtype);
     if (ndim < 0 || ndim > PT_ST_MAX_DIMS || (ndim > 0 && !shape))
-        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor " NAME_FMT ": %d dimensions (0 to %d allowed)",
+        return pt_errorf(PT_ERR_CONFIG,
+                         "safetensors writer: tensor " NAME_FMT ": %d dimensions (0 to %d allowed)",
                          name, ndim, PT_ST_MAX_DIMS);
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->e[i].name, name) == 0)
-            return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor " NAME_FMT " added twice", name);
+            return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor " NAME_FMT " added twice",
+                             name);
     writer_entry e = {.dtype = dtype, .ndim = ndim, .data = data, .from_f32 = from_f32};
     for (int i = 0; i < ndim; i++) e.shape[i] = shape[i];
     if (!shape_numel(e.shape, ndim, pt_st_dtype_size(dtype), &e.numel, &e.nbytes))
-        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor " NAME_FMT ": negative or overflowing shape", name);
+        return pt_errorf(PT_ERR_CONFIG,
+                         "safetensors writer: tensor " NAME_FMT ": negative or overflowing shape",
+                         name);
     if (e.nbytes > 0 && !data)
         return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor " NAME_FMT ": no data", name);
     if (w->n == w->cap) {
@@ -838,8 +886,11 @@ static pt_status writer_add(pt_st_writer *w, const char *name, pt_st_dtype dtype
 pt_status pt_st_writer_add_f32(pt_st_writer *w, const char *name, const int64_t *shape, int ndim,
                                const float *data, pt_st_dtype stored) {
     if (stored != PT_ST_DTYPE_F32 && stored != PT_ST_DTYPE_BF16)
-        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: tensor " NAME_FMT ": float32 data can be stored as F32 or BF16, not %s",
-                         name ? name : "(null)", (unsigned)stored < PT_ST_DTYPE_COUNT ? pt_st_dtype_name(stored) : "?");
+        return pt_errorf(PT_ERR_CONFIG,
+                         "safetensors writer: tensor " NAME_FMT
+                         ": float32 data can be stored as F32 or BF16, not %s",
+                         name ? name : "(null)",
+                         (unsigned)stored < PT_ST_DTYPE_COUNT ? pt_st_dtype_name(stored) : "?");
     return writer_add(w, name, stored, shape, ndim, data, stored != PT_ST_DTYPE_F32);
 }
 
@@ -850,9 +901,12 @@ pt_status pt_st_writer_add_raw(pt_st_writer *w, const char *name, pt_st_dtype dt
 
 pt_status pt_st_writer_set_meta(pt_st_writer *w, const char *key, const char *value) {
     json_t *v = json_string(value);
-    if (!v) return pt_errorf(PT_ERR_CONFIG, "safetensors writer: metadata " NAME_FMT " value is not UTF-8", key);
+    if (!v)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "safetensors writer: metadata " NAME_FMT " value is not UTF-8", key);
     if (json_object_set_new(w->meta, key, v) != 0)
-        return pt_errorf(PT_ERR_CONFIG, "safetensors writer: metadata key " NAME_FMT " is not UTF-8", key);
+        return pt_errorf(PT_ERR_CONFIG,
+                         "safetensors writer: metadata key " NAME_FMT " is not UTF-8", key);
     return PT_OK;
 }
 
@@ -923,8 +977,8 @@ pt_status pt_st_writer_write(pt_st_writer *w, const char *path) {
     pt_status st = PT_OK;
     FILE *fp = NULL;
     if (padded > PT_ST_MAX_HEADER_BYTES) {
-        st = pt_errorf(PT_ERR_CONFIG, "%s: header of %zu bytes exceeds the %llu-byte limit", path, padded,
-                       (unsigned long long)PT_ST_MAX_HEADER_BYTES);
+        st = pt_errorf(PT_ERR_CONFIG, "%s: header of %zu bytes exceeds the %llu-byte limit", path,
+                       padded, (unsigned long long)PT_ST_MAX_HEADER_BYTES);
         goto done;
     }
     fp = fopen(tmp, "wb");
