@@ -4,19 +4,22 @@
  * per query row, a running maximum m, a running sum l and an unnormalised output, and folds in one
  * key tile at a time (online softmax), so no Tq×Tk matrix ever exists: memory beyond the inputs is
  * a few tiles of scratch per thread, on the stack. A key tile whose smallest position is beyond
- * the largest query position of the tile is skipped, which halves causal work and lets context
- * parallelism skip the blocks it cannot see; a tile entirely at or before the query tile needs no
- * mask at all.
+ * the largest query position of the query tile is skipped, which halves causal work and lets
+ * context parallelism skip the blocks it cannot see; a key tile entirely at or before the query
+ * tile needs no mask.
  *
  * The backward pass recomputes P = exp(S − lse) tile by tile and, with D = rowsum(dout∘out),
  * dS = P∘(dP − D). It runs as two passes so that every output element is written by one task in a
- * fixed order (race-free, and bitwise the same whatever the thread count): the first pass owns a
- * key tile of one kv head and accumulates dK and dV over all query tiles of the query heads that
- * share it; the second owns a query tile of one head and accumulates dQ over the key tiles. The
- * price is computing S and dP twice (7 tile products instead of 5).
+ * fixed order (race-free, and bitwise the same whatever the thread count): the first owns a key
+ * tile of one kv head and accumulates dK and dV over the query tiles of every query head sharing
+ * it; the second owns a query tile of one head and accumulates dQ over the key tiles. The price is
+ * computing S and dP twice (7 tile products instead of 5), for parallelism that does not depend
+ * on B·n_kv_heads being large.
  *
- * Tile products are written as C[r][0..n) += a·B[0..n) loops over contiguous rows, with the key
- * dimension padded to KT, so that gcc vectorises them.
+ * Where a task owns a query tile (forward, dQ), scores are kept transposed, Sᵀ (KT × QT) =
+ * K·(Q·scale)ᵀ: the query tile is transposed once per task, keys are read in place, and the
+ * per-query softmax statistics become vector operations across QT. Where a task owns a key tile
+ * (dK, dV), S (QT × KT) = Q·Kᵀ with Kᵀ transposed once per task.
  */
 #include <math.h>
 #include <omp.h>
@@ -26,64 +29,90 @@
 
 #define QT 32 /* query rows per tile */
 #define KT 64 /* key rows per tile */
-/* head_dim bound, only to keep the per-thread scratch on the stack small (about 330 KB at 256) */
+/* head_dim bound, only to keep the per-thread scratch on the stack small (about 200 KB at 256) */
 #define MAX_HD 256
 
-/* Loads n rows of hd values at stride ld into dst (n × hd), times scale. */
-static void load_rows(float *restrict dst, const float *src, int n, int ld, int hd, float scale) {
-    for (int r = 0; r < n; r++)
-        for (int d = 0; d < hd; d++) dst[r * hd + d] = src[(size_t)r * ld + d] * scale;
+/* ---------------------------------------------------------------------------------------------
+ * Tile products. All have the form C (M × N) += A (M × K) · B (K × N) with B's rows contiguous
+ * (stride ldb) and A read through strides (ars, acs), so a transposed A costs nothing. The kernel
+ * keeps an R × (NV·VL) block of C in vectors of VL floats (GCC vector extensions: plain C, with VL
+ * set by the widest registers the build targets) and loads each B vector once per R rows;
+ * columns left over past the last multiple of VL go through a scalar loop. */
+
+#if defined(__AVX512F__)
+#define VL 16
+#elif defined(__AVX__)
+#define VL 8
+#else
+#define VL 4
+#endif
+typedef float vf __attribute__((vector_size(VL * sizeof(float))));
+
+static inline vf vload(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* C[0..R)[0..NV·VL) += A[0..R)[0..K) · B[0..K)[0..NV·VL); R ≤ 8 and NV ≤ 4 are constants at the
+ * (inlined) call, so the accumulators can live in registers. */
+static inline __attribute__((always_inline)) void mm_block(float *C, int ldc, const float *A,
+                                                           int ars, int acs, const float *B,
+                                                           int ldb, int K, int R, int NV) {
+    vf acc[8][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = vload(C + (size_t)r * ldc + v * VL);
+    for (int kk = 0; kk < K; kk++) {
+        vf b[4];
+        for (int v = 0; v < NV; v++) b[v] = vload(B + (size_t)kk * ldb + v * VL);
+        for (int r = 0; r < R; r++) {
+            const float a = A[(size_t)r * ars + (size_t)kk * acs];
+            for (int v = 0; v < NV; v++) acc[r][v] += a * b[v];
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) vstore(C + (size_t)r * ldc + v * VL, acc[r][v]);
 }
 
-/* Loads n ≤ KT rows of hd values at stride ld transposed into dst (hd × KT), zero-padded. */
-static void load_transposed(float *restrict dst, const float *src, int n, int ld, int hd) {
-    if (n < KT)
-        for (int d = 0; d < hd; d++) memset(dst + d * KT + n, 0, (size_t)(KT - n) * sizeof(float));
+/* One column strip of width NV·VL over all M rows: blocks of R rows, then single rows. */
+#define MM_STRIP(R, NV)                                                                          \
+    do {                                                                                         \
+        int r = 0;                                                                               \
+        for (; r + (R) <= M; r += (R))                                                           \
+            mm_block(C + (size_t)r * ldc + n0, ldc, A + (size_t)r * ars, ars, acs, B + n0, ldb, \
+                     K, R, NV);                                                                  \
+        for (; r < M; r++)                                                                       \
+            mm_block(C + (size_t)r * ldc + n0, ldc, A + (size_t)r * ars, ars, acs, B + n0, ldb, \
+                     K, 1, NV);                                                                  \
+    } while (0)
+
+static void mm_acc(float *C, int ldc, const float *A, int ars, int acs, const float *B, int ldb,
+                   int M, int K, int N) {
+    int n0 = 0;
+    for (; n0 + 4 * VL <= N; n0 += 4 * VL) MM_STRIP(4, 4);
+    for (; n0 + 2 * VL <= N; n0 += 2 * VL) MM_STRIP(8, 2);
+    for (; n0 + VL <= N; n0 += VL) MM_STRIP(8, 1);
+    if (n0 < N)
+        for (int r = 0; r < M; r++)
+            for (int kk = 0; kk < K; kk++) {
+                const float a = A[(size_t)r * ars + (size_t)kk * acs];
+                const float *b = B + (size_t)kk * ldb;
+                float *c = C + (size_t)r * ldc;
+                for (int n = n0; n < N; n++) c[n] += a * b[n];
+            }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Helpers */
+
+/* dst (hd × W) = scale · src (n rows of hd at stride ld)ᵀ, columns n..W zero. */
+static void load_transposed(float *restrict dst, int W, const float *src, int n, int ld, int hd,
+                            float scale) {
+    if (n < W)
+        for (int d = 0; d < hd; d++) memset(dst + d * W + n, 0, (size_t)(W - n) * sizeof(float));
     for (int c = 0; c < n; c++)
-        for (int d = 0; d < hd; d++) dst[d * KT + c] = src[(size_t)c * ld + d];
-}
-
-/* S (nq × KT) = A (nq × hd) · Bt (hd × KT) */
-static void tile_abt(float *restrict S, const float *restrict A, const float *restrict Bt, int nq,
-                     int hd) {
-    for (int r = 0; r < nq; r++) {
-        float acc[KT] = {0};
-        const float *a = A + r * hd;
-        for (int d = 0; d < hd; d++) {
-            const float ad = a[d], *b = Bt + d * KT;
-            for (int c = 0; c < KT; c++) acc[c] += ad * b[c];
-        }
-        memcpy(S + r * KT, acc, sizeof acc);
-    }
-}
-
-/* C (m × hd) += P (m × n, row stride ps) · B (n rows of hd at stride ldb); zero weights skipped
- * (masked entries of diagonal tiles). */
-static void tile_pb(float *restrict C, const float *restrict P, int ps, const float *B, int ldb,
-                    int m, int n, int hd) {
-    for (int r = 0; r < m; r++) {
-        float *c = C + r * hd;
-        for (int j = 0; j < n; j++) {
-            const float p = P[r * ps + j];
-            if (p == 0.0f) continue;
-            const float *b = B + (size_t)j * ldb;
-            for (int d = 0; d < hd; d++) c[d] += p * b[d];
-        }
-    }
-}
-
-/* C (n × hd) += Pᵀ · B where P is (m × KT) and B (m × hd): C[j] += Σ_r P[r][j]·B[r]. */
-static void tile_ptb(float *restrict C, const float *restrict P, const float *restrict B, int m,
-                     int n, int hd) {
-    for (int j = 0; j < n; j++) {
-        float *c = C + j * hd;
-        for (int r = 0; r < m; r++) {
-            const float p = P[r * KT + j];
-            if (p == 0.0f) continue;
-            const float *b = B + r * hd;
-            for (int d = 0; d < hd; d++) c[d] += p * b[d];
-        }
-    }
+        for (int d = 0; d < hd; d++) dst[d * W + c] = src[(size_t)c * ld + d] * scale;
 }
 
 static void pos_range(const int32_t *pos, int n, int32_t *lo, int32_t *hi) {
@@ -96,13 +125,32 @@ static void pos_range(const int32_t *pos, int n, int32_t *lo, int32_t *hi) {
     *hi = b;
 }
 
-/* Sets S[r][c] = -INFINITY where key c is not visible to query r or is padding (c >= nk). */
-static void apply_mask(float *S, const int32_t *qp, int nq, const int32_t *kp, int nk) {
+/* St (KT × QT): −∞ where key c cannot be seen by query r, or is padding (c >= nk). */
+static void mask_t(float *St, const int32_t *qp, int nq, const int32_t *kp, int nk) {
+    for (int c = 0; c < nk; c++)
+        for (int r = 0; r < nq; r++)
+            if (kp[c] > qp[r]) St[c * QT + r] = -INFINITY;
+    for (int c = nk; c < KT; c++)
+        for (int r = 0; r < QT; r++) St[c * QT + r] = -INFINITY;
+}
+
+/* S (QT × KT): the same in the untransposed layout (rows r >= nq are not used). */
+static void mask_n(float *S, const int32_t *qp, int nq, const int32_t *kp, int nk) {
     for (int r = 0; r < nq; r++) {
-        float *s = S + r * KT;
         for (int c = 0; c < nk; c++)
-            if (kp[c] > qp[r]) s[c] = -INFINITY;
-        for (int c = nk; c < KT; c++) s[c] = -INFINITY;
+            if (kp[c] > qp[r]) S[r * KT + c] = -INFINITY;
+        for (int c = nk; c < KT; c++) S[r * KT + c] = -INFINITY;
+    }
+}
+
+/* D (nq) = rowsum(dout∘out) for one query tile of one head, accumulated in double. */
+static void rows_dot(float *D, const float *dout, const float *out, int ldo, int nq, int hd) {
+    for (int r = 0; r < nq; r++) {
+        const float *a = dout + (size_t)r * ldo, *b = out + (size_t)r * ldo;
+        double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+        for (int d = 0; d < hd; d++) acc += (double)a[d] * b[d];
+        D[r] = (float)acc;
     }
 }
 
@@ -113,6 +161,9 @@ static void check_shape(const pt_attn_shape *s) {
     PT_ASSERT(s->q_pos && s->k_pos);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Forward */
+
 /* q (B,Tq,H·hd at ldq), k, v (B,Tk,Hkv·hd at ldk, ldv) -> out (B,Tq,H·hd at ldo), lse (B,H,Tq) */
 void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const float *q,
                               const float *k, const float *v, float *out, float *lse) {
@@ -122,6 +173,8 @@ void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const floa
     const int rep = H / s->n_kv_heads, nqt = (Tq + QT - 1) / QT, nkt = (Tk + KT - 1) / KT;
     const int64_t ntask = (int64_t)B * H * nqt;
 
+    /* dynamic: causal tiles late in the sequence have more keys; the result does not depend on
+     * which thread runs a task */
 #pragma omp parallel for schedule(dynamic, 1) if (ntask > 1)
     for (int64_t task = 0; task < ntask; task++) {
         const int qt = (int)(task % nqt), h = (int)(task / nqt % H), b = (int)(task / nqt / H);
@@ -130,15 +183,14 @@ void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const floa
         int32_t qmin, qmax;
         pos_range(qp, nq, &qmin, &qmax);
 
-        float Qs[QT * hd] __attribute__((aligned(64)));  /* q·scale (nq × hd) */
-        float Kt[hd * KT] __attribute__((aligned(64)));  /* kᵀ (hd × KT) */
+        float Qt[hd * QT] __attribute__((aligned(64)));  /* (q·scale)ᵀ (hd × QT) */
         float acc[QT * hd] __attribute__((aligned(64))); /* unnormalised output (nq × hd) */
-        float S[QT * KT] __attribute__((aligned(64)));   /* scores, then probabilities */
-        float m[QT], l[QT];
-        load_rows(Qs, q + ((size_t)b * Tq + i0) * s->ldq + (size_t)h * hd, nq, s->ldq, hd,
-                  s->scale);
+        float St[KT * QT] __attribute__((aligned(64)));  /* scores, then probabilities, ᵀ */
+        float m[QT], l[QT], msub[QT], alpha[QT];
+        load_transposed(Qt, QT, q + ((size_t)b * Tq + i0) * s->ldq + (size_t)h * hd, nq, s->ldq,
+                        hd, s->scale);
         memset(acc, 0, sizeof(float) * (size_t)nq * hd);
-        for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0.0f;
+        for (int r = 0; r < QT; r++) m[r] = -INFINITY, l[r] = 0.0f;
 
         for (int kt = 0; kt < nkt; kt++) {
             const int j0 = kt * KT, nk = Tk - j0 < KT ? Tk - j0 : KT;
@@ -148,30 +200,40 @@ void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const floa
             if (kmin > qmax) continue; /* no query of the tile sees any key of it */
             const float *kb = k + ((size_t)b * Tk + j0) * s->ldk + (size_t)g * hd;
             const float *vb = v + ((size_t)b * Tk + j0) * s->ldv + (size_t)g * hd;
-            load_transposed(Kt, kb, nk, s->ldk, hd);
-            tile_abt(S, Qs, Kt, nq, hd);
-            if (kmax > qmin || nk < KT) apply_mask(S, qp, nq, kp, nk);
 
-            for (int r = 0; r < nq; r++) {
-                float *sr = S + r * KT, mx = -INFINITY;
-                for (int c = 0; c < KT; c++) mx = sr[c] > mx ? sr[c] : mx;
-                if (mx == -INFINITY) { /* nothing visible in this tile: P row is 0 */
-                    memset(sr, 0, sizeof(float) * KT);
-                    continue;
+            memset(St, 0, sizeof St);
+            mm_acc(St, QT, kb, s->ldk, 1, Qt, QT, nk, hd, QT);
+            if (kmax > qmin || nk < KT) mask_t(St, qp, nq, kp, nk);
+
+            /* online softmax, vectorised across the QT queries */
+            float mx[QT], sum[QT];
+            for (int r = 0; r < QT; r++) mx[r] = -INFINITY, sum[r] = 0.0f;
+            for (int c = 0; c < KT; c++)
+                for (int r = 0; r < QT; r++) {
+                    const float x = St[c * QT + r];
+                    mx[r] = x > mx[r] ? x : mx[r];
                 }
-                const float mnew = mx > m[r] ? mx : m[r];
-                const float alpha = pt_cpu_expf(m[r] - mnew); /* 0 while m was −∞ */
-                float sum = 0.0f;
-                for (int c = 0; c < KT; c++) {
-                    sr[c] = pt_cpu_expf(sr[c] - mnew);
-                    sum += sr[c];
-                }
-                l[r] = l[r] * alpha + sum;
+            for (int r = 0; r < QT; r++) {
+                const float mnew = mx[r] > m[r] ? mx[r] : m[r];
+                /* a row that has seen nothing yet keeps m = −∞; subtracting 0 then keeps
+                 * exp(−∞) = 0 instead of exp(−∞ + ∞) = NaN */
+                msub[r] = mnew == -INFINITY ? 0.0f : mnew;
+                alpha[r] = pt_cpu_expf(m[r] - msub[r]);
                 m[r] = mnew;
-                if (alpha != 1.0f)
-                    for (int d = 0; d < hd; d++) acc[r * hd + d] *= alpha;
             }
-            tile_pb(acc, S, KT, vb, s->ldv, nq, nk, hd);
+            for (int c = 0; c < KT; c++)
+                for (int r = 0; r < QT; r++) {
+                    const float p = pt_cpu_expf(St[c * QT + r] - msub[r]);
+                    St[c * QT + r] = p;
+                    sum[r] += p;
+                }
+            for (int r = 0; r < nq; r++) {
+                l[r] = l[r] * alpha[r] + sum[r];
+                if (alpha[r] != 1.0f)
+                    for (int d = 0; d < hd; d++) acc[r * hd + d] *= alpha[r];
+            }
+            /* acc (nq × hd) += P (nq × nk) · v, P read from Pᵀ */
+            mm_acc(acc, hd, St, 1, QT, vb, s->ldv, nq, nk, hd);
         }
 
         for (int r = 0; r < nq; r++) {
@@ -189,48 +251,8 @@ void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const floa
     }
 }
 
-/* The per-(query tile, key tile) part of the backward pass, shared by both passes.
- * In: Qs (nq × hd) = q·scale, dO (nq × hd), D (nq), L (nq) = lse, Kt, Vt (hd × KT).
- * Out: P (nq × KT) = exp(S − lse) on visible keys, else 0; dS (nq × KT) = P∘(dO·vᵀ − D). */
-static void tile_backward(float *restrict P, float *restrict dS, const float *Qs, const float *dO,
-                          const float *D, const float *L, const float *Kt, const float *Vt,
-                          const int32_t *qp, int nq, const int32_t *kp, int nk, int masked,
-                          int hd) {
-    tile_abt(P, Qs, Kt, nq, hd);
-    if (masked) apply_mask(P, qp, nq, kp, nk);
-    tile_abt(dS, dO, Vt, nq, hd);
-    for (int r = 0; r < nq; r++) {
-        float *p = P + r * KT, *ds = dS + r * KT;
-        const float lr = L[r], dr = D[r];
-        if (lr == -INFINITY) { /* the row saw no key in any block: no gradient */
-            memset(p, 0, sizeof(float) * KT);
-            memset(ds, 0, sizeof(float) * KT);
-            continue;
-        }
-        for (int c = 0; c < KT; c++) {
-            p[c] = pt_cpu_expf(p[c] - lr);
-            ds[c] = p[c] * (ds[c] - dr);
-        }
-    }
-}
-
-/* Loads the query-side inputs of one query tile of head h: Qs = q·scale, dO, D, L. */
-static void load_query_side(const pt_attn_shape *s, const float *q, const float *out,
-                            const float *dout, const float *lse, int b, int h, int i0, int nq,
-                            float *Qs, float *dO, float *D, float *L) {
-    const int hd = s->head_dim;
-    const size_t row = (size_t)b * s->Tq + i0, col = (size_t)h * hd;
-    load_rows(Qs, q + row * s->ldq + col, nq, s->ldq, hd, s->scale);
-    load_rows(dO, dout + row * s->ldo + col, nq, s->ldo, hd, 1.0f);
-    for (int r = 0; r < nq; r++) {
-        const float *o = out + (row + r) * s->ldo + col;
-        double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-        for (int d = 0; d < hd; d++) acc += (double)dO[r * hd + d] * o[d];
-        D[r] = (float)acc;
-        L[r] = lse[((size_t)b * s->n_heads + h) * s->Tq + i0 + r];
-    }
-}
+/* ---------------------------------------------------------------------------------------------
+ * Backward */
 
 /* dq, dk, dv += gradients of this key/value block (same layouts as q, k, v). */
 void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const float *q,
@@ -242,8 +264,11 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
     const int B = s->B, Tq = s->Tq, Tk = s->Tk, H = s->n_heads, Hkv = s->n_kv_heads;
     const int hd = s->head_dim, rep = H / Hkv;
     const int nqt = (Tq + QT - 1) / QT, nkt = (Tk + KT - 1) / KT;
+    const float scale = s->scale;
 
-    /* Pass 1: one task per (b, kv head, key tile) owns those rows of dk and dv. */
+    /* Pass 1: one task per (b, kv head, key tile) owns those rows of dk and dv.
+     * S (QT × KT) = q·kᵀ, P = exp(S·scale − lse), dP = dout·vᵀ, dS = P∘(dP − D);
+     * dV += Pᵀ·dout, dK += dSᵀ·q (times scale at the end). */
     const int64_t ntask_kv = (int64_t)B * Hkv * nkt;
 #pragma omp parallel for schedule(dynamic, 1) if (ntask_kv > 1)
     for (int64_t task = 0; task < ntask_kv; task++) {
@@ -255,13 +280,12 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
 
         float Kt[hd * KT] __attribute__((aligned(64))), Vt[hd * KT] __attribute__((aligned(64)));
         float dK[KT * hd] __attribute__((aligned(64))), dV[KT * hd] __attribute__((aligned(64)));
-        float Qs[QT * hd] __attribute__((aligned(64))), dO[QT * hd] __attribute__((aligned(64)));
         float P[QT * KT] __attribute__((aligned(64))), dS[QT * KT] __attribute__((aligned(64)));
-        float D[QT], L[QT];
+        float D[QT];
         const float *kb = k + ((size_t)b * Tk + j0) * s->ldk + (size_t)g * hd;
         const float *vb = v + ((size_t)b * Tk + j0) * s->ldv + (size_t)g * hd;
-        load_transposed(Kt, kb, nk, s->ldk, hd);
-        load_transposed(Vt, vb, nk, s->ldv, hd);
+        load_transposed(Kt, KT, kb, nk, s->ldk, hd, 1.0f);
+        load_transposed(Vt, KT, vb, nk, s->ldv, hd, 1.0f);
         memset(dK, 0, sizeof(float) * (size_t)nk * hd);
         memset(dV, 0, sizeof(float) * (size_t)nk * hd);
 
@@ -272,24 +296,42 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
                 int32_t qmin, qmax;
                 pos_range(qp, nq, &qmin, &qmax);
                 if (kmin > qmax) continue;
-                load_query_side(s, q, out, dout, lse, b, h, i0, nq, Qs, dO, D, L);
-                tile_backward(P, dS, Qs, dO, D, L, Kt, Vt, qp, nq, kp, nk,
-                              kmax > qmin || nk < KT, hd);
-                tile_ptb(dV, P, dO, nq, nk, hd);
-                tile_ptb(dK, dS, Qs, nq, nk, hd); /* dS·(q·scale): the scale of dk */
+                const size_t row = (size_t)b * Tq + i0, col = (size_t)h * hd;
+                const float *qb = q + row * s->ldq + col, *ob = out + row * s->ldo + col;
+                const float *dob = dout + row * s->ldo + col;
+                const float *L = lse + ((size_t)b * H + h) * Tq + i0;
+                rows_dot(D, dob, ob, s->ldo, nq, hd);
+
+                memset(P, 0, sizeof(float) * (size_t)nq * KT);
+                memset(dS, 0, sizeof(float) * (size_t)nq * KT);
+                mm_acc(P, KT, qb, s->ldq, 1, Kt, KT, nq, hd, KT);
+                if (kmax > qmin || nk < KT) mask_n(P, qp, nq, kp, nk);
+                mm_acc(dS, KT, dob, s->ldo, 1, Vt, KT, nq, hd, KT);
+                for (int r = 0; r < nq; r++) {
+                    float *p = P + r * KT, *ds = dS + r * KT;
+                    /* a row that saw no key anywhere has no gradient; exp(x + ∞) would be ∞ */
+                    const float lr = L[r] == -INFINITY ? INFINITY : L[r], dr = D[r];
+                    for (int c = 0; c < KT; c++) {
+                        p[c] = pt_cpu_expf(p[c] * scale - lr);
+                        ds[c] = p[c] * (ds[c] - dr);
+                    }
+                }
+                mm_acc(dV, hd, P, 1, KT, dob, s->ldo, nk, nq, hd);
+                mm_acc(dK, hd, dS, 1, KT, qb, s->ldq, nk, nq, hd);
             }
         }
         for (int c = 0; c < nk; c++) {
             float *dkr = dk + ((size_t)b * Tk + j0 + c) * s->ldk + (size_t)g * hd;
             float *dvr = dv + ((size_t)b * Tk + j0 + c) * s->ldv + (size_t)g * hd;
             for (int d = 0; d < hd; d++) {
-                dkr[d] += dK[c * hd + d];
+                dkr[d] += dK[c * hd + d] * scale;
                 dvr[d] += dV[c * hd + d];
             }
         }
     }
 
-    /* Pass 2: one task per (b, head, query tile) owns those rows of dq. */
+    /* Pass 2: one task per (b, head, query tile) owns those rows of dq.
+     * Sᵀ (KT × QT) = k·(q·scale)ᵀ, dPᵀ = v·doutᵀ, Pᵀ and dSᵀ as above; dQ += dS·k. */
     const int64_t ntask_q = (int64_t)B * H * nqt;
 #pragma omp parallel for schedule(dynamic, 1) if (ntask_q > 1)
     for (int64_t task = 0; task < ntask_q; task++) {
@@ -298,13 +340,21 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
         const int32_t *qp = s->q_pos + i0;
         int32_t qmin, qmax;
         pos_range(qp, nq, &qmin, &qmax);
+        const size_t row = (size_t)b * Tq + i0, col = (size_t)h * hd;
 
-        float Kt[hd * KT] __attribute__((aligned(64))), Vt[hd * KT] __attribute__((aligned(64)));
-        float Qs[QT * hd] __attribute__((aligned(64))), dO[QT * hd] __attribute__((aligned(64)));
+        float Qt[hd * QT] __attribute__((aligned(64))), dOt[hd * QT] __attribute__((aligned(64)));
         float dQ[QT * hd] __attribute__((aligned(64)));
-        float P[QT * KT] __attribute__((aligned(64))), dS[QT * KT] __attribute__((aligned(64)));
+        float St[KT * QT] __attribute__((aligned(64))), dSt[KT * QT] __attribute__((aligned(64)));
         float D[QT], L[QT];
-        load_query_side(s, q, out, dout, lse, b, h, i0, nq, Qs, dO, D, L);
+        load_transposed(Qt, QT, q + row * s->ldq + col, nq, s->ldq, hd, scale);
+        load_transposed(dOt, QT, dout + row * s->ldo + col, nq, s->ldo, hd, 1.0f);
+        rows_dot(D, dout + row * s->ldo + col, out + row * s->ldo + col, s->ldo, nq, hd);
+        for (int r = 0; r < QT; r++) {
+            /* padding rows and rows that saw no key: P = exp(x − ∞) = 0 */
+            const float lr = r < nq ? lse[((size_t)b * H + h) * Tq + i0 + r] : -INFINITY;
+            L[r] = lr == -INFINITY ? INFINITY : lr;
+            if (r >= nq) D[r] = 0.0f;
+        }
         memset(dQ, 0, sizeof(float) * (size_t)nq * hd);
 
         for (int kt = 0; kt < nkt; kt++) {
@@ -315,14 +365,22 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
             if (kmin > qmax) continue;
             const float *kb = k + ((size_t)b * Tk + j0) * s->ldk + (size_t)g * hd;
             const float *vb = v + ((size_t)b * Tk + j0) * s->ldv + (size_t)g * hd;
-            load_transposed(Kt, kb, nk, s->ldk, hd);
-            load_transposed(Vt, vb, nk, s->ldv, hd);
-            tile_backward(P, dS, Qs, dO, D, L, Kt, Vt, qp, nq, kp, nk, kmax > qmin || nk < KT, hd);
-            tile_pb(dQ, dS, KT, kb, s->ldk, nq, nk, hd);
+            memset(St, 0, sizeof St);
+            memset(dSt, 0, sizeof dSt);
+            mm_acc(St, QT, kb, s->ldk, 1, Qt, QT, nk, hd, QT);
+            if (kmax > qmin || nk < KT) mask_t(St, qp, nq, kp, nk);
+            mm_acc(dSt, QT, vb, s->ldv, 1, dOt, QT, nk, hd, QT);
+            for (int c = 0; c < nk; c++)
+                for (int r = 0; r < QT; r++) {
+                    const float p = pt_cpu_expf(St[c * QT + r] - L[r]);
+                    dSt[c * QT + r] = p * (dSt[c * QT + r] - D[r]);
+                }
+            /* dQ (nq × hd) += dS (nq × nk) · k, dS read from dSᵀ */
+            mm_acc(dQ, hd, dSt, 1, QT, kb, s->ldk, nq, nk, hd);
         }
         for (int r = 0; r < nq; r++) {
-            float *dqr = dq + ((size_t)b * Tq + i0 + r) * s->ldq + (size_t)h * hd;
-            for (int d = 0; d < hd; d++) dqr[d] += dQ[r * hd + d] * s->scale;
+            float *dqr = dq + (row + r) * s->ldq + col;
+            for (int d = 0; d < hd; d++) dqr[d] += dQ[r * hd + d] * scale;
         }
     }
 }

@@ -264,7 +264,8 @@ double pt_cpu_sum(pt_backend *be, const float *x, size_t n) {
 /* ---------------------------------------------------------------------------------------------
  * AdamW, step for step what torch.optim.AdamW (single-tensor path) does in float32:
  *   p.mul_(1 − lr·wd); m.lerp_(g, 1 − b1); v.mul_(b2).addcmul_(g, g, value = 1 − b2);
- *   denom = (v.sqrt() / sqrt(1 − b2^step)).add_(eps); p.addcdiv_(m, denom, value = −lr/(1 − b1^step)).
+ *   denom = (v.sqrt() / sqrt(1 − b2^step)).add_(eps);
+ *   p.addcdiv_(m, denom, value = −lr / (1 − b1^step)).
  * The scalars are computed in double, as Python does, and rounded to float where PyTorch applies
  * them to a float tensor. PyTorch's vectorised lerp is one fused multiply-add, m + w·(g − m), which
  * equals b1·m + (1 − b1)·g up to rounding; elsewhere PyTorch rounds every operation, so this

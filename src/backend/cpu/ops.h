@@ -1,4 +1,4 @@
-/* ops.h: the CPU backend's compute kernels (everything in the backend table except memory and GEMM).
+/* ops.h: the CPU backend's compute kernels (all of the backend table but memory and GEMM).
  *
  * Each function has exactly the signature of its slot in pt_backend (include/pt/backend.h), where
  * the shapes and the "+=" conventions are documented; cpu_backend.c puts them in the table.
