@@ -27,6 +27,7 @@ static struct {
     pt_cblas_sgemm_fn sgemm;
     char *(*corename)(void);
     void (*set_threads)(int);
+    char desc[200]; /* which kernel, and why: the same for every backend of this process */
 } pt_openblas;
 
 /* The OpenBLAS core type matching this CPU's features, or NULL if nothing better than its default. */
@@ -43,7 +44,7 @@ static const char *pt_openblas_coretype_for_cpu(void) {
     return NULL;
 }
 
-static pt_status pt_openblas_load(char *desc, size_t cap) {
+static pt_status pt_openblas_load(void) {
     if (pt_openblas.handle) return PT_OK;
     const char *forced = getenv("OPENBLAS_CORETYPE");
     const char *chosen = forced && *forced ? forced : pt_openblas_coretype_for_cpu();
@@ -59,7 +60,7 @@ static pt_status pt_openblas_load(char *desc, size_t cap) {
     *(void **)&pt_openblas.corename = dlsym(pt_openblas.handle, "openblas_get_corename");
     *(void **)&pt_openblas.set_threads = dlsym(pt_openblas.handle, "openblas_set_num_threads");
     if (!pt_openblas.sgemm) return pt_errorf(PT_ERR_RUNTIME, "OpenBLAS has no cblas_sgemm");
-    snprintf(desc, cap, "OpenBLAS sgemm, kernel %s (%s)",
+    snprintf(pt_openblas.desc, sizeof pt_openblas.desc, "OpenBLAS sgemm, kernel %s (%s)",
              pt_openblas.corename ? pt_openblas.corename() : "?",
              forced && *forced ? "OPENBLAS_CORETYPE set by user"
                                : (chosen ? "core type chosen from CPU flags" : "OpenBLAS default"));
@@ -83,7 +84,8 @@ static const char *pt_dnnl_isa_name(dnnl_cpu_isa_t isa) {
 pt_status pt_cpu_gemm_init(pt_cpu_gemm_lib *g, pt_gemm_lib lib, int n_threads) {
     g->lib = lib;
     if (lib == PT_GEMM_OPENBLAS) {
-        PT_TRY(pt_openblas_load(g->desc, sizeof g->desc));
+        PT_TRY(pt_openblas_load());
+        snprintf(g->desc, sizeof g->desc, "%s", pt_openblas.desc);
         if (pt_openblas.set_threads) pt_openblas.set_threads(n_threads);
     } else {
         const dnnl_version_t *v = dnnl_version();
