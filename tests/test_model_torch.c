@@ -87,7 +87,8 @@ static void check_model(const char *extra, int tied) {
     pt_model_logits(&m, a, tokens, pos, logits);
     int64_t lshape[3] = {B, T, V};
     assert_int_equal(pt_st_read_f32(ex, "logits", lshape, 3, want), PT_OK);
-    tu_check_rel("logits", tu_rel_err(logits, want, BT * V), 1e-5);
+    double logit_err = tu_rel_err(logits, want, BT * V);
+    tu_check_rel("logits", logit_err, 1e-5);
 
     /* loss and every gradient at step 1 (whole batch) */
     int64_t nvalid = 0;
@@ -103,6 +104,7 @@ static void check_model(const char *extra, int tied) {
     double rel = fabs(loss / nvalid - want_loss) / fabs(want_loss);
     if (rel > 1e-5) fail_msg("loss %.9f vs torch %.9f (rel %.2e)", loss / nvalid, want_loss, rel);
     float *g = malloc(m.table.total * sizeof(float));
+    double worst_grad = 0;
     for (int i = 0; i < m.table.n; i++) {
         const pt_param *p = &m.table.p[i];
         char name[160];
@@ -110,6 +112,7 @@ static void check_model(const char *extra, int tied) {
         if (pt_st_read_f32(ex, name, p->shape, p->ndim, g) != PT_OK) fail_msg("%s", pt_last_error());
         double e = tu_rel_err(m.grads + p->offset, g, p->numel);
         if (e > 1e-5) fail_msg("gradient of %s: relative error %.3e > 1e-5", p->name, e);
+        if (e > worst_grad) worst_grad = e;
     }
 
     /* 10 AdamW steps with clipping and gradient accumulation as the reference did */
@@ -120,6 +123,7 @@ static void check_model(const char *extra, int tied) {
     pt_optim_init(&o, &oc, &m);
     int mb = r.micro > 0 && r.micro < B ? r.micro : B;
     pt_acts *am = pt_acts_create(&m, mb, T);
+    double worst_loss = 0;
     double *want_losses = malloc((size_t)S * sizeof(double));
     double *want_norms = malloc((size_t)S * sizeof(double));
     pt_st_file *exf = ex;
@@ -142,6 +146,7 @@ static void check_model(const char *extra, int tied) {
         }
         double step_loss = ls / nv, norm = pt_grad_norm(&m);
         double lrel = fabs(step_loss - want_losses[s]) / fabs(want_losses[s]);
+        if (lrel > worst_loss) worst_loss = lrel;
         if (lrel > 1e-4) fail_msg("step %d loss %.9f vs torch %.9f (rel %.2e)", s + 1, step_loss, want_losses[s], lrel);
         double nrel = fabs(norm - want_norms[s]) / want_norms[s];
         if (nrel > 1e-4) fail_msg("step %d grad norm %.9f vs torch %.9f", s + 1, norm, want_norms[s]);
@@ -159,6 +164,9 @@ static void check_model(const char *extra, int tied) {
         if (e > worst) worst = e;
     }
     tu_check_rel("final weights after training", worst, 1e-4);
+    print_message("logits %.2e, loss %.2e, worst gradient %.2e, worst of %d step losses %.2e, "
+                  "final weights %.2e (relative to PyTorch)\n",
+                  logit_err, rel, worst_grad, S, worst_loss, worst);
 
     free(want_losses);
     free(want_norms);
