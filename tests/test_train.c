@@ -8,6 +8,7 @@
 
 #include "pt/checkpoint.h"
 #include "pt/data.h"
+#include "pt/safetensors.h"
 #include "pt/trainer.h"
 #include "testutil.h"
 
@@ -214,6 +215,43 @@ static void test_init_from_export_reproduces_the_model(void **state) {
     pt_trainer_free(&b);
 }
 
+static void test_init_from_bf16_weights(void **state) {
+    (void)state;
+    /* a Hugging Face directory with BF16 weights: loaded and widened to fp32 exactly */
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/bf16", tu_tmpdir());
+    pt_config c;
+    tiny_config(&c, NULL);
+    pt_trainer a;
+    init_or_fail(&a, &c);
+    assert_int_equal(pt_ckpt_export_hf(dir, &a.model), PT_OK);
+    pt_st_writer *w = pt_st_writer_create();
+    for (int i = 0; i < a.model.table.n; i++) {
+        const pt_param *p = &a.model.table.p[i];
+        assert_int_equal(pt_st_writer_add_f32(w, p->name, p->shape, p->ndim,
+                                              a.model.params + p->offset, PT_ST_DTYPE_BF16),
+                         PT_OK);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(pt_st_writer_write(w, path), PT_OK);
+    pt_st_writer_free(w);
+    pt_config d;
+    tiny_config(&d, NULL);
+    snprintf(d.init_from, sizeof d.init_from, "%s", dir);
+    pt_trainer b;
+    init_or_fail(&b, &d);
+    for (size_t i = 0; i < a.model.table.total; i++) {
+        float want = pt_bf16_to_f32(pt_f32_to_bf16(a.model.params[i]));
+        if (b.model.params[i] != want)
+            fail_msg("element %zu: %.9g loaded, %.9g expected (bf16 of %.9g)", i, b.model.params[i],
+                     want, a.model.params[i]);
+    }
+    pt_step_stats st;
+    assert_int_equal(pt_trainer_step(&b, &st), PT_OK);
+    pt_trainer_free(&a);
+    pt_trainer_free(&b);
+}
+
 static void test_lr_schedule(void **state) {
     (void)state;
     pt_optim_config c = {.lr = 1.0f, .warmup_steps = 4, .total_steps = 14, .min_lr = 0.1f,
@@ -237,6 +275,7 @@ int main(void) {
         cmocka_unit_test(test_checkpoint_corruption_is_detected),
         cmocka_unit_test(test_rotation_and_interrupted_save),
         cmocka_unit_test(test_init_from_export_reproduces_the_model),
+        cmocka_unit_test(test_init_from_bf16_weights),
         cmocka_unit_test(test_lr_schedule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -82,7 +82,7 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("logging.metrics", PT_CFG_STR, logging.metrics, "", NULL,
          "append one JSON object per step to this file"),
     PT_K("logging.progress", PT_CFG_BOOL, logging.progress, "true", NULL,
-         "progress bar with ETA when stdout is a terminal"),
+         "between logged steps, a progress line updated in place (terminal only)"),
     PT_K("logging.every", PT_CFG_INT64, logging.every, "1", NULL, "print every n steps"),
     PT_K("sample.max_new_tokens", PT_CFG_INT, sample.max_new_tokens, "64", NULL,
          "tokens generated for the sample after training"),

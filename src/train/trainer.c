@@ -206,27 +206,34 @@ static void pt_fmt_duration(double sec, char *out, size_t cap) {
         snprintf(out, cap, "%ldm%02lds", s / 60, s % 60);
 }
 
-static void pt_print_step(const pt_trainer *t, const pt_step_stats *s, double elapsed,
-                          int64_t first_step) {
-    int64_t total = t->cfg.training.steps;
-    int64_t done = s->step - first_step;
-    double eta = done > 0 ? elapsed / (double)done * (double)(total - s->step) : 0;
+/* The bar and ETA of a step: "[#####.....] ETA 1m23s". */
+static void pt_progress(const pt_trainer *t, int64_t step, double elapsed, int64_t first_step,
+                        char *out, size_t cap) {
+    int64_t total = t->cfg.training.steps, done = step - first_step;
+    double eta = done > 0 ? elapsed / (double)done * (double)(total - step) : 0;
     char eta_s[32], bar[24];
     pt_fmt_duration(eta, eta_s, sizeof eta_s);
-    int width = 20, filled = total > 0 ? (int)(width * s->step / total) : width;
+    int width = 20, filled = total > 0 ? (int)(width * step / total) : width;
     for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
     bar[width] = 0;
+    snprintf(out, cap, "[%s] ETA %s", bar, eta_s);
+}
+
+static void pt_print_step(const pt_trainer *t, const pt_step_stats *s, const char *progress) {
+    int64_t total = t->cfg.training.steps;
     pt_log_info("step %*lld/%lld | loss %.4f | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | "
-                "mem %.0f MiB | [%s] ETA %s",
+                "mem %.0f MiB | %s",
                 (int)snprintf(NULL, 0, "%lld", (long long)total), (long long)s->step,
                 (long long)total, s->loss, s->grad_norm, (double)s->lr, s->tokens_per_s,
-                100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, bar, eta_s);
+                100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, progress);
 }
 
 pt_status pt_trainer_run(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
     int64_t first = t->step;
     double start = pt_now();
+    /* the line updated in place between logged steps: on a terminal only */
+    int live = cfg->logging.progress && isatty(STDOUT_FILENO) && cfg->logging.every > 1;
     while (t->step < cfg->training.steps) {
         pt_step_stats s;
         PT_TRY(pt_trainer_step(t, &s));
@@ -239,8 +246,17 @@ pt_status pt_trainer_run(pt_trainer *t) {
                     s.seconds, s.tokens_per_s, s.mfu, (long long)pt_peak_rss_bytes());
             fflush(t->metrics);
         }
-        if (s.step % cfg->logging.every == 0 || s.step == cfg->training.steps || s.step == first + 1)
-            pt_print_step(t, &s, pt_now() - start, first);
+        char progress[64];
+        pt_progress(t, s.step, pt_now() - start, first, progress, sizeof progress);
+        if (s.step % cfg->logging.every == 0 || s.step == cfg->training.steps || s.step == first + 1) {
+            if (live) printf("\r\033[K");
+            pt_print_step(t, &s, progress);
+        } else if (live) {
+            /* between logged steps, a terminal shows one line that updates in place */
+            printf("\r\033[Kstep %lld/%lld | loss %.4f | %s", (long long)s.step,
+                   (long long)cfg->training.steps, s.loss, progress);
+            fflush(stdout);
+        }
         int64_t every = cfg->checkpoint.every;
         if (cfg->checkpoint.dir[0] &&
             ((every > 0 && t->step % every == 0) || t->step == cfg->training.steps)) {
