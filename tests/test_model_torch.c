@@ -120,7 +120,7 @@ static void check_model(const char *extra, int tied) {
     pt_optim_config oc = {.lr = r.lr, .beta1 = r.beta1, .beta2 = r.beta2, .eps = r.eps,
                           .weight_decay = r.wd, .grad_clip = r.clip, .schedule = PT_LR_CONSTANT,
                           .total_steps = S};
-    pt_optim_init(&o, &oc, &m);
+    pt_optim_init(&o, &oc, &m, NULL, 0);
     int mb = r.micro > 0 && r.micro < B ? r.micro : B;
     pt_acts *am = pt_acts_create(&m, mb, T);
     double worst_loss = 0;

@@ -39,6 +39,13 @@ typedef struct {
     } optimizer;
 
     struct {
+        int dp, tp, pp, cp, ep; /* degrees; dp = -1: the rest of the world */
+        int zero;               /* ZeRO stage over the data-parallel group */
+        float bucket_mb;        /* gradient bucket size */
+        float timeout_s;        /* a collective not done by then aborts the job */
+    } parallel;
+
+    struct {
         char dir[PT_PATH_MAX];
         int64_t every; /* 0 = only at the end */
         int keep;      /* last K checkpoints kept */
@@ -49,6 +56,7 @@ typedef struct {
         char metrics[PT_PATH_MAX]; /* JSON lines file, "" = none */
         int progress;              /* progress bar on a terminal */
         int64_t every;             /* print every n steps */
+        char dump_grads[PT_PATH_MAX]; /* write step 1's reduced gradients here (tests) */
     } logging;
 
     struct {

@@ -83,6 +83,8 @@ typedef struct {
 void pt_param_table_build(pt_param_table *t, const pt_model_config *c);
 void pt_param_table_free(pt_param_table *t);
 const pt_param *pt_param_find(const pt_param_table *t, const char *name);
+/* Elements of the parameter table of a config. */
+size_t pt_model_param_count(const pt_model_config *c);
 /* Checks a config's values; PT_ERR_CONFIG naming the key otherwise. */
 pt_status pt_model_config_check(const pt_model_config *c);
 
@@ -110,8 +112,9 @@ typedef struct {
     pt_model_config cfg;
     pt_backend *be;
     pt_param_table table;
-    float *params; /* (table.total) device memory */
-    float *grads;  /* (table.total) device memory, accumulated by backward */
+    float *params; /* (alloc_total) device memory; the table's tensors, then zero padding */
+    float *grads;  /* (alloc_total) device memory, accumulated by backward */
+    size_t alloc_total; /* >= table.total: data parallelism pads for even shards */
     pt_model_view w, g;
     float *rope_cos, *rope_sin; /* (max_seq_len, head_dim/2) device memory */
     /* Called during backward as soon as a layer's gradients are final (layer L-1 down to 0, then
@@ -121,6 +124,9 @@ typedef struct {
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);
+/* The same, with the buffers padded with zeros to at least alloc_total elements. */
+pt_status pt_model_init_padded(pt_model *m, const pt_model_config *cfg, pt_backend *be,
+                               size_t alloc_total);
 void pt_model_free(pt_model *m);
 /* Hugging Face's initialisation: matrices ~ N(0, init_std), norm weights 1. Deterministic. */
 void pt_model_init_weights(pt_model *m, uint64_t seed);

@@ -18,23 +18,38 @@ typedef struct {
 
 enum { PT_LR_CONSTANT = 0, PT_LR_COSINE, PT_LR_LINEAR };
 
+/* A range of the parameter buffer this optimizer owns: elements [lo, hi) of the parameters, whose
+ * moments are stored at m + off, v + off. One range [0, total) without ZeRO; the rank's shard of
+ * every bucket with ZeRO-1. */
+typedef struct {
+    size_t lo, hi, off;
+} pt_optim_range;
+
 typedef struct {
     pt_optim_config cfg;
-    float *m, *v; /* (table.total) device memory */
+    float *m, *v; /* (n) device memory: the owned ranges, one after another */
     size_t n;
+    pt_optim_range *ranges;
+    int n_ranges;
     int64_t step; /* optimizer steps taken */
 } pt_optim;
 
-void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *model);
+/* ranges = NULL: the whole table. Otherwise the optimizer owns (and allocates moments for) just
+ * those ranges of the parameter buffer. */
+void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *model,
+                   const pt_optim_range *ranges, int n_ranges);
 void pt_optim_free(pt_optim *o, const pt_model *model);
 /* Learning rate of step s (from 0): linear warmup to lr over warmup_steps, then constant, or a
  * cosine / linear decay to min_lr·lr at total_steps. */
 float pt_lr_at(const pt_optim_config *c, int64_t s);
 /* Global L2 norm of the gradients (sqrt of Σ over tensors of Σ g²). */
 double pt_grad_norm(const pt_model *model);
+/* Σ g² over the optimizer's ranges (the caller sums it over the ranks that share the model). */
+double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model);
 /* Clips as torch.nn.utils.clip_grad_norm_ does: scale by max_norm / (norm + 1e-6) when < 1. */
 void pt_clip_grads(pt_model *model, double norm, float max_norm);
-/* One AdamW step over every tensor in the table with the given lr (step counter advances). */
+/* One AdamW step over the owned ranges with the given lr, weight decay per tensor from the table
+ * (the step counter advances). */
 void pt_optim_step(pt_optim *o, pt_model *model, float lr);
 
 #endif

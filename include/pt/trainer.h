@@ -11,6 +11,8 @@
 #include "pt/backend.h"
 #include "pt/config.h"
 #include "pt/data.h"
+#include "pt/data_parallel.h"
+#include "pt/mesh.h"
 #include "pt/model.h"
 #include "pt/optim.h"
 
@@ -31,17 +33,27 @@ typedef struct {
     pt_model model;
     pt_optim opt;
     pt_data data;
+    pt_mesh *mesh;                 /* NULL when MPI is not initialised (one process) */
+    pt_comm *dpc;                  /* the data-parallel group (NULL without a mesh) */
+    pt_dp dp;
+    int dp_rank, dp_size;
     pt_acts *acts;
     int32_t *h_inputs, *h_targets; /* (global_batch, T) host */
     int32_t *d_inputs, *d_targets, *d_pos;
     int64_t step;                  /* steps done */
     FILE *metrics;
+    int grads_dumped;
     double peak_flops;             /* measured sgemm FLOP/s of this process */
     double flops_per_token;
 } pt_trainer;
 
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg);
 void pt_trainer_free(pt_trainer *t);
+/* Host copies of the AdamW moments laid out like the table, gathered from the ranks that own
+ * them (collective over the data-parallel group). Caller frees. */
+void pt_trainer_gather_moments(pt_trainer *t, float **m1, float **m2);
+/* Saves a checkpoint of the current step (collective; rank 0 writes). */
+pt_status pt_trainer_save(pt_trainer *t);
 /* One optimizer step. */
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s);
 /* Steps until training.steps, logging and checkpointing as configured. */

@@ -3,7 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mpi.h>
+
 #include "cli/commands.h"
+#include "comm/comm_mpi.h"
 #include "pt/checkpoint.h"
 #include "pt/config.h"
 #include "pt/hf_config.h"
@@ -60,16 +63,25 @@ int pt_cmd_train(int argc, char **argv) {
             return 0;
         }
     }
+    /* every rank parses the same arguments, so a bad one is reported by rank 0 and every rank
+     * exits non-zero at once, before any collective */
+    MPI_Init(NULL, NULL);
+    pt_comm_mpi_install_abort();
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    pt_log_set_rank(rank, world);
     pt_config cfg;
     pt_config_defaults(&cfg);
     if (pt_config_from_args(&cfg, argc, argv) != PT_OK) {
-        pt_log_error("%s", pt_last_error());
+        if (rank == 0) pt_log_error("%s", pt_last_error());
+        MPI_Finalize();
         return 2;
     }
     pt_trainer t;
     pt_status st = pt_trainer_init(&t, &cfg);
     if (st == PT_OK) st = pt_trainer_run(&t);
-    if (st == PT_OK && cfg.sample.prompt[0] && cfg.sample.max_new_tokens > 0) {
+    if (st == PT_OK && rank == 0 && cfg.sample.prompt[0] && cfg.sample.max_new_tokens > 0) {
         if (!cfg.sample.vocab[0])
             st = pt_errorf(PT_ERR_CONFIG, "sample.prompt needs sample.vocab (the BPE directory)");
         else {
@@ -79,8 +91,14 @@ int pt_cmd_train(int argc, char **argv) {
                                  cfg.sample.top_k, cfg.training.seed);
         }
     }
-    if (st != PT_OK) pt_log_error("%s", pt_last_error());
+    if (st != PT_OK) {
+        /* a layout or config error is the same on every rank: one message, from rank 0 */
+        if (rank == 0 || st != PT_ERR_CONFIG) pt_log_error("%s", pt_last_error());
+        /* other failures may be one rank's own: end the whole job rather than leave peers waiting */
+        if (world > 1 && st != PT_ERR_CONFIG) MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     pt_trainer_free(&t);
+    MPI_Finalize();
     return st == PT_OK ? 0 : 1;
 }
 

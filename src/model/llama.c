@@ -154,6 +154,14 @@ void pt_param_table_build(pt_param_table *t, const pt_model_config *c) {
                      PT_TP_VOCAB, PT_PP_LAST);
 }
 
+size_t pt_model_param_count(const pt_model_config *c) {
+    pt_param_table t;
+    pt_param_table_build(&t, c);
+    size_t n = t.total;
+    pt_param_table_free(&t);
+    return n;
+}
+
 void pt_param_table_free(pt_param_table *t) {
     free(t->p);
     memset(t, 0, sizeof *t);
@@ -196,13 +204,19 @@ static void pt_make_view(pt_model_view *v, const pt_param_table *t, float *base,
 }
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be) {
+    return pt_model_init_padded(m, cfg, be, 0);
+}
+
+pt_status pt_model_init_padded(pt_model *m, const pt_model_config *cfg, pt_backend *be,
+                               size_t alloc_total) {
     PT_TRY(pt_model_config_check(cfg));
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
     pt_param_table_build(&m->table, cfg);
-    m->params = be->alloc(be, m->table.total * sizeof(float));
-    m->grads = be->alloc(be, m->table.total * sizeof(float));
+    m->alloc_total = alloc_total > m->table.total ? alloc_total : m->table.total;
+    m->params = be->alloc(be, m->alloc_total * sizeof(float));
+    m->grads = be->alloc(be, m->alloc_total * sizeof(float));
     pt_make_view(&m->w, &m->table, m->params, cfg->n_layers, cfg->tied_embeddings);
     pt_make_view(&m->g, &m->table, m->grads, cfg->n_layers, cfg->tied_embeddings);
 
@@ -265,7 +279,7 @@ void pt_model_init_weights(pt_model *m, uint64_t seed) {
 }
 
 void pt_model_zero_grads(pt_model *m) {
-    m->be->zero(m->be, m->grads, m->table.total * sizeof(float));
+    m->be->zero(m->be, m->grads, m->alloc_total * sizeof(float));
 }
 
 /* ------------------------------------------------------------------------------------------ */

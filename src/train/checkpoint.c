@@ -123,8 +123,9 @@ pt_status pt_ckpt_find_latest(const char *root, char *out, size_t cap) {
     return PT_OK;
 }
 
-pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const pt_optim *o,
-                       const pt_config *cfg, int keep) {
+pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const float *hm,
+                       const float *hv, int64_t optimizer_step, const pt_config *cfg, int keep) {
+    size_t n = m->table.total;
     char final_dir[PT_PATH_MAX + 32], tmp_dir[PT_PATH_MAX + 40], old_dir[PT_PATH_MAX + 40];
     char path[PT_PATH_MAX + 96], buf[64];
     snprintf(final_dir, sizeof final_dir, "%s/step_%08lld", root, (long long)step);
@@ -141,7 +142,6 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
     PT_TRY(pt_file_crc32(path, &model_crc));
 
     /* optimizer moments, per tensor, and the metadata to resume */
-    float *hm = pt_host_copy(m->be, o->m, o->n), *hv = pt_host_copy(m->be, o->v, o->n);
     pt_st_writer *w = pt_st_writer_create();
     pt_status st = PT_OK;
     char name[160];
@@ -154,8 +154,8 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
         if (st == PT_OK)
             st = pt_st_writer_add_f32(w, name, p->shape, p->ndim, hv + p->offset, PT_ST_DTYPE_F32);
     }
-    state_crc = crc32_z(state_crc, (const Bytef *)hm, o->n * sizeof(float));
-    state_crc = crc32_z(state_crc, (const Bytef *)hv, o->n * sizeof(float));
+    state_crc = crc32_z(state_crc, (const Bytef *)hm, n * sizeof(float));
+    state_crc = crc32_z(state_crc, (const Bytef *)hv, n * sizeof(float));
 #define PT_META(key, fmt, val)                                                                     \
     if (st == PT_OK) {                                                                             \
         snprintf(buf, sizeof buf, fmt, val);                                                       \
@@ -163,7 +163,7 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
     }
     PT_META("format", "%s", PT_STATE_FORMAT);
     PT_META("step", "%lld", (long long)step);
-    PT_META("optimizer_step", "%lld", (long long)o->step);
+    PT_META("optimizer_step", "%lld", (long long)optimizer_step);
     PT_META("seed", "%llu", (unsigned long long)cfg->training.seed);
     PT_META("global_batch", "%d", cfg->training.global_batch);
     PT_META("seq_len", "%d", cfg->training.seq_len);
@@ -176,8 +176,6 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
         st = pt_st_writer_write(w, path);
     }
     pt_st_writer_free(w);
-    free(hm);
-    free(hv);
     PT_TRY(st);
 
     /* the effective configuration, for people */
@@ -207,8 +205,8 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
 
     /* keep the newest `keep` */
     int64_t *steps;
-    int n = pt_list_steps(root, &steps);
-    for (int i = 0; i < n - keep; i++) {
+    int n_steps = pt_list_steps(root, &steps);
+    for (int i = 0; i < n_steps - keep; i++) {
         char victim[PT_PATH_MAX + 32];
         snprintf(victim, sizeof victim, "%s/step_%08lld", root, (long long)steps[i]);
         st = pt_rmtree(victim);
@@ -236,7 +234,9 @@ pt_status pt_ckpt_load_weights(const char *dir, pt_model *m) {
     return st;
 }
 
-pt_status pt_ckpt_load_state(const char *dir, pt_model *m, pt_optim *o, int64_t *step) {
+pt_status pt_ckpt_load_state(const char *dir, pt_model *m, float *hm, float *hv,
+                             int64_t *optimizer_step, int64_t *step) {
+    size_t n = m->table.total;
     char path[PT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     uint32_t model_crc;
@@ -257,7 +257,6 @@ pt_status pt_ckpt_load_state(const char *dir, pt_model *m, pt_optim *o, int64_t 
                        "%s/model.safetensors: checksum %08x does not match %s recorded in %s "
                        "(the checkpoint is corrupt)",
                        dir, model_crc, s_mcrc, path);
-    float *hm = pt_malloc(o->n * sizeof(float)), *hv = pt_malloc(o->n * sizeof(float));
     char name[160];
     for (int i = 0; i < m->table.n && st == PT_OK; i++) {
         const pt_param *p = &m->table.p[i];
@@ -268,20 +267,16 @@ pt_status pt_ckpt_load_state(const char *dir, pt_model *m, pt_optim *o, int64_t 
     }
     if (st == PT_OK) {
         uLong c = crc32(0L, Z_NULL, 0);
-        c = crc32_z(c, (const Bytef *)hm, o->n * sizeof(float));
-        c = crc32_z(c, (const Bytef *)hv, o->n * sizeof(float));
+        c = crc32_z(c, (const Bytef *)hm, n * sizeof(float));
+        c = crc32_z(c, (const Bytef *)hv, n * sizeof(float));
         if ((uint32_t)c != strtoul(s_scrc, NULL, 16))
             st = pt_errorf(PT_ERR_FORMAT, "%s: optimizer state checksum mismatch (corrupt)", path);
     }
     if (st == PT_OK) st = pt_ckpt_load_weights(dir, m);
     if (st == PT_OK) {
-        m->be->upload(m->be, o->m, hm, o->n * sizeof(float));
-        m->be->upload(m->be, o->v, hv, o->n * sizeof(float));
         *step = strtoll(s_step, NULL, 10);
-        o->step = strtoll(s_ostep, NULL, 10);
+        *optimizer_step = strtoll(s_ostep, NULL, 10);
     }
-    free(hm);
-    free(hv);
     pt_st_close(f);
     return st;
 }

@@ -72,6 +72,19 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "linear warmup steps"),
     PT_K("optimizer.min_lr", PT_CFG_FLOAT, optimizer.min_lr, "0.1", NULL,
          "floor of the decay, as a fraction of optimizer.lr"),
+    PT_K("parallel.dp", PT_CFG_INT, parallel.dp, "1", NULL,
+         "data-parallel degree (-1 = world size / (tp·pp·cp))"),
+    PT_K("parallel.tp", PT_CFG_INT, parallel.tp, "1", NULL, "tensor-parallel degree"),
+    PT_K("parallel.pp", PT_CFG_INT, parallel.pp, "1", NULL, "pipeline-parallel degree"),
+    PT_K("parallel.cp", PT_CFG_INT, parallel.cp, "1", NULL, "context-parallel degree"),
+    PT_K("parallel.ep", PT_CFG_INT, parallel.ep, "1", NULL,
+         "expert-parallel degree (divides dp·cp; reuses those ranks)"),
+    PT_K("parallel.zero", PT_CFG_INT, parallel.zero, "0", NULL,
+         "ZeRO stage over the data-parallel group: 0 (replicated) or 1 (optimizer state sharded)"),
+    PT_K("parallel.bucket_mb", PT_CFG_FLOAT, parallel.bucket_mb, "25", NULL,
+         "gradient bucket size in MiB; each bucket is reduced as soon as backward finishes it"),
+    PT_K("parallel.timeout_s", PT_CFG_FLOAT, parallel.timeout_s, "300", NULL,
+         "a collective not complete after this many seconds aborts the job (0 = never)"),
     PT_K("checkpoint.dir", PT_CFG_STR, checkpoint.dir, "", NULL,
          "directory for checkpoints (\"\" = none)"),
     PT_K("checkpoint.every", PT_CFG_INT64, checkpoint.every, "0", NULL,
@@ -84,6 +97,8 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("logging.progress", PT_CFG_BOOL, logging.progress, "true", NULL,
          "between logged steps, a progress line updated in place (terminal only)"),
     PT_K("logging.every", PT_CFG_INT64, logging.every, "1", NULL, "print every n steps"),
+    PT_K("logging.dump_grads", PT_CFG_STR, logging.dump_grads, "", NULL,
+         "write the first step's reduced gradients (before clipping) to this safetensors file"),
     PT_K("sample.max_new_tokens", PT_CFG_INT, sample.max_new_tokens, "64", NULL,
          "tokens generated for the sample after training"),
     PT_K("sample.temperature", PT_CFG_FLOAT, sample.temperature, "0", NULL,
@@ -292,6 +307,20 @@ pt_status pt_config_validate(const pt_config *c) {
     if (o->warmup_steps < 0) return pt_errorf(PT_ERR_CONFIG, "optimizer.warmup_steps must be >= 0");
     if (!(o->min_lr >= 0 && o->min_lr <= 1))
         return pt_errorf(PT_ERR_CONFIG, "optimizer.min_lr must be in [0, 1] (a fraction of lr)");
+    const typeof(c->parallel) *p = &c->parallel;
+    if (p->dp == 0 || p->dp < -1)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.dp must be >= 1 or -1 (got %d)", p->dp);
+    if (p->tp < 1 || p->pp < 1 || p->cp < 1 || p->ep < 1)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.tp, pp, cp and ep must be >= 1");
+    if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "parallel.tp/pp/cp/ep > 1: only data parallelism is available in this "
+                         "version (tp=%d pp=%d cp=%d ep=%d)", p->tp, p->pp, p->cp, p->ep);
+    if (p->zero < 0 || p->zero > 1)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "parallel.zero = %d: stages 0 and 1 are available in this version", p->zero);
+    if (!(p->bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
+    if (!(p->timeout_s >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.timeout_s must be >= 0");
     if (c->checkpoint.every < 0) return pt_errorf(PT_ERR_CONFIG, "checkpoint.every must be >= 0");
     if (c->checkpoint.keep < 1) return pt_errorf(PT_ERR_CONFIG, "checkpoint.keep must be >= 1");
     if (c->checkpoint.resume[0] && !c->checkpoint.dir[0] && !strcmp(c->checkpoint.resume, "latest"))

@@ -2,19 +2,35 @@
 #include "pt/optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 
-void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *model) {
+void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *model,
+                   const pt_optim_range *ranges, int n_ranges) {
     o->cfg = *cfg;
-    o->n = model->table.total;
-    o->m = model->be->alloc(model->be, o->n * sizeof(float));
-    o->v = model->be->alloc(model->be, o->n * sizeof(float));
+    pt_optim_range whole = {0, model->table.total, 0};
+    if (!ranges) {
+        ranges = &whole;
+        n_ranges = 1;
+    }
+    o->ranges = pt_malloc((size_t)n_ranges * sizeof *o->ranges);
+    o->n_ranges = n_ranges;
+    o->n = 0;
+    for (int i = 0; i < n_ranges; i++) {
+        o->ranges[i] = ranges[i];
+        o->ranges[i].off = o->n;
+        o->n += ranges[i].hi - ranges[i].lo;
+    }
+    o->m = model->be->alloc(model->be, (o->n ? o->n : 1) * sizeof(float));
+    o->v = model->be->alloc(model->be, (o->n ? o->n : 1) * sizeof(float));
     o->step = 0;
 }
 
 void pt_optim_free(pt_optim *o, const pt_model *model) {
     model->be->free(model->be, o->m);
     model->be->free(model->be, o->v);
+    free(o->ranges);
     o->m = o->v = NULL;
+    o->ranges = NULL;
 }
 
 float pt_lr_at(const pt_optim_config *c, int64_t s) {
@@ -40,6 +56,17 @@ double pt_grad_norm(const pt_model *model) {
     return sqrt(ss);
 }
 
+double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model) {
+    pt_backend *be = model->be;
+    double ss = 0;
+    for (int r = 0; r < o->n_ranges; r++) {
+        size_t lo = o->ranges[r].lo, hi = o->ranges[r].hi;
+        if (hi > model->table.total) hi = model->table.total; /* padding past the table */
+        if (hi > lo) ss += be->sumsq(be, model->grads + lo, hi - lo);
+    }
+    return ss;
+}
+
 void pt_clip_grads(pt_model *model, double norm, float max_norm) {
     if (max_norm <= 0) return;
     /* torch computes max_norm / (total_norm + 1e-6) in fp32 and clamps it at 1 */
@@ -50,11 +77,18 @@ void pt_clip_grads(pt_model *model, double norm, float max_norm) {
 void pt_optim_step(pt_optim *o, pt_model *model, float lr) {
     pt_backend *be = model->be;
     o->step++;
-    for (int i = 0; i < model->table.n; i++) {
-        const pt_param *p = &model->table.p[i];
-        float wd = p->decay ? o->cfg.weight_decay : 0.0f;
-        be->adamw(be, model->params + p->offset, model->grads + p->offset, o->m + p->offset,
-                  o->v + p->offset, p->numel, lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd,
-                  o->step);
+    /* every (owned range ∩ tensor) piece, with that tensor's weight decay */
+    for (int r = 0; r < o->n_ranges; r++) {
+        const pt_optim_range *rg = &o->ranges[r];
+        for (int i = 0; i < model->table.n; i++) {
+            const pt_param *p = &model->table.p[i];
+            size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
+            size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
+            if (hi <= lo) continue;
+            float wd = p->decay ? o->cfg.weight_decay : 0.0f;
+            size_t moff = rg->off + (lo - rg->lo);
+            be->adamw(be, model->params + lo, model->grads + lo, o->m + moff, o->v + moff, hi - lo,
+                      lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->step);
+        }
     }
 }

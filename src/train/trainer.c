@@ -6,8 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <mpi.h>
+
 #include "pt/checkpoint.h"
 #include "pt/hf_config.h"
+#include "pt/safetensors.h"
 
 double pt_measure_gemm_peak(pt_backend *be) {
     /* square sgemm large enough to reach the library's steady state */
@@ -60,6 +63,33 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                          cfg->training.seq_len, cfg->model.max_seq_len);
     PT_TRY(pt_model_config_check(&cfg->model));
 
+    int mpi_on = 0;
+    MPI_Initialized(&mpi_on);
+    t->dp_size = 1;
+    if (mpi_on) {
+        pt_degrees deg = {cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.cp,
+                          cfg->parallel.ep};
+        t->mesh = pt_calloc(1, sizeof *t->mesh);
+        pt_status st = pt_mesh_init(t->mesh, &deg, cfg->parallel.timeout_s);
+        if (st != PT_OK) {
+            free(t->mesh);
+            t->mesh = NULL;
+            return st;
+        }
+        pt_log_set_rank(t->mesh->world_rank, t->mesh->world_size);
+        t->dpc = t->mesh->dp;
+        t->dp_rank = t->mesh->dp_i;
+        t->dp_size = t->mesh->deg.dp;
+        cfg->parallel.dp = t->dp_size;
+    } else if (cfg->parallel.dp > 1) {
+        return pt_errorf(PT_ERR_CONFIG, "parallel.dp = %d needs MPI: run under mpirun -np N",
+                         cfg->parallel.dp);
+    }
+    if (cfg->training.global_batch % (t->dp_size * cfg->training.micro_batch) != 0)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "training.global_batch (%d) must be divisible by dp × micro_batch = %d × %d",
+                         cfg->training.global_batch, t->dp_size, cfg->training.micro_batch);
+
     pt_gemm_lib lib = !strcmp(cfg->training.gemm, "openblas") ? PT_GEMM_OPENBLAS : PT_GEMM_ONEDNN;
     t->be = pt_backend_cpu_create(cfg->training.threads, lib);
     if (!t->be) return PT_ERR_RUNTIME;
@@ -70,7 +100,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     pt_log_info("data: %d shard(s), %lld rows of %d tokens", t->data.n_shards,
                 (long long)t->data.n_rows, cfg->training.seq_len);
 
-    PT_TRY(pt_model_init(&t->model, &cfg->model, t->be));
+    int zero = t->dp_size > 1 ? cfg->parallel.zero : 0;
+    PT_TRY(pt_model_init_padded(&t->model, &cfg->model, t->be,
+                                pt_dp_padded_total(pt_model_param_count(&cfg->model), t->dp_size, zero)));
     if (cfg->init_from[0]) {
         PT_TRY(pt_ckpt_load_weights(cfg->init_from, &t->model));
         pt_log_info("weights: loaded from %s", cfg->init_from);
@@ -89,7 +121,14 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         .total_steps = cfg->training.steps,
         .min_lr = cfg->optimizer.min_lr,
     };
-    pt_optim_init(&t->opt, &oc, &t->model);
+    int n_ranges = 1;
+    pt_optim_range *ranges = NULL;
+    if (t->dpc) {
+        PT_TRY(pt_dp_init(&t->dp, t->dpc, &t->model, zero, cfg->parallel.bucket_mb));
+        ranges = pt_dp_owned_ranges(&t->dp, &n_ranges);
+    }
+    pt_optim_init(&t->opt, &oc, &t->model, ranges, n_ranges);
+    free(ranges);
 
     if (cfg->checkpoint.resume[0]) {
         char dir[PT_PATH_MAX + 32];
@@ -99,7 +138,20 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
             snprintf(dir, sizeof dir, "%s", cfg->checkpoint.resume);
         }
         if (dir[0]) {
-            PT_TRY(pt_ckpt_load_state(dir, &t->model, &t->opt, &t->step));
+            /* every rank reads the whole state and keeps the ranges it owns */
+            size_t n = t->model.table.total;
+            float *h1 = pt_malloc(n * sizeof(float)), *h2 = pt_malloc(n * sizeof(float));
+            pt_status st = pt_ckpt_load_state(dir, &t->model, h1, h2, &t->opt.step, &t->step);
+            for (int r = 0; r < t->opt.n_ranges && st == PT_OK; r++) {
+                const pt_optim_range *rg = &t->opt.ranges[r];
+                size_t hi = rg->hi < n ? rg->hi : n;
+                if (hi <= rg->lo) continue;
+                t->be->upload(t->be, t->opt.m + rg->off, h1 + rg->lo, (hi - rg->lo) * sizeof(float));
+                t->be->upload(t->be, t->opt.v + rg->off, h2 + rg->lo, (hi - rg->lo) * sizeof(float));
+            }
+            free(h1);
+            free(h2);
+            PT_TRY(st);
             pt_log_info("resumed from %s at step %lld", dir, (long long)t->step);
         } else {
             pt_log_info("no checkpoint in %s: starting from scratch", cfg->checkpoint.dir);
@@ -118,7 +170,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     t->be->upload(t->be, t->d_pos, pos, (size_t)T * sizeof(int32_t));
     free(pos);
 
-    if (cfg->logging.metrics[0]) {
+    if (cfg->logging.metrics[0] && (!t->mesh || t->mesh->world_rank == 0)) {
         t->metrics = fopen(cfg->logging.metrics, "a");
         if (!t->metrics)
             return pt_errorf(PT_ERR_IO, "logging.metrics: cannot open %s for appending",
@@ -131,15 +183,24 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                 mparams, cfg->model.n_layers, cfg->model.dim, cfg->model.n_heads,
                 cfg->model.n_kv_heads, cfg->model.ffn_dim, cfg->model.vocab_size,
                 cfg->model.tied_embeddings ? ", tied" : "");
-    pt_log_info("memory: parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
-                "activations %.1f MiB; sgemm peak %.0f GFLOP/s",
-                t->model.table.total * 4 / 1048576.0, t->model.table.total * 4 / 1048576.0,
-                t->model.table.total * 8 / 1048576.0, pt_acts_bytes(t->acts) / 1048576.0,
+    if (t->mesh)
+        pt_log_info("layout: %d ranks, dp %d, ZeRO-%d, %d gradient buckets", t->mesh->world_size,
+                    t->dp_size, zero, t->dpc ? t->dp.n_buckets : 0);
+    pt_log_info("memory per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer %.3f MiB, "
+                "activations %.3f MiB; sgemm peak %.0f GFLOP/s",
+                t->model.alloc_total * 4 / 1048576.0, t->model.alloc_total * 4 / 1048576.0,
+                t->opt.n * 8 / 1048576.0, pt_acts_bytes(t->acts) / 1048576.0,
                 t->peak_flops / 1e9);
     return PT_OK;
 }
 
 void pt_trainer_free(pt_trainer *t) {
+    if (t->mesh) {
+        if (t->dpc) pt_dp_free(&t->dp);
+        pt_mesh_free(t->mesh);
+        free(t->mesh);
+        t->mesh = NULL;
+    }
     if (!t->be) return;
     if (t->metrics) fclose(t->metrics);
     pt_acts_free(&t->model, t->acts);
@@ -155,13 +216,17 @@ void pt_trainer_free(pt_trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
+static pt_status pt_dump_grads(pt_trainer *t, const char *path);
+
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     const pt_config *cfg = &t->cfg;
     pt_backend *be = t->be;
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
+    int per_rank = G / t->dp_size, n_micro = per_rank / mb;
     double t0 = pt_now();
 
-    /* the whole global batch is read first: its count of valid targets scales every micro-batch */
+    /* the whole global batch is read first: its count of valid targets scales every micro-batch
+     * on every rank, so any split over ranks and micro-batches gives the same step */
     pt_data_batch(&t->data, t->step, G, 0, G, t->h_inputs, t->h_targets);
     int64_t n_valid = 0;
     for (size_t i = 0; i < (size_t)G * T; i++) n_valid += t->h_targets[i] >= 0;
@@ -169,21 +234,38 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
 
     pt_model_zero_grads(&t->model);
     double loss_sum = 0;
-    for (int k = 0; k < G / mb; k++) {
-        size_t off = (size_t)k * mb * T, bytes = (size_t)mb * T * sizeof(int32_t);
+    for (int k = 0; k < n_micro; k++) {
+        /* this rank's rows of the global batch: [dp_rank·per_rank, (dp_rank+1)·per_rank) */
+        size_t off = ((size_t)t->dp_rank * per_rank + (size_t)k * mb) * T;
+        size_t bytes = (size_t)mb * T * sizeof(int32_t);
         be->upload(be, t->d_inputs, t->h_inputs + off, bytes);
         be->upload(be, t->d_targets, t->h_targets + off, bytes);
+        if (t->dpc && k == n_micro - 1) pt_dp_arm(&t->dp);
         loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs, t->d_targets, t->d_pos,
                                      loss_scale, NULL);
         pt_model_backward(&t->model, t->acts, t->d_inputs);
     }
-    double norm = pt_grad_norm(&t->model);
+    double norm;
+    if (t->dpc) {
+        pt_dp_finish_grads(&t->dp);
+        double red[2] = {loss_sum, t->dp.zero ? pt_grad_sumsq_owned(&t->opt, &t->model) : 0.0};
+        pt_allreduce_sum(t->dpc, red, 2, PT_DTYPE_F64);
+        loss_sum = red[0];
+        norm = t->dp.zero ? sqrt(red[1]) : pt_grad_norm(&t->model);
+    } else {
+        norm = pt_grad_norm(&t->model);
+    }
     if (!isfinite(norm))
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
                          (long long)t->step + 1, norm);
+    if (cfg->logging.dump_grads[0] && !t->grads_dumped) {
+        PT_TRY(pt_dump_grads(t, cfg->logging.dump_grads));
+        t->grads_dumped = 1;
+    }
     pt_clip_grads(&t->model, norm, cfg->optimizer.grad_clip);
     float lr = pt_lr_at(&t->opt.cfg, t->step);
     pt_optim_step(&t->opt, &t->model, lr);
+    if (t->dpc) pt_dp_gather_params(&t->dp);
     be->synchronize(be);
     t->step++;
 
@@ -194,8 +276,77 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->tokens = (int64_t)G * T;
     s->seconds = pt_now() - t0;
     s->tokens_per_s = (double)s->tokens / s->seconds;
-    s->mfu = t->flops_per_token * s->tokens_per_s / t->peak_flops;
+    /* MFU per rank: this rank's share of the tokens against this rank's peak */
+    s->mfu = t->flops_per_token * s->tokens_per_s / t->dp_size / t->peak_flops;
     return PT_OK;
+}
+
+/* The gradients as the optimizer sees them (reduced over the group), gathered on every rank from
+ * the ranges each owns, and written by rank 0. */
+static pt_status pt_dump_grads(pt_trainer *t, const char *path) {
+    size_t n = t->model.table.total;
+    float *h = pt_calloc(n, sizeof(float));
+    for (int r = 0; r < t->opt.n_ranges; r++) {
+        const pt_optim_range *rg = &t->opt.ranges[r];
+        size_t hi = rg->hi < n ? rg->hi : n;
+        if (hi > rg->lo)
+            t->be->download(t->be, h + rg->lo, t->model.grads + rg->lo, (hi - rg->lo) * sizeof(float));
+    }
+    if (t->dpc && t->dp.zero) pt_allreduce_sum(t->dpc, h, n, PT_DTYPE_F32);
+    pt_status st = PT_OK;
+    if (!t->mesh || t->mesh->world_rank == 0) {
+        pt_st_writer *w = pt_st_writer_create();
+        for (int i = 0; i < t->model.table.n && st == PT_OK; i++) {
+            const pt_param *p = &t->model.table.p[i];
+            st = pt_st_writer_add_f32(w, p->name, p->shape, p->ndim, h + p->offset, PT_ST_DTYPE_F32);
+        }
+        if (st == PT_OK) st = pt_st_writer_write(w, path);
+        pt_st_writer_free(w);
+    }
+    free(h);
+    return st;
+}
+
+void pt_trainer_gather_moments(pt_trainer *t, float **m1, float **m2) {
+    size_t n = t->model.table.total;
+    float *h1 = pt_calloc(n, sizeof(float)), *h2 = pt_calloc(n, sizeof(float));
+    for (int r = 0; r < t->opt.n_ranges; r++) {
+        const pt_optim_range *rg = &t->opt.ranges[r];
+        size_t hi = rg->hi < n ? rg->hi : n;
+        if (hi <= rg->lo) continue;
+        t->be->download(t->be, h1 + rg->lo, t->opt.m + rg->off, (hi - rg->lo) * sizeof(float));
+        t->be->download(t->be, h2 + rg->lo, t->opt.v + rg->off, (hi - rg->lo) * sizeof(float));
+    }
+    /* with ZeRO the owned ranges partition the table: a sum over the group assembles it (x + 0
+     * is exact) */
+    if (t->dpc && t->dp.zero) {
+        pt_allreduce_sum(t->dpc, h1, n, PT_DTYPE_F32);
+        pt_allreduce_sum(t->dpc, h2, n, PT_DTYPE_F32);
+    }
+    *m1 = h1;
+    *m2 = h2;
+}
+
+pt_status pt_trainer_save(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    float *h1, *h2;
+    pt_trainer_gather_moments(t, &h1, &h2);
+    pt_status st = PT_OK;
+    int writer = !t->mesh || t->mesh->world_rank == 0;
+    if (writer)
+        st = pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, h1, h2, t->opt.step, cfg,
+                          cfg->checkpoint.keep);
+    free(h1);
+    free(h2);
+    if (t->mesh) {
+        /* everyone learns whether rank 0's write worked */
+        int32_t ok = st == PT_OK;
+        pt_bcast(t->mesh->world, &ok, 1, PT_DTYPE_I32, 0);
+        if (!ok && st == PT_OK) st = pt_errorf(PT_ERR_IO, "rank 0 failed to write the checkpoint");
+    }
+    if (st == PT_OK)
+        pt_log_info("checkpoint: %s/step_%08lld", cfg->checkpoint.dir, (long long)t->step);
+    return st;
 }
 
 static void pt_fmt_duration(double sec, char *out, size_t cap) {
@@ -233,17 +384,35 @@ pt_status pt_trainer_run(pt_trainer *t) {
     int64_t first = t->step;
     double start = pt_now();
     /* the line updated in place between logged steps: on a terminal only */
-    int live = cfg->logging.progress && isatty(STDOUT_FILENO) && cfg->logging.every > 1;
+    int live = cfg->logging.progress && isatty(STDOUT_FILENO) && cfg->logging.every > 1 &&
+               (!t->mesh || t->mesh->world_rank == 0);
     while (t->step < cfg->training.steps) {
         pt_step_stats s;
+        pt_comm_stats before = {0}, after = {0};
+        if (t->mesh) pt_mesh_stats(t->mesh, &before);
         PT_TRY(pt_trainer_step(t, &s));
+        if (t->mesh) pt_mesh_stats(t->mesh, &after);
         if (t->metrics) {
+            /* this rank's communication in the step, by operation (bus-bandwidth bytes) */
+            uint64_t sent = 0;
+            char ops[512] = "";
+            size_t used = 0;
+            for (int op = 0; op < PT_COMM_OP_COUNT; op++) {
+                uint64_t b = after.bytes[op] - before.bytes[op], c = after.calls[op] - before.calls[op];
+                sent += b;
+                if (c && used < sizeof ops)
+                    used += (size_t)snprintf(ops + used, sizeof ops - used, "%s\"%s\": [%llu, %llu]",
+                                             used ? ", " : "", pt_comm_op_name((pt_comm_op)op),
+                                             (unsigned long long)c, (unsigned long long)b);
+            }
             fprintf(t->metrics,
                     "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                     "\"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, "
-                    "\"peak_rss_bytes\": %lld}\n",
+                    "\"peak_rss_bytes\": %lld, \"comm_bytes\": %llu, \"comm_wait_s\": %.6f, "
+                    "\"comm\": {%s}}\n",
                     (long long)s.step, s.loss, (double)s.lr, s.grad_norm, (long long)s.tokens,
-                    s.seconds, s.tokens_per_s, s.mfu, (long long)pt_peak_rss_bytes());
+                    s.seconds, s.tokens_per_s, s.mfu, (long long)pt_peak_rss_bytes(),
+                    (unsigned long long)sent, after.wait_seconds - before.wait_seconds, ops);
             fflush(t->metrics);
         }
         char progress[64];
@@ -260,9 +429,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
         int64_t every = cfg->checkpoint.every;
         if (cfg->checkpoint.dir[0] &&
             ((every > 0 && t->step % every == 0) || t->step == cfg->training.steps)) {
-            PT_TRY(pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, &t->opt, cfg,
-                                cfg->checkpoint.keep));
-            pt_log_info("checkpoint: %s/step_%08lld", cfg->checkpoint.dir, (long long)t->step);
+            PT_TRY(pt_trainer_save(t));
         }
     }
     return PT_OK;

@@ -1,0 +1,83 @@
+/* comm.h: the communication layer. A communicator is one process group (dp, tp, pp, cp, ep, ...)
+ * with a table of functions behind it: MPI now (src/comm/comm_mpi.c), NCCL later.
+ *
+ * Every call is collective over its group (send/recv: between two members) and counted per
+ * operation: calls, and bytes as the bus-bandwidth convention of ../shared/FORMULAS.md counts them
+ * (all-reduce moves 2(N−1)/N of the buffer, reduce-scatter and all-gather (N−1)/N of the full
+ * buffer, all-to-all the bytes leaving this rank, send the bytes sent). Blocking calls are the
+ * nonblocking ones followed by pt_comm_wait, which gives up after the configured timeout and
+ * aborts the whole job with a message naming the group and operation: a dead rank never leaves
+ * the others hanging.
+ */
+#ifndef PT_COMM_H
+#define PT_COMM_H
+
+#include "pt/core.h"
+
+typedef enum {
+    PT_COMM_ALLREDUCE = 0,
+    PT_COMM_REDUCE_SCATTER,
+    PT_COMM_ALLGATHER,
+    PT_COMM_ALLTOALLV,
+    PT_COMM_SEND,
+    PT_COMM_RECV,
+    PT_COMM_BCAST,
+    PT_COMM_BARRIER,
+    PT_COMM_OP_COUNT
+} pt_comm_op;
+
+typedef struct {
+    uint64_t calls[PT_COMM_OP_COUNT];
+    uint64_t bytes[PT_COMM_OP_COUNT];
+    double wait_seconds; /* time spent blocked in pt_comm_wait */
+} pt_comm_stats;
+
+typedef enum { PT_DTYPE_F32 = 0, PT_DTYPE_F64, PT_DTYPE_I32, PT_DTYPE_I64 } pt_dtype;
+
+typedef struct pt_comm pt_comm;
+typedef struct pt_comm_req pt_comm_req; /* a pending nonblocking operation */
+
+struct pt_comm {
+    char name[16]; /* the group: "world", "dp", "tp", "pp", "cp", "dpcp", "ep", "edp" */
+    int rank, size;
+    void *handle;  /* the backend's communicator (an MPI_Comm) */
+    pt_comm_stats stats;
+    double timeout_s;
+    /* backend table */
+    pt_comm_req *(*iallreduce)(pt_comm *c, void *buf, size_t count, pt_dtype dt);
+    /* send = NULL: in place, the input is recv (size·recv_count), the result its first slice */
+    pt_comm_req *(*ireduce_scatter)(pt_comm *c, const void *send, void *recv, size_t recv_count,
+                                    pt_dtype dt);
+    /* send = NULL: in place, this rank's part already sits at recv + rank·send_count */
+    pt_comm_req *(*iallgather)(pt_comm *c, const void *send, void *recv, size_t send_count,
+                               pt_dtype dt);
+    pt_comm_req *(*ialltoallv)(pt_comm *c, const void *send, const int64_t *send_counts,
+                               void *recv, const int64_t *recv_counts, pt_dtype dt);
+    pt_comm_req *(*isend)(pt_comm *c, const void *buf, size_t count, pt_dtype dt, int peer, int tag);
+    pt_comm_req *(*irecv)(pt_comm *c, void *buf, size_t count, pt_dtype dt, int peer, int tag);
+    pt_comm_req *(*ibcast)(pt_comm *c, void *buf, size_t count, pt_dtype dt, int root);
+    pt_comm_req *(*ibarrier)(pt_comm *c);
+    /* 1 when done (frees the request); 0 while pending. Drives progress. */
+    int (*test)(pt_comm *c, pt_comm_req *r);
+    void (*free)(pt_comm *c);
+};
+
+size_t pt_dtype_size(pt_dtype dt);
+
+/* Waits for r, aborting the job after c->timeout_s seconds. */
+void pt_comm_wait(pt_comm *c, pt_comm_req *r);
+/* Lets pending operations progress (MPI progresses nonblocking collectives only inside calls). */
+void pt_comm_poll(pt_comm *c, pt_comm_req *r);
+
+/* Blocking conveniences (sum reductions, in place where it reads so). */
+void pt_allreduce_sum(pt_comm *c, void *buf, size_t count, pt_dtype dt);
+void pt_reduce_scatter_sum(pt_comm *c, const void *send, void *recv, size_t recv_count, pt_dtype dt);
+void pt_allgather(pt_comm *c, const void *send, void *recv, size_t send_count, pt_dtype dt);
+void pt_bcast(pt_comm *c, void *buf, size_t count, pt_dtype dt, int root);
+void pt_barrier(pt_comm *c);
+
+/* Adds every counter of `from` into `to`. */
+void pt_comm_stats_add(pt_comm_stats *to, const pt_comm_stats *from);
+const char *pt_comm_op_name(pt_comm_op op);
+
+#endif

@@ -1,0 +1,40 @@
+/* mesh.h: the 5D process mesh: degrees, this rank's coordinates, one communicator per group.
+ *
+ * world = dp × pp × cp × tp. Rank order puts tp fastest (tensor-parallel ranks exchange the most
+ * and should share a node), then cp, then dp, then pp (docs/parallelism.md says why):
+ *   rank = ((pp_i · dp + dp_i) · cp + cp_i) · tp + tp_i
+ * Expert parallelism reuses ranks: ep divides dp × cp, and the experts of a layer are spread over
+ * consecutive blocks of ep ranks of the dp × cp group ("ep"); the ranks holding the same experts
+ * form the expert-data group ("edp") over which expert gradients are reduced.
+ *
+ * Each group's communicator is made with MPI_Comm_split(color = the other coordinates, key = the
+ * own coordinate), from a duplicate of the caller's communicator; freed in reverse order.
+ */
+#ifndef PT_MESH_H
+#define PT_MESH_H
+
+#include "pt/comm.h"
+
+typedef struct {
+    int dp, tp, pp, cp, ep;
+} pt_degrees;
+
+typedef struct {
+    pt_degrees deg;
+    int world_rank, world_size;
+    int dp_i, tp_i, pp_i, cp_i;
+    int dpcp_i;        /* index in the dp × cp group: dp_i · cp + cp_i */
+    int ep_i, edp_i;   /* index in the expert group, and in the expert-data group */
+    pt_comm *world, *dp, *tp, *pp, *cp, *dpcp, *ep, *edp;
+} pt_mesh;
+
+/* Fills in -1 degrees ("the rest of the world") and checks the layout; PT_ERR_CONFIG with one
+ * message naming the violated constraint. Does not communicate. */
+pt_status pt_degrees_resolve(pt_degrees *d, int world_size);
+/* Builds the mesh over MPI_COMM_WORLD (collective over the world). */
+pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *d, double timeout_s);
+void pt_mesh_free(pt_mesh *m);
+/* Sums every group's counters. */
+void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total);
+
+#endif

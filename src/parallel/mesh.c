@@ -1,0 +1,91 @@
+/* mesh.c: the 5D process mesh (see include/pt/mesh.h). */
+#include "pt/mesh.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_mpi.h"
+
+pt_status pt_degrees_resolve(pt_degrees *d, int world) {
+    const char *names[] = {"dp", "tp", "pp", "cp", "ep"};
+    int *vals[] = {&d->dp, &d->tp, &d->pp, &d->cp, &d->ep};
+    for (int i = 0; i < 5; i++) {
+        if (*vals[i] == 0 || *vals[i] < -1 || (*vals[i] == -1 && i != 0))
+            return pt_errorf(PT_ERR_CONFIG, "parallel.%s = %d: degrees must be >= 1%s", names[i],
+                             *vals[i], i == 0 ? " (or -1 for the rest of the world)" : "");
+    }
+    int rest = d->tp * d->pp * d->cp;
+    if (d->dp == -1) {
+        if (world % rest != 0)
+            return pt_errorf(PT_ERR_CONFIG,
+                             "parallel.dp = -1: world size %d is not divisible by tp·pp·cp = %d",
+                             world, rest);
+        d->dp = world / rest;
+    }
+    if ((int64_t)d->dp * rest != world)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "layout dp·pp·cp·tp = %d·%d·%d·%d = %lld does not match the world size %d",
+                         d->dp, d->pp, d->cp, d->tp, (long long)d->dp * rest, world);
+    if ((d->dp * d->cp) % d->ep != 0)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide dp·cp = %d", d->ep,
+                         d->dp * d->cp);
+    return PT_OK;
+}
+
+/* One group: ranks with equal `color` (the other coordinates), ordered by `key`. */
+static pt_comm *pt_split(MPI_Comm world, int color, int key, const char *name, double timeout) {
+    MPI_Comm c;
+    int rc = MPI_Comm_split(world, color, key, &c);
+    PT_ASSERTF(rc == MPI_SUCCESS, "MPI_Comm_split for group %s failed", name);
+    return pt_comm_mpi_wrap(&c, name, timeout);
+}
+
+pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
+    memset(m, 0, sizeof *m);
+    MPI_Comm world;
+    MPI_Comm_dup(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(world, &m->world_rank);
+    MPI_Comm_size(world, &m->world_size);
+    m->deg = *deg;
+    pt_status st = pt_degrees_resolve(&m->deg, m->world_size);
+    if (st != PT_OK) {
+        MPI_Comm_free(&world);
+        return st;
+    }
+    const pt_degrees *d = &m->deg;
+    int r = m->world_rank;
+    m->tp_i = r % d->tp;
+    m->cp_i = (r / d->tp) % d->cp;
+    m->dp_i = (r / (d->tp * d->cp)) % d->dp;
+    m->pp_i = r / (d->tp * d->cp * d->dp);
+    m->dpcp_i = m->dp_i * d->cp + m->cp_i;
+    m->ep_i = m->dpcp_i % d->ep;
+    m->edp_i = m->dpcp_i / d->ep;
+    int ndpcp = d->dp * d->cp;
+
+    /* colors: a number unique to the other coordinates */
+    m->tp = pt_split(world, ((m->pp_i * d->dp + m->dp_i) * d->cp + m->cp_i), m->tp_i, "tp", timeout_s);
+    m->cp = pt_split(world, ((m->pp_i * d->dp + m->dp_i) * d->tp + m->tp_i), m->cp_i, "cp", timeout_s);
+    m->dp = pt_split(world, ((m->pp_i * d->cp + m->cp_i) * d->tp + m->tp_i), m->dp_i, "dp", timeout_s);
+    m->pp = pt_split(world, ((m->dp_i * d->cp + m->cp_i) * d->tp + m->tp_i), m->pp_i, "pp", timeout_s);
+    m->dpcp = pt_split(world, m->pp_i * d->tp + m->tp_i, m->dpcp_i, "dpcp", timeout_s);
+    m->ep = pt_split(world, (m->pp_i * d->tp + m->tp_i) * ndpcp + m->edp_i, m->ep_i, "ep", timeout_s);
+    m->edp = pt_split(world, (m->pp_i * d->tp + m->tp_i) * ndpcp + m->ep_i, m->edp_i, "edp", timeout_s);
+    m->world = pt_comm_mpi_wrap(&world, "world", timeout_s);
+    return PT_OK;
+}
+
+void pt_mesh_free(pt_mesh *m) {
+    pt_comm *groups[] = {m->edp, m->ep, m->dpcp, m->pp, m->dp, m->cp, m->tp, m->world};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        if (groups[i]) groups[i]->free(groups[i]);
+    memset(m, 0, sizeof *m);
+}
+
+void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total) {
+    memset(total, 0, sizeof *total);
+    const pt_comm *groups[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        if (groups[i]) pt_comm_stats_add(total, &groups[i]->stats);
+}
