@@ -42,6 +42,7 @@ typedef struct {
         int dp, tp, pp, cp, ep; /* degrees; dp = -1: the rest of the world */
         int zero;               /* ZeRO stage over the data-parallel group */
         float bucket_mb;        /* gradient bucket size */
+        int overlap;            /* start buckets during backward (false: all after it) */
         float timeout_s;        /* a collective not done by then aborts the job */
     } parallel;
 

@@ -117,6 +117,7 @@ void pt_dp_finish_grads(pt_dp *d) {
     for (int i = 0; i < d->n_buckets; i++) {
         pt_comm_wait(d->comm, d->b[i].req);
         d->b[i].req = NULL;
+        d->b[i].started = 0;
     }
     if (d->zero >= 1) {
         float *g = d->model->grads;

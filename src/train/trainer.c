@@ -240,7 +240,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         size_t bytes = (size_t)mb * T * sizeof(int32_t);
         be->upload(be, t->d_inputs, t->h_inputs + off, bytes);
         be->upload(be, t->d_targets, t->h_targets + off, bytes);
-        if (t->dpc && k == n_micro - 1) pt_dp_arm(&t->dp);
+        if (t->dpc && k == n_micro - 1 && cfg->parallel.overlap) pt_dp_arm(&t->dp);
         loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs, t->d_targets, t->d_pos,
                                      loss_scale, NULL);
         pt_model_backward(&t->model, t->acts, t->d_inputs);
@@ -384,8 +384,9 @@ pt_status pt_trainer_run(pt_trainer *t) {
     int64_t first = t->step;
     double start = pt_now();
     /* the line updated in place between logged steps: on a terminal only */
+    /* (under mpirun, ranks' stdout is a forwarded pseudo-terminal: no live line there) */
     int live = cfg->logging.progress && isatty(STDOUT_FILENO) && cfg->logging.every > 1 &&
-               (!t->mesh || t->mesh->world_rank == 0);
+               (!t->mesh || t->mesh->world_size == 1);
     while (t->step < cfg->training.steps) {
         pt_step_stats s;
         pt_comm_stats before = {0}, after = {0};
