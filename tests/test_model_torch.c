@@ -150,8 +150,7 @@ static void check_model(const char *extra, int tied) {
         if (lrel > 1e-4) fail_msg("step %d loss %.9f vs torch %.9f (rel %.2e)", s + 1, step_loss, want_losses[s], lrel);
         double nrel = fabs(norm - want_norms[s]) / want_norms[s];
         if (nrel > 1e-4) fail_msg("step %d grad norm %.9f vs torch %.9f", s + 1, norm, want_norms[s]);
-        pt_clip_grads(&m, norm, r.clip);
-        pt_optim_step(&o, &m, r.lr);
+        pt_optim_step(&o, &m, r.lr, pt_clip_coef(norm, r.clip));
     }
     /* weights after the last step */
     double worst = 0;

@@ -509,7 +509,9 @@ static void test_adamw_matches_double_reference_over_steps(void **state) {
     for (int step = 1; step <= STEPS; step++) {
         float *g = fvec(n, 61 + step, 0.5f);
         g[step] = 0.0f; /* a zero gradient: v and m must still decay */
-        pt_cpu_adamw(&be, p, g, m, v, n, lr, b1, b2, eps, wd, step);
+        /* a clipping factor folded into the update: the gradient is g·0.7 rounded to float */
+        pt_cpu_adamw(&be, p, g, m, v, n, lr, b1, b2, eps, wd, step, 0.7f);
+        for (int i = 0; i < n; i++) g[i] = g[i] * 0.7f;
         double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
         for (int i = 0; i < n; i++) {
             pd[i] *= 1 - (double)lr * wd;
@@ -534,9 +536,9 @@ static void test_adamw_vector_body_and_scalar_tail_agree_bitwise(void **state) {
     float *v = fvec(n, 73, 0.001f);
     for (int i = 0; i < n; i++) v[i] = fabsf(v[i]);
     float *p1 = fcopy(p, n), *m1 = fcopy(m, n), *v1 = fcopy(v, n);
-    pt_cpu_adamw(&be, p, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7);
+    pt_cpu_adamw(&be, p, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7, 0.9f);
     for (int i = 0; i < n; i++)
-        pt_cpu_adamw(&be, p1 + i, g + i, m1 + i, v1 + i, 1, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7);
+        pt_cpu_adamw(&be, p1 + i, g + i, m1 + i, v1 + i, 1, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 7, 0.9f);
     check_bitwise("adamw p", p, p1, n);
     check_bitwise("adamw m", m, m1, n);
     check_bitwise("adamw v", v, v1, n);

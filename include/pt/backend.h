@@ -109,11 +109,13 @@ struct pt_backend {
     /* Σ x in double (n) */
     double (*sum)(pt_backend *be, const float *x, size_t n);
 
-    /* AdamW with PyTorch's semantics on n elements (step counts from 1):
+    /* AdamW with PyTorch's semantics on n elements (step counts from 1), on the gradient
+     * g·grad_scale (rounded to float first, as clip_grad_norm_ then AdamW would do):
      *   p -= lr·wd·p;  m = b1·m + (1−b1)·g;  v = b2·v + (1−b2)·g²;
      *   p -= (lr / (1 − b1^step)) · m / (sqrt(v) / sqrt(1 − b2^step) + eps). */
     void (*adamw)(pt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  float grad_scale);
 
     /* Human-readable description of the kernels in use (GEMM library, its kernel, threads). */
     const char *(*describe)(pt_backend *be);

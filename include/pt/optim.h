@@ -46,10 +46,12 @@ float pt_lr_at(const pt_optim_config *c, int64_t s);
 double pt_grad_norm(const pt_model *model);
 /* Σ g² over the optimizer's ranges (the caller sums it over the ranks that share the model). */
 double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model);
-/* Clips as torch.nn.utils.clip_grad_norm_ does: scale by max_norm / (norm + 1e-6) when < 1. */
-void pt_clip_grads(pt_model *model, double norm, float max_norm);
-/* One AdamW step over the owned ranges with the given lr, weight decay per tensor from the table
- * (the step counter advances). */
-void pt_optim_step(pt_optim *o, pt_model *model, float lr);
+/* The factor torch.nn.utils.clip_grad_norm_ scales gradients by: max_norm / (norm + 1e-6) when
+ * that is < 1, else 1 (and 1 when max_norm = 0, clipping off). */
+float pt_clip_coef(double norm, float max_norm);
+/* One AdamW step over the owned ranges with the given lr, on the gradients times grad_scale (the
+ * clipping factor, folded into the update instead of a pass of its own), weight decay per tensor
+ * from the table (the step counter advances). */
+void pt_optim_step(pt_optim *o, pt_model *model, float lr, float grad_scale);
 
 #endif

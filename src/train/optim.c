@@ -67,14 +67,14 @@ double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model) {
     return ss;
 }
 
-void pt_clip_grads(pt_model *model, double norm, float max_norm) {
-    if (max_norm <= 0) return;
+float pt_clip_coef(double norm, float max_norm) {
+    if (max_norm <= 0) return 1.0f;
     /* torch computes max_norm / (total_norm + 1e-6) in fp32 and clamps it at 1 */
-    float coef = (float)max_norm / ((float)norm + 1e-6f);
-    if (coef < 1.0f) model->be->scale(model->be, model->grads, coef, model->table.total);
+    float coef = max_norm / ((float)norm + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
 }
 
-void pt_optim_step(pt_optim *o, pt_model *model, float lr) {
+void pt_optim_step(pt_optim *o, pt_model *model, float lr, float grad_scale) {
     pt_backend *be = model->be;
     o->step++;
     /* every (owned range ∩ tensor) piece, with that tensor's weight decay */
@@ -88,7 +88,7 @@ void pt_optim_step(pt_optim *o, pt_model *model, float lr) {
             float wd = p->decay ? o->cfg.weight_decay : 0.0f;
             size_t moff = rg->off + (lo - rg->lo);
             be->adamw(be, model->params + lo, model->grads + lo, o->m + moff, o->v + moff, hi - lo,
-                      lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->step);
+                      lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->step, grad_scale);
         }
     }
 }

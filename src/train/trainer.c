@@ -262,9 +262,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         PT_TRY(pt_dump_grads(t, cfg->logging.dump_grads));
         t->grads_dumped = 1;
     }
-    pt_clip_grads(&t->model, norm, cfg->optimizer.grad_clip);
     float lr = pt_lr_at(&t->opt.cfg, t->step);
-    pt_optim_step(&t->opt, &t->model, lr);
+    pt_optim_step(&t->opt, &t->model, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
     if (t->dpc) pt_dp_gather_params(&t->dp);
     be->synchronize(be);
     t->step++;

@@ -279,7 +279,7 @@ double pt_cpu_sum(pt_backend *be, const float *x, size_t n) {
  * equals b1·m + (1 − b1)·g up to rounding; elsewhere PyTorch rounds every operation, so this
  * function must not let the compiler fuse (the build's gnu17 mode contracts a·b + c by default). */
 typedef struct {
-    float decay, w1, b2, w2, bc2_sqrt, eps, neg_step;
+    float decay, w1, b2, w2, bc2_sqrt, eps, neg_step, gscale;
 } adamw_consts;
 
 /* Plain C would not vectorise here: sqrtf may set errno, and the build does not pass
@@ -289,14 +289,15 @@ __attribute__((optimize("fp-contract=off"))) static void
 adamw_range(float *restrict p, const float *restrict g, float *restrict m, float *restrict v,
             size_t lo, size_t hi, const adamw_consts *k) {
     const float decay = k->decay, w1 = k->w1, b2 = k->b2, w2 = k->w2, bc2s = k->bc2_sqrt,
-                eps = k->eps, neg_step = k->neg_step;
+                eps = k->eps, neg_step = k->neg_step, gscale = k->gscale;
     size_t i = lo;
 #ifdef __AVX512F__
     const __m512 vdecay = _mm512_set1_ps(decay), vw1 = _mm512_set1_ps(w1), vb2 = _mm512_set1_ps(b2),
                  vw2 = _mm512_set1_ps(w2), vbc2s = _mm512_set1_ps(bc2s), veps = _mm512_set1_ps(eps),
-                 vneg = _mm512_set1_ps(neg_step);
+                 vneg = _mm512_set1_ps(neg_step), vgs = _mm512_set1_ps(gscale);
     for (; i + 16 <= hi; i += 16) {
-        __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), vdecay), gi = _mm512_loadu_ps(g + i);
+        __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), vdecay);
+        __m512 gi = _mm512_mul_ps(_mm512_loadu_ps(g + i), vgs);
         __m512 mi = _mm512_loadu_ps(m + i), vi = _mm512_loadu_ps(v + i);
         mi = _mm512_fmadd_ps(vw1, _mm512_sub_ps(gi, mi), mi);
         vi = _mm512_add_ps(_mm512_mul_ps(vi, vb2), _mm512_mul_ps(_mm512_mul_ps(vw2, gi), gi));
@@ -308,7 +309,7 @@ adamw_range(float *restrict p, const float *restrict g, float *restrict m, float
     }
 #endif
     for (; i < hi; i++) {
-        float pi = p[i] * decay, gi = g[i];
+        float pi = p[i] * decay, gi = g[i] * gscale;
         /* lerp with a small weight: m + w·(g − m) in one rounding */
         float mi = fmaf(w1, gi - m[i], m[i]);
         float vi = v[i] * b2;
@@ -322,7 +323,8 @@ adamw_range(float *restrict p, const float *restrict g, float *restrict m, float
 
 /* p, g, m, v (n); m and v updated in place; step counts from 1 */
 void pt_cpu_adamw(pt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  float grad_scale) {
     (void)be;
     PT_ASSERT(step >= 1);
     /* lerp switches formula for weights >= 0.5; AdamW's 1 − b1 is always below that */
@@ -337,6 +339,7 @@ void pt_cpu_adamw(pt_backend *be, float *p, const float *g, float *m, float *v, 
         .bc2_sqrt = (float)sqrt(bc2),
         .eps = eps,
         .neg_step = (float)(-((double)lr / bc1)),
+        .gscale = grad_scale,
     };
     const size_t chunk = 16384;
     size_t nchunk = (n + chunk - 1) / chunk;

@@ -50,7 +50,8 @@ double pt_cpu_sumsq(pt_backend *be, const float *x, size_t n);
 double pt_cpu_sum(pt_backend *be, const float *x, size_t n);
 
 void pt_cpu_adamw(pt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  float grad_scale);
 
 /* e^x in float without libm, so that loops calling it vectorise (glibc offers vector expf only
  * under -ffast-math). x = n·ln2 + r with |r| <= ln2/2; e^r is its Taylor series to degree 7
