@@ -273,6 +273,57 @@ static void test_init_from_bf16_weights(void **state) {
     pt_trainer_free(&b);
 }
 
+static void test_export_reads_back_in_a_hugging_face_style_reader(void **state) {
+    (void)state;
+    /* the exported directory, read by names and config.json keys as transformers reads them, and
+     * run by the PyTorch reference model, gives pentatron's logits (untied and tied) */
+    for (int tied = 0; tied < 2; tied++) {
+        char dir[600], tok_path[700], out[700], cmd[3000];
+        snprintf(dir, sizeof dir, "%s/hf_%d", tu_tmpdir(), tied);
+        pt_config c;
+        tiny_config(&c, NULL);
+        c.model.tied_embeddings = tied;
+        pt_trainer t;
+        init_or_fail(&t, &c);
+        pt_step_stats st;
+        assert_int_equal(pt_trainer_step(&t, &st), PT_OK); /* trained weights, not the init */
+        assert_int_equal(pt_ckpt_export_hf(dir, &t.model), PT_OK);
+        int B = 2, T = 11, V = c.model.vocab_size;
+        int32_t tokens[22], pos[11];
+        for (int i = 0; i < B * T; i++) tokens[i] = (i * 37 + 5) % V;
+        for (int i = 0; i < T; i++) pos[i] = i;
+        snprintf(tok_path, sizeof tok_path, "%s/tokens.json", dir);
+        FILE *f = fopen(tok_path, "w");
+        fprintf(f, "[");
+        for (int b = 0; b < B; b++) {
+            fprintf(f, "%s[", b ? "," : "");
+            for (int i = 0; i < T; i++) fprintf(f, "%s%d", i ? "," : "", tokens[b * T + i]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "]\n");
+        fclose(f);
+        snprintf(out, sizeof out, "%s/logits.safetensors", dir);
+        snprintf(cmd, sizeof cmd, "%s %s/tests/ref/hf_eval.py %s %s %s",
+                 tu_env("PT_PYTHON") ? tu_env("PT_PYTHON") : "/usr/bin/python3",
+                 tu_env("PT_SOURCE_DIR"), dir, tok_path, out);
+        if (system(cmd) != 0) fail_msg("reader failed: %s", cmd);
+        pt_acts *a = pt_acts_create(&t.model, B, T);
+        float *got = malloc((size_t)B * T * V * sizeof(float)), *want = malloc((size_t)B * T * V * sizeof(float));
+        pt_model_logits(&t.model, a, tokens, pos, got);
+        pt_st_file *sf;
+        assert_int_equal(pt_st_open(&sf, out), PT_OK);
+        int64_t shape[3] = {B, T, V};
+        assert_int_equal(pt_st_read_f32(sf, "logits", shape, 3, want), PT_OK);
+        tu_check_rel(tied ? "tied export logits" : "untied export logits",
+                     tu_rel_err(got, want, (size_t)B * T * V), 1e-5);
+        pt_st_close(sf);
+        free(got);
+        free(want);
+        pt_acts_free(&t.model, a);
+        pt_trainer_free(&t);
+    }
+}
+
 static void test_lr_schedule(void **state) {
     (void)state;
     pt_optim_config c = {.lr = 1.0f, .warmup_steps = 4, .total_steps = 14, .min_lr = 0.1f,
@@ -297,6 +348,7 @@ int main(void) {
         cmocka_unit_test(test_rotation_and_interrupted_save),
         cmocka_unit_test(test_init_from_export_reproduces_the_model),
         cmocka_unit_test(test_init_from_bf16_weights),
+        cmocka_unit_test(test_export_reads_back_in_a_hugging_face_style_reader),
         cmocka_unit_test(test_lr_schedule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
