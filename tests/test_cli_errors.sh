@@ -55,14 +55,15 @@ expect_fail 'logging.metrics' "$bin" train "${tiny[@]}" --data.train="$tmp/train
 expect_fail '--checkpoint and --prompt are required' "$bin" generate --prompt hi
 expect_fail 'unknown option' "$bin" generate --checkpoint "$tmp" --prompt hi --bogus 1
 expect_fail "$tmp/config.json" "$bin" generate --checkpoint "$tmp" --prompt hi --vocab "$tmp"
+expect_fail '--checkpoint and --out are required' "$bin" export --out "$tmp/x"
+expect_fail "$tmp/nope/config.json" "$bin" export --checkpoint "$tmp/nope" --out "$tmp/x"
 expect_fail 'encoder.json' "$bin" prepare --vocab "$tmp" --out "$tmp/out" "$tmp/train_000000.bin"
 
 # a checkpoint that fails to load is not overwritten by the failed run
 "$bin" train "${tiny[@]}" --data.train="$tmp/train_*.bin" --checkpoint.dir="$tmp/ck" >/dev/null 2>&1 || { echo "FAIL: tiny training run"; fail=$((fail+1)); }
+printf 'garbage' > "$tmp/ck/step_00000001/shard-00000-of-00001.safetensors"
 sum_before="$(cat "$tmp"/ck/step_00000001/* | md5sum)"
-printf 'garbage' > "$tmp/ck/step_00000001/state.safetensors"
-sum_before="$(cat "$tmp"/ck/step_00000001/* | md5sum)"
-expect_fail 'state.safetensors' "$bin" train "${tiny[@]}" --data.train="$tmp/train_*.bin" --checkpoint.dir="$tmp/ck" --checkpoint.resume=latest --training.steps=2
+expect_fail 'shard-00000-of-00001.safetensors' "$bin" train "${tiny[@]}" --data.train="$tmp/train_*.bin" --checkpoint.dir="$tmp/ck" --checkpoint.resume=latest --training.steps=2
 sum_after="$(cat "$tmp"/ck/step_00000001/* | md5sum)"
 if [ "$sum_before" = "$sum_after" ] && [ ! -e "$tmp/ck/step_00000002" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL: failed resume changed the checkpoint directory"; fi
 

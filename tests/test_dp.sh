@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # test_dp.sh PENTATRON: data parallelism through mpiexec against the single-process run.
-#   - dp ∈ {2, 4} × ZeRO ∈ {0, 1} × accumulation ∈ {1, 2}: step-1 gradients per tensor
+#   - dp ∈ {2, 4} × ZeRO ∈ {0, 1, 2, 3} × accumulation ∈ {1, 2}: step-1 gradients per tensor
 #     ‖Δ‖/‖g‖ ≤ 1e-5 and the losses of 10 steps within 1e-4 relative;
-#   - bytes sent per rank per step = 2Ψ(N−1)/N (DP and ZeRO-1, bus-bandwidth convention) ± 1%;
-#   - optimizer state per rank = Ψ/N with ZeRO-1 (within padding);
-#   - checkpoints resume across layouts (dp 4 ZeRO-1 -> dp 2 ZeRO-0 -> dp 1) with the same losses;
+#   - bytes sent per rank per step (bus-bandwidth convention) ± 1%: 2Ψ(N−1)/N for DP and ZeRO-1;
+#     ZeRO-2 reduce-scatters every micro-batch: (a+1)Ψ(N−1)/N with a accumulation steps;
+#     ZeRO-3 gathers every unit for forward and the layers again for backward (the embedding's
+#     backward does not read it, the tail is kept from the loss to its backward) and
+#     reduce-scatters: a(2Ψ + Ψ_layers)(N−1)/N;
+#   - per-rank parameter, gradient and optimizer bytes as ../shared/FORMULAS.md's table (± padding);
+#   - checkpoints resume across layouts (dp 4 ZeRO-3 -> dp 2 ZeRO-1 -> dp 4 ZeRO-3 -> dp 1) with
+#     the same losses, and `pentatron export` of a dp 4 ZeRO-3 checkpoint equals the single-process
+#     one's;
 #   - impossible layouts fail fast with one message; a killed rank ends the job non-zero.
 set -u
 bin="$1"
@@ -40,11 +46,13 @@ run() { # run NP NAME ARGS...: metrics in $tmp/NAME.jsonl, step-1 gradients in $
       --logging.dump_grads="$tmp/$name.st" "$@" > "$tmp/$name.log" 2>&1
 }
 
-# compare REF NAME [BYTES_FACTOR N]: gradients, losses and (optionally) bytes per step
+# compare REF NAME [A B N ZERO]: gradients, losses, bytes per step = (A·Ψ + B·Ψ_layers)(N−1)/N and
+# the model-state bytes per rank of ZeRO stage ZERO
 compare() {
-  "$PY" - "$tmp" "$1" "$2" "${3:-0}" "${4:-1}" <<'PY'
+  "$PY" - "$tmp" "$1" "$2" "${3:-0}" "${4:-0}" "${5:-1}" "${6:-0}" <<'PY'
 import json, math, struct, sys
-tmp, ref, name, factor, N = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
+tmp, ref, name = sys.argv[1], sys.argv[2], sys.argv[3]
+A, B, N, zero = float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
 def st(path):
     b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
     out = {}
@@ -67,25 +75,39 @@ if len(m0) != 10 or len(m1) != 10: errs.append("expected 10 steps, got %d and %d
 if worst > 1e-5: errs.append("step-1 gradient relative error %.2e > 1e-5" % worst)
 if lw > 1e-4: errs.append("loss relative error %.2e > 1e-4" % lw)
 msg = "%s: gradients %.1e, losses %.1e" % (name, worst, lw)
-if factor > 0:
+if A > 0:
     psi = sum(len(a) for a in g0.values())
-    want = factor * psi * (N - 1) / N * 4
+    layers = sum(len(a) for k, a in g0.items() if k.startswith("model.layers."))
+    want = (A * psi + B * layers) * (N - 1) / N * 4
     got = m1[1]["comm_bytes"]
     rel = abs(got - want) / want
     msg += ", bytes/step %d vs formula %.0f (%.2f%%)" % (got, want, 100 * rel)
     if rel > 0.01: errs.append("bytes per step %d vs %.0f" % (got, want))
+    # FORMULAS.md: params / grads / optimizer per rank: full, full, full (DP); full, full, 1/N
+    # (ZeRO-1); full, 1/N, 1/N (ZeRO-2); 1/N each (ZeRO-3). Bytes: 4, 4, 8 per element.
+    mem = m1[1]["mem"]
+    frac = lambda sharded: 1.0 / N if sharded else 1.0
+    for key, per, sharded in (("params", 4, zero >= 3), ("grads", 4, zero >= 2), ("optim", 8, zero >= 1)):
+        w = per * psi * frac(sharded)
+        # padding: up to N−1 elements per bucket (ZeRO-1 pads the buffer once)
+        if abs(mem[key] - w) > 0.01 * w:
+            errs.append("%s bytes per rank %d vs formula %.0f" % (key, mem[key], w))
+    msg += ", state bytes %d/%d/%d (transient %d/%d)" % (mem["params"], mem["grads"], mem["optim"],
+                                                        mem["params_transient"], mem["grads_transient"])
 print(msg)
 if errs: print("; ".join(errs)); sys.exit(1)
 PY
 }
 
-run 1 ref --training.micro_batch=8 || bad "single-process reference run failed: $(tail -3 "$tmp/ref.log")"
+run 1 ref --training.micro_batch=8 --checkpoint.dir="$tmp/ckref" --checkpoint.every=1 --checkpoint.keep=20 ||
+  bad "single-process reference run failed: $(tail -3 "$tmp/ref.log")"
 for dp in 2 4; do
-  for zero in 0 1; do
+  for zero in 0 1 2 3; do
     for acc in 1 2; do
       mb=$(( 8 / dp / acc )); name="dp${dp}_z${zero}_a${acc}"
+      case $zero in 0|1) A=2; B=0;; 2) A=$((acc + 1)); B=0;; 3) A=$((2 * acc)); B=$acc;; esac
       if run "$dp" "$name" --parallel.dp=$dp --parallel.zero=$zero --training.micro_batch=$mb; then
-        if compare ref "$name" 2 "$dp"; then ok; else bad "$name differs from the single-process run"; fi
+        if compare ref "$name" $A $B "$dp" $zero; then ok; else bad "$name differs from the single-process run"; fi
       else
         bad "$name failed: $(tail -3 "$tmp/$name.log")"
       fi
@@ -93,31 +115,44 @@ for dp in 2 4; do
   done
 done
 
-# optimizer state per rank: Ψ/N with ZeRO-1 (the log line reports it)
-"$PY" - "$tmp/ref.log" "$tmp/dp4_z1_a1.log" <<'PY' && ok || bad "ZeRO-1 optimizer state is not 1/4 of the single-process one"
-import re, sys
-f = lambda p: float(re.search(r"optimizer ([\d.]+) MiB", open(p).read()).group(1))
-a, b = f(sys.argv[1]), f(sys.argv[2])
-print("optimizer MiB per rank: dp1 %.3f, dp4 ZeRO-1 %.3f" % (a, b))
-sys.exit(0 if abs(b * 4 - a) <= 0.02 * a + 0.002 else 1)
-PY
-
-# resume across layouts: 4 steps at dp 4 ZeRO-1, 3 at dp 2 ZeRO-0, 3 at dp 1 == 10 uninterrupted
+# resume across layouts: dp 4 ZeRO-3 (3 steps) -> dp 2 ZeRO-1 (3) -> dp 4 ZeRO-3 (2) -> dp 1 (2)
+# == 10 uninterrupted steps
 ck="$tmp/ck"
-run 4 r1 --parallel.dp=4 --parallel.zero=1 --training.micro_batch=1 --checkpoint.dir="$ck" --training.steps=4 --checkpoint.keep=5 &&
-run 2 r2 --parallel.dp=2 --parallel.zero=0 --training.micro_batch=2 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=7 --checkpoint.keep=5 &&
-run 1 r3 --training.micro_batch=8 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=10 --checkpoint.keep=5 ||
+run 4 r1 --parallel.dp=4 --parallel.zero=3 --training.micro_batch=1 --checkpoint.dir="$ck" --training.steps=3 --checkpoint.keep=5 &&
+run 2 r2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=2 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=6 --checkpoint.keep=5 &&
+run 4 r3 --parallel.dp=4 --parallel.zero=3 --training.micro_batch=2 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=8 --checkpoint.keep=5 &&
+run 1 r4 --training.micro_batch=8 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=10 --checkpoint.keep=5 ||
   bad "resume runs failed: $(tail -2 "$tmp"/r*.log)"
+[ "$(ls "$ck/step_00000008" | grep -c '^shard-.*-of-00004.safetensors$')" = 4 ] && ok ||
+  bad "a dp 4 ZeRO-3 checkpoint should hold one shard file per rank: $(ls "$ck/step_00000008")"
 "$PY" - "$tmp" <<'PY' && ok || bad "losses after resuming across layouts differ"
 import json, sys
 t = sys.argv[1]
 ref = [json.loads(l)["loss"] for l in open(t + "/ref.jsonl")]
 got = []
-for n in ("r1", "r2", "r3"):
+for n in ("r1", "r2", "r3", "r4"):
     got += [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (t, n))]
 worst = max(abs(a - b) / a for a, b in zip(ref, got))
-print("resume dp4/ZeRO-1 -> dp2 -> dp1: %d steps, worst loss difference %.1e" % (len(got), worst))
+print("resume dp4/ZeRO-3 -> dp2/ZeRO-1 -> dp4/ZeRO-3 -> dp1: %d steps, worst loss difference %.1e" % (len(got), worst))
 sys.exit(0 if len(got) == 10 and worst <= 1e-4 else 1)
+PY
+
+# the Hugging Face export of a sharded checkpoint equals the single-process one's
+"$bin" export --checkpoint "$ck/step_00000008" --out "$tmp/ex4" > /dev/null 2>&1 &&
+"$bin" export --checkpoint "$tmp/ckref/step_00000008" --out "$tmp/ex1" > /dev/null 2>&1 ||
+  bad "export failed"
+"$PY" - "$tmp/ex1/model.safetensors" "$tmp/ex4/model.safetensors" <<'PY' && ok || bad "exports differ"
+import json, math, struct, sys
+def st(path):
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+a, b = st(sys.argv[1]), st(sys.argv[2])
+assert a.keys() == b.keys(), "tensor names differ"
+worst = max(math.sqrt(sum((x - y) ** 2 for x, y in zip(a[k], b[k]))) / math.sqrt(sum(x * x for x in a[k])) for k in a)
+print("export of dp4/ZeRO-3 step 8 vs single process: %d tensors, worst relative difference %.1e" % (len(a), worst))
+sys.exit(0 if worst <= 1e-5 else 1)
 PY
 
 # impossible layouts: one message from rank 0, every rank non-zero, fast
@@ -131,7 +166,7 @@ expect_fail() { # NP NEEDLE ARGS...
 }
 expect_fail 3 "does not match the world size 3" --parallel.dp=2 --training.micro_batch=1
 expect_fail 2 "divisible by dp × micro_batch" --parallel.dp=2 --training.micro_batch=8
-expect_fail 2 "parallel.zero = 3" --parallel.dp=2 --parallel.zero=3 --training.micro_batch=1
+expect_fail 2 "parallel.zero = 4" --parallel.dp=2 --parallel.zero=4 --training.micro_batch=1
 expect_fail 2 "only data parallelism is available" --parallel.dp=-1 --parallel.tp=2 --training.micro_batch=1
 
 # a rank killed mid-run: the job ends non-zero, no hang

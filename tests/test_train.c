@@ -49,22 +49,19 @@ static void tiny_config(pt_config *c, const char *ckpt_dir) {
 
 /* Saves t as step `step` under dir, keeping `keep`. */
 static pt_status save_as(pt_trainer *t, const char *dir, int64_t step, int keep) {
-    float *m1, *m2;
-    pt_trainer_gather_moments(t, &m1, &m2);
-    pt_status st = pt_ckpt_save(dir, step, &t->model, m1, m2, t->opt.step, &t->cfg, keep);
-    free(m1);
-    free(m2);
+    int64_t saved = t->step;
+    snprintf(t->cfg.checkpoint.dir, sizeof t->cfg.checkpoint.dir, "%s", dir);
+    t->cfg.checkpoint.keep = keep;
+    t->step = step;
+    pt_status st = pt_trainer_save(t);
+    t->step = saved;
     return st;
 }
 
-/* Loads a checkpoint's state into t's model (and throwaway moment arrays). */
+/* Loads a checkpoint's state into t. */
 static pt_status load_state(pt_trainer *t, const char *dir, int64_t *step) {
-    size_t n = t->model.table.total;
-    float *m1 = malloc(n * sizeof(float)), *m2 = malloc(n * sizeof(float));
-    int64_t ostep;
-    pt_status st = pt_ckpt_load_state(dir, &t->model, m1, m2, &ostep, step);
-    free(m1);
-    free(m2);
+    pt_status st = pt_trainer_load(t, dir);
+    *step = t->step;
     return st;
 }
 
@@ -162,21 +159,35 @@ static void test_checkpoint_corruption_is_detected(void **state) {
     snprintf(ck, sizeof ck, "%s/step_00000001", dir);
     int64_t step;
 
-    /* a flipped byte in the weights' data */
+    /* a flipped byte in the shard's data */
     snprintf(cmd, sizeof cmd, "cp -r %s %s.bak", ck, ck);
     assert_int_equal(system(cmd), 0);
-    snprintf(path, sizeof path, "%s/model.safetensors", ck);
+    snprintf(path, sizeof path, "%s/shard-00000-of-00001.safetensors", ck);
     flip_byte(path, -3);
     assert_int_not_equal(load_state(&t, ck, &step), PT_OK);
     assert_non_null(strstr(pt_last_error(), "checksum"));
-    assert_non_null(strstr(pt_last_error(), "model.safetensors"));
+    assert_non_null(strstr(pt_last_error(), "shard-00000-of-00001.safetensors"));
 
-    /* a truncated state file */
-    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s.bak %s && truncate -s 1000 %s/state.safetensors",
+    /* a truncated shard */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s.bak %s && truncate -s 1000 %s/shard-00000-of-00001.safetensors",
              ck, ck, ck, ck);
     assert_int_equal(system(cmd), 0);
     assert_int_not_equal(load_state(&t, ck, &step), PT_OK);
-    assert_non_null(strstr(pt_last_error(), "state.safetensors"));
+    assert_non_null(strstr(pt_last_error(), "shard-00000-of-00001.safetensors"));
+
+    /* an index whose tensors are not this model's */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s.bak %s && sed -i 's/model.norm.weight/model.nrm.weight/' %s/index.json",
+             ck, ck, ck, ck);
+    assert_int_equal(system(cmd), 0);
+    assert_int_not_equal(load_state(&t, ck, &step), PT_OK);
+    assert_non_null(strstr(pt_last_error(), "model.norm.weight"));
+
+    /* an index whose ranges leave a gap */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s.bak %s && sed -i '0,/^     0,$/s//     5,/' %s/index.json",
+             ck, ck, ck, ck);
+    assert_int_equal(system(cmd), 0);
+    assert_int_not_equal(load_state(&t, ck, &step), PT_OK);
+    assert_non_null(strstr(pt_last_error(), "do not cover the model"));
 
     /* the intact copy loads */
     snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s.bak %s", ck, ck, ck);

@@ -1,36 +1,59 @@
-/* checkpoint.h: saving and loading model weights (Hugging Face layout) and training state.
+/* checkpoint.h: sharded training checkpoints, and weights in Hugging Face layout.
  *
  * A checkpoint is a directory ROOT/step_NNNNNNNN holding
- *   config.json        Hugging Face LlamaConfig (transformers loads the directory as is)
- *   model.safetensors  weights under Hugging Face names, F32
- *   state.safetensors  AdamW moments per tensor ("optimizer.m.<name>", "optimizer.v.<name>"), and
- *                      metadata: step, seed, data order, the effective config, and CRC-32s of
- *                      the weights and of itself, checked on load
+ *   config.json        Hugging Face LlamaConfig of the model
+ *   index.json         the global tensors (name, shape, offset in the single-process table), the
+ *                      step counters and data order, and per shard file its CRC-32 and the ranges
+ *                      [lo, hi) of the table it holds
+ *   shard-RRRRR-of-WWWWW.safetensors   written by rank RRRRR of WWWWW, in parallel: for each range
+ *                      it holds, "params@LO", "exp_avg@LO", "exp_avg_sq@LO" (F32, hi − lo each)
  *   train.ini          the effective configuration, for people
- * It is written as step_NNNNNNNN.tmp, every file fsynced, then renamed into place, so a crash
- * while saving leaves the previous checkpoints intact. Only the newest `keep` are kept.
+ * The ranges are the writer's layout (a ZeRO shard, a whole table, ...) but their coordinates are
+ * the single-process table's, so any layout reads any other's checkpoint: each rank reads the
+ * ranges it needs from whichever files hold them. It is written as step_NNNNNNNN.tmp and renamed
+ * into place by rank 0 once every rank's file is on disk, so a crash while saving leaves the
+ * previous checkpoints intact. Only the newest `keep` are kept.
  */
 #ifndef PT_CHECKPOINT_H
 #define PT_CHECKPOINT_H
 
+#include "pt/comm.h"
 #include "pt/config.h"
 #include "pt/model.h"
-#include "pt/optim.h"
 
-/* The optimizer moments come as host arrays laid out like the table (the trainer gathers them
- * from the ranks that own them), so a checkpoint does not depend on the layout that wrote it. */
-pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const float *moment1,
-                       const float *moment2, int64_t optimizer_step, const pt_config *cfg, int keep);
-/* Loads weights from a Hugging Face Llama directory or a checkpoint (F32 or BF16). Every tensor
- * of the table must be present with its exact shape. */
+/* A range of the table one rank writes: host arrays of hi − lo elements each. */
+typedef struct {
+    size_t lo, hi;
+    const float *param, *exp_avg, *exp_avg_sq;
+} pt_ckpt_piece;
+
+/* Collective over `world` (NULL: a single process). Each rank passes the pieces it writes (none
+ * is fine); together they must cover the table. */
+pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const pt_ckpt_piece *pieces,
+                       int n_pieces, int64_t optimizer_step, const pt_config *cfg, int keep,
+                       pt_comm *world);
+
+/* An opened checkpoint, checked against a table (names, shapes, offsets, full coverage). */
+typedef struct pt_ckpt pt_ckpt;
+enum { PT_CKPT_PARAMS = 0, PT_CKPT_EXP_AVG, PT_CKPT_EXP_AVG_SQ };
+pt_status pt_ckpt_open(pt_ckpt **c, const char *dir, const pt_param_table *t);
+/* Elements [lo, hi) of the table of one kind (PT_CKPT_*) into out; shard files are checked
+ * against their CRC-32 when first read. */
+pt_status pt_ckpt_read(pt_ckpt *c, int kind, size_t lo, size_t hi, float *out);
+int64_t pt_ckpt_step(const pt_ckpt *c);
+int64_t pt_ckpt_optimizer_step(const pt_ckpt *c);
+void pt_ckpt_close(pt_ckpt *c);
+
+/* Weights of a Hugging Face Llama directory (model.safetensors, F32 or BF16; every tensor of the
+ * table with its exact shape) or of a checkpoint, into a host array of table.total elements. */
+pt_status pt_ckpt_load_weights_host(const char *dir, const pt_model *m, float *host);
+/* The same into the model's parameter buffer. */
 pt_status pt_ckpt_load_weights(const char *dir, pt_model *m);
-/* Loads weights and optimizer state of a pentatron checkpoint into the model and host arrays
- * (table.total each); *step = steps done. */
-pt_status pt_ckpt_load_state(const char *dir, pt_model *m, float *moment1, float *moment2,
-                             int64_t *optimizer_step, int64_t *step);
 /* The newest complete checkpoint under root; PT_ERR_IO if none. */
 pt_status pt_ckpt_find_latest(const char *root, char *out, size_t cap);
-/* Writes config.json and model.safetensors (the Hugging Face export) into dir. */
+/* Writes config.json and model.safetensors (the Hugging Face export) into dir, from the model's
+ * parameter buffer or from a host array of the whole table. */
 pt_status pt_ckpt_export_hf(const char *dir, const pt_model *m);
+pt_status pt_ckpt_export_hf_host(const char *dir, const pt_model *m, const float *host);
 
 #endif

@@ -1,17 +1,29 @@
 /* data_parallel.h: gradient reduction over the data-parallel group, in buckets overlapped with the
- * backward pass, and ZeRO-1 (optimizer state sharded over the group).
+ * backward pass, and ZeRO stages 1–3.
  *
- * The gradient buffer is cut into buckets: contiguous ranges of the flat buffer taken from its end
- * (the backward pass finishes the buffer from the end: head and final norm, layer L−1, ..., layer
- * 0, embedding), each about parallel.bucket_mb and, with ZeRO, a multiple of the group size so
- * that every rank owns an equal slice of every bucket. The model's on_grads_ready hook reports
- * after each layer that everything from that layer's first tensor up is final; every bucket
- * inside that frontier is started at once with a nonblocking collective, so reduction overlaps the
- * rest of the backward. Only the last micro-batch of an accumulation arms the hook: nothing is
- * reduced on the others.
- *   zero = 0: all-reduce each bucket; every rank updates all parameters.
- *   zero = 1: reduce-scatter each bucket; each rank updates its slice of every bucket (its
- *             optimizer state covers only those slices) and the parameters are all-gathered.
+ * The model tells its owner, unit by unit (embedding, each layer, the tail: see pt_model_hooks in
+ * model.h), when it needs a unit's parameters or gradients and when it is done with them. This
+ * module hangs everything on those calls:
+ *
+ *   zero = 0  Buckets are ranges of the flat gradient buffer, about parallel.bucket_mb each, cut
+ *             from its end (the backward pass finishes the buffer from the end). When every unit
+ *             a bucket overlaps has released its gradients, the bucket's all-reduce starts.
+ *   zero = 1  The same buckets, each a multiple of the group size, reduce-scattered instead: each
+ *             rank keeps the sum of its slice of every bucket, updates just that (its optimizer
+ *             state covers only its slices) and the parameters are all-gathered after the step.
+ *             Both 0 and 1 reduce only on the last micro-batch of an accumulation.
+ *   zero = 2  Buckets are whole units (consecutive units merged up to bucket_mb). There is no full
+ *             gradient buffer: when the model acquires a unit's gradients, its bucket gets a
+ *             buffer from a small pool; when all the bucket's units are released, the buffer is
+ *             reduce-scattered, the rank's slice added into its gradient shard, and the buffer
+ *             returned. This happens on every micro-batch.
+ *   zero = 3  As 2, one unit per bucket, and parameters are sharded too: acquiring a unit's
+ *             parameters all-gathers them into a pooled buffer (the next unit's gather is started
+ *             at once, so it overlaps this unit's compute), releasing returns the buffer.
+ *
+ * With ZeRO a bucket [lo, hi) is split into N shards of shard = ⌈(hi − lo)/N⌉ elements; rank r
+ * owns [lo + r·shard, min(lo + (r+1)·shard, hi)). Stages 2 and 3 keep the owned slices of every
+ * bucket one after another in shard buffers (gradients; with 3 also parameters).
  */
 #ifndef PT_DATA_PARALLEL_H
 #define PT_DATA_PARALLEL_H
@@ -21,37 +33,68 @@
 #include "pt/optim.h"
 
 typedef struct {
-    size_t lo, hi;       /* [lo, hi) of the (padded) gradient buffer */
-    size_t shard;        /* (hi − lo) / group size with ZeRO */
-    pt_comm_req *req;    /* pending reduction, NULL when not started or done */
+    size_t lo, hi;       /* [lo, hi) of the table (zero ≤ 1: of the padded buffer) */
+    size_t shard;        /* elements per rank with ZeRO (padded) */
+    size_t sh_off;       /* zero ≥ 2: offset of this rank's slice in the shard buffers */
+    int u0, u1;          /* the units the bucket overlaps */
+    pt_comm_req *req;    /* pending gradient reduction */
     int started;
+    float *gbuf;         /* zero ≥ 2: the bucket's gradients (shard·N), while in use */
+    float *pbuf;         /* zero = 3: its gathered parameters (shard·N), while resident */
+    pt_comm_req *preq;   /* zero = 3: pending gather into pbuf */
 } pt_dp_bucket;
+
+/* Bytes per rank of model state: what persists, and the peak of the pooled buffers. */
+typedef struct {
+    size_t params, grads, optim;
+    size_t params_transient, grads_transient;
+} pt_dp_memory;
 
 typedef struct {
     pt_comm *comm;
     pt_model *model;
     int zero;
+    int overlap;           /* start reductions from the hooks (else after backward) */
     int n_buckets;
     pt_dp_bucket *b;       /* b[0] is the bucket at the end of the buffer (ready first) */
-    size_t *layer_start;   /* offset of each layer's first tensor */
-    size_t padded_total;
+    int *unit_bucket;      /* zero ≥ 2: the bucket of each unit */
+    size_t *unit_lo, *unit_hi;
+    unsigned char *unit_final; /* gradients released in the current micro-batch */
+    int armed;
+    float *gshard, *pshard; /* zero ≥ 2: owned gradient slices; zero = 3: owned parameters */
+    size_t n_shard;
+    /* the pool of bucket-sized buffers */
+    float **pool;
+    int pool_n, pool_cap;
+    size_t buf_elems;
+    int live_g, live_p, peak_g, peak_p;
     double comm_seconds;   /* time spent waiting on the reductions after backward */
 } pt_dp;
 
-/* Builds the buckets for the model's table; pad_total is the model's padded buffer length (a
- * multiple of the group size when zero ≥ 1). */
-pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb);
-void pt_dp_free(pt_dp *d);
-/* The ranges this rank's optimizer owns (all of it without ZeRO); caller frees. */
-pt_optim_range *pt_dp_owned_ranges(const pt_dp *d, int *n);
-/* Call before the last micro-batch's forward: arms the hook that starts the buckets. */
-void pt_dp_arm(pt_dp *d);
-/* After backward: starts what is left, waits for every bucket; the owned ranges then hold the
- * sum over the group of the gradients. */
-void pt_dp_finish_grads(pt_dp *d);
-/* After the optimizer step with ZeRO-1: all-gathers the updated parameters. */
-void pt_dp_gather_params(pt_dp *d);
-/* Elements of the model buffers to allocate: the table rounded up for even shards. */
+/* Elements the model's own buffers need (the table rounded up for even shards with ZeRO-1), and
+ * the PT_MODEL_NO_* flags for pt_model_init_ex: what ZeRO-2/3 keep sharded instead. */
 size_t pt_dp_padded_total(size_t total, int group_size, int zero);
+int pt_dp_model_flags(int zero);
+
+pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
+                     int overlap);
+void pt_dp_free(pt_dp *d);
+/* The ranges this rank's optimizer owns, with where their parameters and gradients live (the
+ * whole table without ZeRO); caller frees. */
+pt_optim_range *pt_dp_owned_ranges(const pt_dp *d, int *n);
+/* Sets the parameters from a host array of the whole table (each rank keeps what it holds). */
+void pt_dp_set_params(pt_dp *d, const float *host);
+/* The whole table's parameters into a host array, on every rank (collective with ZeRO-3). */
+void pt_dp_get_params(pt_dp *d, float *host);
+/* Before the first micro-batch of a step: zeroes the gradients. */
+void pt_dp_begin_step(pt_dp *d);
+/* Before each micro-batch's forward; last = 1 on the last one of the step. */
+void pt_dp_begin_micro(pt_dp *d, int last);
+/* After each micro-batch's backward: with zero ≥ 2, or on the last micro-batch, starts what is
+ * left and waits for every bucket; after the last, the owned ranges hold the sum over the group. */
+void pt_dp_end_micro(pt_dp *d, int last);
+/* After the optimizer step with ZeRO-1/2: all-gathers the updated parameters. */
+void pt_dp_gather_params(pt_dp *d);
+pt_dp_memory pt_dp_memory_bytes(const pt_dp *d, size_t optim_elems);
 
 #endif

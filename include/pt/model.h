@@ -69,6 +69,7 @@ typedef struct {
     pt_tp_split tp;
     pt_pp_place pp;
     int expert;          /* -1 (dense); the MoE issue adds expert tensors */
+    int unit;            /* 0 embedding, 1 + layer, n_layers + 1 the tail (see pt_model_hooks) */
     size_t offset;       /* in elements, into the parameter buffer */
     size_t numel;
 } pt_param;
@@ -108,6 +109,25 @@ typedef struct {
 /* Activations of one micro-batch (B, T), held from its forward to its backward. Sized once. */
 typedef struct pt_acts pt_acts;
 
+/* Units are what the model tells its owner about as it runs: unit 0 is the embedding, unit l + 1
+ * layer l, unit L + 1 the tail (final norm and, untied, the head; tied, the head is unit 0). A
+ * unit's tensors are contiguous in the table. Before the model reads a unit's parameters or
+ * writes its gradients in a pass it calls acquire; after their last use in the pass, release.
+ * Released gradients are final for this micro-batch. Data parallelism hangs its gradient buckets
+ * (release of gradients), ZeRO-2 its per-bucket gradient buffers (acquire of gradients) and ZeRO-3
+ * its parameter gathers (acquire and release of parameters) on these calls. The order: forward
+ * acquires P of 0, 1, ..., L, L+1 (releasing each layer after it), then G of L+1 (and of 0 when
+ * tied) for the fused head; backward releases L+1, takes L, ..., 1 (P and G), then G of 0. */
+enum { PT_USE_PARAMS = 1, PT_USE_GRADS = 2 };
+typedef struct {
+    void (*acquire)(void *user, int unit, int use, int backward);
+    void (*release)(void *user, int unit, int use, int backward);
+    void *user;
+} pt_model_hooks;
+
+/* What pt_model_init_ex does not allocate, because the owner of the model provides it (ZeRO). */
+enum { PT_MODEL_NO_PARAMS = 1, PT_MODEL_NO_GRADS = 2 };
+
 typedef struct {
     pt_model_config cfg;
     pt_backend *be;
@@ -117,19 +137,23 @@ typedef struct {
     size_t alloc_total; /* >= table.total: data parallelism pads for even shards */
     pt_model_view w, g;
     float *rope_cos, *rope_sin; /* (max_seq_len, head_dim/2) device memory */
-    /* Called during backward as soon as a layer's gradients are final (layer L-1 down to 0, then
-     * -1 for the embedding and other global tensors): data parallelism starts its bucket there. */
-    void (*on_grads_ready)(void *user, int layer);
-    void *hook_user;
+    pt_model_hooks hooks;
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);
-/* The same, with the buffers padded with zeros to at least alloc_total elements. */
-pt_status pt_model_init_padded(pt_model *m, const pt_model_config *cfg, pt_backend *be,
-                               size_t alloc_total);
+/* The same, with the buffers padded with zeros to at least alloc_total elements, leaving out the
+ * buffers named in flags (their views are then set with pt_model_point). */
+pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *be,
+                           size_t alloc_total, int flags);
 void pt_model_free(pt_model *m);
+/* Points the view of one unit's parameters (use = PT_USE_PARAMS) or gradients at buf, which holds
+ * the table's elements from offset buf_lo on; buf = NULL clears it. */
+void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo);
+static inline int pt_model_n_units(const pt_model *m) { return m->cfg.n_layers + 2; }
 /* Hugging Face's initialisation: matrices ~ N(0, init_std), norm weights 1. Deterministic. */
 void pt_model_init_weights(pt_model *m, uint64_t seed);
+/* The same into a host array of table.total elements. */
+void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host);
 void pt_model_zero_grads(pt_model *m);
 
 pt_acts *pt_acts_create(const pt_model *m, int B, int T);
@@ -143,7 +167,8 @@ void pt_acts_set_shape(pt_acts *a, int B, int T);
  * loss_scale · Σ token losses. Returns Σ token losses (double) and the count of valid targets. */
 double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
                         const int32_t *pos, float loss_scale, int64_t *n_valid);
-/* Backward of the last forward with targets on `a`: accumulates into m->grads. */
+/* Backward of the last forward with targets on `a` (which must follow it): accumulates into
+ * the gradients. */
 void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens);
 /* Logits (B, T, V) on the host, for generation and tests. */
 void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos,

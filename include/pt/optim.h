@@ -18,11 +18,13 @@ typedef struct {
 
 enum { PT_LR_CONSTANT = 0, PT_LR_COSINE, PT_LR_LINEAR };
 
-/* A range of the parameter buffer this optimizer owns: elements [lo, hi) of the parameters, whose
- * moments are stored at m + off, v + off. One range [0, total) without ZeRO; the rank's shard of
- * every bucket with ZeRO-1. */
+/* A range this optimizer owns: elements [lo, hi) of the table, whose parameters are at param,
+ * gradients at grad (device pointers to element lo: into the model's buffers, or into ZeRO's
+ * shards), moments at m + off, v + off. One range [0, total) without ZeRO; the rank's shard of
+ * every bucket with ZeRO. param = grad = NULL means the model's own buffers. */
 typedef struct {
     size_t lo, hi, off;
+    float *param, *grad;
 } pt_optim_range;
 
 typedef struct {
@@ -42,9 +44,10 @@ void pt_optim_free(pt_optim *o, const pt_model *model);
 /* Learning rate of step s (from 0): linear warmup to lr over warmup_steps, then constant, or a
  * cosine / linear decay to min_lr·lr at total_steps. */
 float pt_lr_at(const pt_optim_config *c, int64_t s);
-/* Global L2 norm of the gradients (sqrt of Σ over tensors of Σ g²). */
+/* Global L2 norm of the model's own gradient buffer (one process, no ZeRO). */
 double pt_grad_norm(const pt_model *model);
-/* Σ g² over the optimizer's ranges (the caller sums it over the ranks that share the model). */
+/* Σ g² over the optimizer's ranges, within the table (the caller sums it over the ranks that
+ * share the model; the square root of the sum is the global norm). */
 double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model);
 /* The factor torch.nn.utils.clip_grad_norm_ scales gradients by: max_norm / (norm + 1e-6) when
  * that is < 1, else 1 (and 1 when max_norm = 0, clipping off). */

@@ -49,11 +49,19 @@ typedef struct {
 
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg);
 void pt_trainer_free(pt_trainer *t);
-/* Host copies of the AdamW moments laid out like the table, gathered from the ranks that own
- * them (collective over the data-parallel group). Caller frees. */
-void pt_trainer_gather_moments(pt_trainer *t, float **m1, float **m2);
-/* Saves a checkpoint of the current step (collective; rank 0 writes). */
+/* The parameters from / into a host array of the whole table, wherever the layout keeps them
+ * (collective with ZeRO-3). */
+void pt_trainer_set_params(pt_trainer *t, const float *host);
+void pt_trainer_get_params(pt_trainer *t, float *host);
+/* Saves a checkpoint of the current step: every rank writes what it owns (collective). */
 pt_status pt_trainer_save(pt_trainer *t);
+/* Loads weights, optimizer state and counters of a checkpoint saved under any layout. */
+pt_status pt_trainer_load(pt_trainer *t, const char *dir);
+/* After training with ZeRO-3: gathers the whole model onto every rank so it runs without its
+ * group (generation). Collective. */
+void pt_trainer_unshard(pt_trainer *t);
+/* Bytes of model state per rank (parameters, gradients, optimizer; pooled buffers' peaks). */
+pt_dp_memory pt_trainer_memory(const pt_trainer *t);
 /* One optimizer step. */
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s);
 /* Steps until training.steps, logging and checkpointing as configured. */

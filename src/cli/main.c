@@ -11,6 +11,8 @@ static void pt_usage(FILE *f) {
             "commands:\n"
             "  train     train a model:  pentatron train [--config FILE] [--section.key=value ...]\n"
             "  generate  continue a prompt:  pentatron generate --checkpoint DIR --prompt TEXT\n"
+            "  export    a checkpoint (any layout) as a Hugging Face directory:\n"
+            "            pentatron export --checkpoint DIR --out DIR\n"
             "  prepare   tokenize text files into shards:  pentatron prepare --vocab DIR --out DIR FILE...\n"
             "\n"
             "`pentatron COMMAND --help` describes each; `pentatron train --help-config` lists every\n"
@@ -25,6 +27,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "train")) return pt_cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return pt_cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return pt_cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return pt_cmd_prepare(argc - 2, argv + 2);
     fprintf(stderr, "pentatron: unknown command \"%s\"\n\n", cmd);
     pt_usage(stderr);

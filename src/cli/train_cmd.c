@@ -81,7 +81,9 @@ int pt_cmd_train(int argc, char **argv) {
     pt_trainer t;
     pt_status st = pt_trainer_init(&t, &cfg);
     if (st == PT_OK) st = pt_trainer_run(&t);
-    if (st == PT_OK && rank == 0 && cfg.sample.prompt[0] && cfg.sample.max_new_tokens > 0) {
+    int sample = st == PT_OK && cfg.sample.prompt[0] && cfg.sample.max_new_tokens > 0;
+    if (sample) pt_trainer_unshard(&t); /* collective: ZeRO-3 gathers the model for rank 0 */
+    if (sample && rank == 0) {
         if (!cfg.sample.vocab[0])
             st = pt_errorf(PT_ERR_CONFIG, "sample.prompt needs sample.vocab (the BPE directory)");
         else {

@@ -121,6 +121,7 @@ static void pt_table_add(pt_param_table *t, int *cap, pt_param_kind kind, const 
     p->tp = tp;
     p->pp = pp;
     p->expert = -1;
+    p->unit = layer >= 0 ? layer + 1 : (kind == PT_KIND_EMBED ? 0 : -1); /* tail: set below */
     p->offset = t->total;
     t->total += p->numel;
 }
@@ -152,6 +153,8 @@ void pt_param_table_build(pt_param_table *t, const pt_model_config *c) {
     if (!c->tied_embeddings)
         pt_table_add(t, &cap, PT_KIND_HEAD, "lm_head.weight", -1, c->vocab_size, c->dim,
                      PT_TP_VOCAB, PT_PP_LAST);
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i].unit < 0) t->p[i].unit = c->n_layers + 1;
 }
 
 size_t pt_model_param_count(const pt_model_config *c) {
@@ -173,52 +176,58 @@ const pt_param *pt_param_find(const pt_param_table *t, const char *name) {
     return NULL;
 }
 
-/* Points a view at `base` (params or grads) using the table's offsets. */
-static void pt_make_view(pt_model_view *v, const pt_param_table *t, float *base, int n_layers,
-                         int tied) {
-    v->layers = pt_calloc((size_t)n_layers, sizeof *v->layers);
-    for (int i = 0; i < t->n; i++) {
-        const pt_param *p = &t->p[i];
-        float *ptr = base + p->offset;
-        pt_layer_view *lv = p->layer >= 0 ? &v->layers[p->layer] : NULL;
-        switch (p->kind) {
-        case PT_KIND_EMBED: v->embed = ptr; break;
-        case PT_KIND_FINAL_NORM: v->final_norm = ptr; break;
-        case PT_KIND_HEAD: v->head = ptr; break;
-        case PT_KIND_ATTN_NORM: lv->attn_norm = ptr; break;
-        case PT_KIND_WQ: lv->wqkv = ptr; break;
-        case PT_KIND_WK:
-        case PT_KIND_WV:
-            /* the fused projection needs q, k, v adjacent: the table builds them so */
-            PT_ASSERT(lv->wqkv != NULL);
-            break;
-        case PT_KIND_WO: lv->wo = ptr; break;
-        case PT_KIND_MLP_NORM: lv->mlp_norm = ptr; break;
-        case PT_KIND_WGATE: lv->wgu = ptr; break;
-        case PT_KIND_WUP: PT_ASSERT(lv->wgu != NULL); break;
-        case PT_KIND_WDOWN: lv->wdown = ptr; break;
-        default: PT_ASSERT(0);
-        }
+/* Points one tensor's entry of a view at ptr. */
+static void pt_view_set(pt_model_view *v, const pt_param *p, float *ptr, int tied) {
+    pt_layer_view *lv = p->layer >= 0 ? &v->layers[p->layer] : NULL;
+    switch (p->kind) {
+    case PT_KIND_EMBED:
+        v->embed = ptr;
+        if (tied) v->head = ptr;
+        break;
+    case PT_KIND_FINAL_NORM: v->final_norm = ptr; break;
+    case PT_KIND_HEAD: v->head = ptr; break;
+    case PT_KIND_ATTN_NORM: lv->attn_norm = ptr; break;
+    case PT_KIND_WQ: lv->wqkv = ptr; break;
+    case PT_KIND_WK:
+    case PT_KIND_WV: break; /* the fused projection: q, k, v are adjacent (the table builds them so) */
+    case PT_KIND_WO: lv->wo = ptr; break;
+    case PT_KIND_MLP_NORM: lv->mlp_norm = ptr; break;
+    case PT_KIND_WGATE: lv->wgu = ptr; break;
+    case PT_KIND_WUP: break; /* adjacent to gate */
+    case PT_KIND_WDOWN: lv->wdown = ptr; break;
+    default: PT_ASSERT(0);
     }
-    if (tied) v->head = v->embed;
+}
+
+void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo) {
+    pt_model_view *v = use == PT_USE_PARAMS ? &m->w : &m->g;
+    for (int i = 0; i < m->table.n; i++) {
+        const pt_param *p = &m->table.p[i];
+        if (p->unit != unit) continue;
+        pt_view_set(v, p, buf ? buf + (p->offset - buf_lo) : NULL, m->cfg.tied_embeddings);
+    }
 }
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be) {
-    return pt_model_init_padded(m, cfg, be, 0);
+    return pt_model_init_ex(m, cfg, be, 0, 0);
 }
 
-pt_status pt_model_init_padded(pt_model *m, const pt_model_config *cfg, pt_backend *be,
-                               size_t alloc_total) {
+pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *be,
+                           size_t alloc_total, int flags) {
     PT_TRY(pt_model_config_check(cfg));
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
     pt_param_table_build(&m->table, cfg);
     m->alloc_total = alloc_total > m->table.total ? alloc_total : m->table.total;
-    m->params = be->alloc(be, m->alloc_total * sizeof(float));
-    m->grads = be->alloc(be, m->alloc_total * sizeof(float));
-    pt_make_view(&m->w, &m->table, m->params, cfg->n_layers, cfg->tied_embeddings);
-    pt_make_view(&m->g, &m->table, m->grads, cfg->n_layers, cfg->tied_embeddings);
+    m->w.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->w.layers);
+    m->g.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->g.layers);
+    if (!(flags & PT_MODEL_NO_PARAMS)) m->params = be->alloc(be, m->alloc_total * sizeof(float));
+    if (!(flags & PT_MODEL_NO_GRADS)) m->grads = be->alloc(be, m->alloc_total * sizeof(float));
+    for (int u = 0; u < pt_model_n_units(m); u++) {
+        if (m->params) pt_model_point(m, u, PT_USE_PARAMS, m->params, 0);
+        if (m->grads) pt_model_point(m, u, PT_USE_GRADS, m->grads, 0);
+    }
 
     /* rotary tables in double, rounded once: angle = pos · theta^(−2i/hd) */
     int hd = pt_head_dim(cfg), half = hd / 2;
@@ -243,8 +252,8 @@ pt_status pt_model_init_padded(pt_model *m, const pt_model_config *cfg, pt_backe
 
 void pt_model_free(pt_model *m) {
     if (!m->be) return;
-    m->be->free(m->be, m->params);
-    m->be->free(m->be, m->grads);
+    if (m->params) m->be->free(m->be, m->params);
+    if (m->grads) m->be->free(m->be, m->grads);
     m->be->free(m->be, m->rope_cos);
     m->be->free(m->be, m->rope_sin);
     free(m->w.layers);
@@ -254,9 +263,16 @@ void pt_model_free(pt_model *m) {
 }
 
 void pt_model_init_weights(pt_model *m, uint64_t seed) {
+    PT_ASSERT(m->params != NULL);
+    float *host = pt_malloc(m->table.total * sizeof(float));
+    pt_model_init_weights_host(m, seed, host);
+    m->be->upload(m->be, m->params, host, m->table.total * sizeof(float));
+    free(host);
+}
+
+void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host) {
     /* RNG streams per tensor (seeded by seed and tensor index) so that a tensor's values do not
      * depend on which other tensors exist or which rank initialises it. */
-    float *host = pt_malloc(m->table.total * sizeof(float));
     for (int i = 0; i < m->table.n; i++) {
         const pt_param *p = &m->table.p[i];
         float *dst = host + p->offset;
@@ -274,12 +290,18 @@ void pt_model_init_weights(pt_model *m, uint64_t seed) {
             for (size_t j = blk << 20; j < end; j++) dst[j] = m->cfg.init_std * pt_rng_normal(&r);
         }
     }
-    m->be->upload(m->be, m->params, host, m->table.total * sizeof(float));
-    free(host);
 }
 
 void pt_model_zero_grads(pt_model *m) {
-    m->be->zero(m->be, m->grads, m->alloc_total * sizeof(float));
+    if (m->grads) m->be->zero(m->be, m->grads, m->alloc_total * sizeof(float));
+}
+
+static void pt_acquire(pt_model *m, int unit, int use, int backward) {
+    if (m->hooks.acquire) m->hooks.acquire(m->hooks.user, unit, use, backward);
+}
+
+static void pt_release(pt_model *m, int unit, int use, int backward) {
+    if (m->hooks.release) m->hooks.release(m->hooks.user, unit, use, backward);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -401,9 +423,12 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     pt_attn_shape as = pt_attn_shape_for(m, a);
 
     /* tokens (N) -> x (N,C) */
+    pt_acquire(m, 0, PT_USE_PARAMS, 0);
     be->embedding_forward(be, c->n_layers ? a->layers[0].x : a->xout, tokens, m->w.embed, N, C, 0,
                           c->vocab_size);
+    if (!c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0); /* tied: the head needs it */
     for (int l = 0; l < c->n_layers; l++) {
+        pt_acquire(m, l + 1, PT_USE_PARAMS, 0);
         pt_layer_acts *la = &a->layers[l];
         const pt_layer_view *w = &m->w.layers[l];
         float *xnext = l + 1 < c->n_layers ? a->layers[l + 1].x : a->xout;
@@ -426,7 +451,9 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
         /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
         be->copy(be, xnext, la->xmid, (size_t)N * C * sizeof(float));
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, F, 1.0f, la->h, F, w->wdown, F, 1.0f, xnext, C);
+        pt_release(m, l + 1, PT_USE_PARAMS, 0);
     }
+    pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
     be->rmsnorm_forward(be, a->xf, a->rstdf, a->xout, m->w.final_norm, N, C, c->norm_eps);
 }
 
@@ -444,7 +471,9 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
      * dxf (n,C) = dlogits · Head; dHead (V,C) += dlogitsᵀ · xf. */
     double loss = 0.0;
     int64_t valid = 0;
-    int HR = a->head_rows;
+    int HR = a->head_rows, tail = c->n_layers + 1;
+    pt_acquire(m, tail, PT_USE_GRADS, 0);
+    if (c->tied_embeddings) pt_acquire(m, 0, PT_USE_GRADS, 0);
     int32_t *tg = pt_malloc((size_t)HR * sizeof *tg);
     float *host_losses = pt_malloc((size_t)HR * sizeof *host_losses);
     for (int r0 = 0; r0 < N; r0 += HR) {
@@ -464,6 +493,8 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
     }
     free(tg);
     free(host_losses);
+    if (c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
+    /* the tail's parameters stay for the final norm's backward */
     if (n_valid) *n_valid = valid;
     return loss;
 }
@@ -481,7 +512,9 @@ void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
     be->zero(be, a->dx, NC);
     be->rmsnorm_backward(be, a->dx, m->g.final_norm, a->dxf, a->xout, m->w.final_norm, a->rstdf, N,
                          C);
+    pt_release(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     for (int l = c->n_layers - 1; l >= 0; l--) {
+        pt_acquire(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
         pt_layer_acts *la = &a->layers[l];
         const pt_layer_view *w = &m->w.layers[l];
         const pt_layer_view *g = &m->g.layers[l];
@@ -509,10 +542,11 @@ void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
         be->gemm(be, PT_TRANS, PT_NO_TRANS, qkv, C, N, 1.0f, a->dqkv, qkv, la->xn1, C, 1.0f, g->wqkv,
                  C);
         be->rmsnorm_backward(be, a->dx, g->attn_norm, a->dxn, la->x, w->attn_norm, la->rstd1, N, C);
-        if (m->on_grads_ready) m->on_grads_ready(m->hook_user, l);
+        pt_release(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     }
+    pt_acquire(m, 0, PT_USE_GRADS, 1);
     be->embedding_backward(be, m->g.embed, tokens, a->dx, N, C, 0, c->vocab_size);
-    if (m->on_grads_ready) m->on_grads_ready(m->hook_user, -1);
+    pt_release(m, 0, PT_USE_GRADS, 1);
 }
 
 void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos,
@@ -528,6 +562,8 @@ void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32
                  0.0f, a->logits, V);
         be->download(be, host_logits + (size_t)r0 * V, a->logits, (size_t)n * V * sizeof(float));
     }
+    pt_release(m, c->n_layers + 1, PT_USE_PARAMS, 0);
+    if (c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
 }
 
 double pt_model_flops_per_token(const pt_model_config *c, int T) {

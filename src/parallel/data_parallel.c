@@ -1,4 +1,4 @@
-/* data_parallel.c: bucketed, overlapped gradient reduction and ZeRO-1 (see data_parallel.h). */
+/* data_parallel.c: bucketed, overlapped gradient reduction and ZeRO-1/2/3 (see data_parallel.h). */
 #include "pt/data_parallel.h"
 
 #include <math.h>
@@ -6,124 +6,365 @@
 #include <string.h>
 
 size_t pt_dp_padded_total(size_t total, int group_size, int zero) {
-    if (zero == 0 || group_size <= 1) return total;
+    if (zero != 1 || group_size <= 1) return total;
     size_t g = (size_t)group_size;
     return (total + g - 1) / g * g;
 }
 
+int pt_dp_model_flags(int zero) {
+    if (zero >= 3) return PT_MODEL_NO_PARAMS | PT_MODEL_NO_GRADS;
+    if (zero == 2) return PT_MODEL_NO_GRADS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the pool of bucket-sized buffers (zero ≥ 2) */
+
+static float *pt_pool_get(pt_dp *d, int *live, int *peak) {
+    float *buf = d->pool_n ? d->pool[--d->pool_n]
+                           : d->model->be->alloc(d->model->be, d->buf_elems * sizeof(float));
+    if (++*live > *peak) *peak = *live;
+    return buf;
+}
+
+static void pt_pool_put(pt_dp *d, float *buf, int *live) {
+    if (d->pool_n == d->pool_cap) {
+        d->pool_cap = d->pool_cap ? 2 * d->pool_cap : 8;
+        d->pool = realloc(d->pool, (size_t)d->pool_cap * sizeof *d->pool);
+        PT_ASSERT(d->pool != NULL);
+    }
+    d->pool[d->pool_n++] = buf;
+    --*live;
+}
+
+/* This rank's slice of a bucket: [own_lo, own_hi) of the table, possibly empty. */
+static size_t pt_own_lo(const pt_dp *d, const pt_dp_bucket *b) {
+    return b->lo + (size_t)d->comm->rank * b->shard;
+}
+static size_t pt_own_len(const pt_dp *d, const pt_dp_bucket *b) {
+    size_t lo = pt_own_lo(d, b);
+    if (lo >= b->hi) return 0;
+    return b->hi - lo < b->shard ? b->hi - lo : b->shard;
+}
+
+static void pt_point_bucket(pt_dp *d, const pt_dp_bucket *b, int use, float *buf) {
+    for (int u = b->u0; u <= b->u1; u++) pt_model_point(d->model, u, use, buf, b->lo);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* gradient reduction */
+
 static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
-    float *g = d->model->grads;
     if (d->zero == 0) {
+        float *g = d->model->grads;
         b->req = d->comm->iallreduce(d->comm, g + b->lo, b->hi - b->lo, PT_DTYPE_F32);
-    } else {
+    } else if (d->zero == 1) {
         /* in place: the rank's reduced slice lands at the start of the bucket; moved afterwards */
-        b->req = d->comm->ireduce_scatter(d->comm, NULL, g + b->lo, b->shard, PT_DTYPE_F32);
+        b->req = d->comm->ireduce_scatter(d->comm, NULL, d->model->grads + b->lo, b->shard,
+                                          PT_DTYPE_F32);
+    } else {
+        b->req = d->comm->ireduce_scatter(d->comm, NULL, b->gbuf, b->shard, PT_DTYPE_F32);
     }
     b->started = 1;
 }
 
-/* The model's hook: everything at offsets >= frontier is final. */
-static void pt_dp_on_ready(void *user, int layer) {
-    pt_dp *d = user;
-    size_t frontier = layer >= 0 ? d->layer_start[layer] : 0;
-    for (int i = 0; i < d->n_buckets; i++) {
-        pt_dp_bucket *b = &d->b[i];
-        if (!b->started && b->lo >= frontier) pt_dp_start(d, b);
-    }
-    /* MPI progresses nonblocking collectives only inside MPI calls: poke it between layers */
-    for (int i = 0; i < d->n_buckets; i++)
-        if (d->b[i].req && d->comm->test(d->comm, d->b[i].req)) d->b[i].req = NULL;
+/* A reduction is complete: with zero ≥ 2 the slice joins the shard and the buffer goes back. */
+static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
+    b->req = NULL;
+    if (d->zero < 2) return;
+    pt_backend *be = d->model->be;
+    be->add(be, d->gshard + b->sh_off, b->gbuf, b->shard);
+    pt_point_bucket(d, b, PT_USE_GRADS, NULL);
+    pt_pool_put(d, b->gbuf, &d->live_g);
+    b->gbuf = NULL;
 }
 
-pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb) {
+/* MPI progresses nonblocking collectives only inside MPI calls: poke them between layers. */
+static void pt_dp_poll(pt_dp *d) {
+    for (int i = 0; i < d->n_buckets; i++) {
+        pt_dp_bucket *b = &d->b[i];
+        if (b->req && d->comm->test(d->comm, b->req)) pt_dp_done(d, b);
+        if (b->preq && d->comm->test(d->comm, b->preq)) b->preq = NULL;
+    }
+}
+
+static int pt_bucket_final(const pt_dp *d, const pt_dp_bucket *b) {
+    for (int u = b->u0; u <= b->u1; u++)
+        if (!d->unit_final[u]) return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* parameter gathers (zero = 3) */
+
+static void pt_gather_start(pt_dp *d, pt_dp_bucket *b) {
+    if (b->pbuf) return;
+    b->pbuf = pt_pool_get(d, &d->live_p, &d->peak_p);
+    b->preq = d->comm->iallgather(d->comm, d->pshard + b->sh_off, b->pbuf, b->shard, PT_DTYPE_F32);
+}
+
+/* The unit whose parameters the model asks for after `unit` (see pt_model_hooks): forward goes
+ * up to the tail, then backward comes down from the last layer to the first. */
+static int pt_next_unit(const pt_dp *d, int unit, int backward) {
+    int L = d->model->cfg.n_layers;
+    if (!backward) return unit <= L ? unit + 1 : L;
+    return unit > 1 && unit <= L ? unit - 1 : -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the model's hooks */
+
+/* Gradient buffers in use at once with ZeRO-2/3: the tied embedding's (held through the pass),
+ * the one being written, and reductions in flight. Past this, a new buffer waits for the oldest
+ * reduction, so the gradients never approach the full buffer however slow the network. */
+#define PT_DP_MAX_GBUFS 4
+
+static void pt_dp_acquire(void *user, int unit, int use, int backward) {
+    pt_dp *d = user;
+    if (d->zero >= 2 && (use & PT_USE_GRADS)) {
+        pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
+        for (int i = 0; !b->gbuf && d->live_g >= PT_DP_MAX_GBUFS && i < d->n_buckets; i++)
+            if (d->b[i].req) {
+                pt_comm_wait(d->comm, d->b[i].req);
+                pt_dp_done(d, &d->b[i]);
+            }
+        if (!b->gbuf) {
+            b->gbuf = pt_pool_get(d, &d->live_g, &d->peak_g);
+            d->model->be->zero(d->model->be, b->gbuf, b->shard * (size_t)d->comm->size * sizeof(float));
+            pt_point_bucket(d, b, PT_USE_GRADS, b->gbuf);
+        }
+    }
+    if (d->zero == 3 && (use & PT_USE_PARAMS)) {
+        pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
+        pt_gather_start(d, b);
+        if (b->preq) {
+            pt_comm_wait(d->comm, b->preq);
+            b->preq = NULL;
+        }
+        pt_point_bucket(d, b, PT_USE_PARAMS, b->pbuf);
+        int next = pt_next_unit(d, unit, backward);
+        if (next >= 0) pt_gather_start(d, &d->b[d->unit_bucket[next]]);
+    }
+    pt_dp_poll(d);
+}
+
+static void pt_dp_release(void *user, int unit, int use, int backward) {
+    (void)backward;
+    pt_dp *d = user;
+    if (d->zero == 3 && (use & PT_USE_PARAMS)) {
+        pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
+        if (b->pbuf && !b->preq) {
+            pt_point_bucket(d, b, PT_USE_PARAMS, NULL);
+            pt_pool_put(d, b->pbuf, &d->live_p);
+            b->pbuf = NULL;
+        }
+    }
+    if ((use & PT_USE_GRADS) && d->armed) {
+        d->unit_final[unit] = 1;
+        if (d->overlap)
+            for (int i = 0; i < d->n_buckets; i++) {
+                pt_dp_bucket *b = &d->b[i];
+                if (!b->started && pt_bucket_final(d, b)) pt_dp_start(d, b);
+            }
+    }
+    pt_dp_poll(d);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void pt_dp_add_bucket(pt_dp *d, size_t lo, size_t hi) {
+    int N = d->comm->size;
+    pt_dp_bucket *b = &d->b[d->n_buckets++];
+    memset(b, 0, sizeof *b);
+    b->lo = lo;
+    b->hi = hi;
+    b->shard = d->zero ? (hi - lo + (size_t)N - 1) / (size_t)N : hi - lo;
+    int n_units = pt_model_n_units(d->model);
+    b->u0 = n_units;
+    b->u1 = -1;
+    for (int u = 0; u < n_units; u++)
+        if (d->unit_lo[u] < hi && d->unit_hi[u] > lo) {
+            if (u < b->u0) b->u0 = u;
+            b->u1 = u;
+        }
+}
+
+pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
+                     int overlap) {
     memset(d, 0, sizeof *d);
-    if (zero < 0 || zero > 1)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: stages 0 and 1 are available", zero);
+    if (zero < 0 || zero > 3)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", zero);
     if (!(bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
     d->comm = comm;
     d->model = model;
     d->zero = zero;
-    int N = comm->size;
-    size_t total = pt_dp_padded_total(model->table.total, N, zero);
-    d->padded_total = total;
-    size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
-    size_t unit = zero ? (size_t)N : 1;
-    if (want < unit) want = unit;
-    want = want / unit * unit;
-    d->n_buckets = (int)((total + want - 1) / want);
-    d->b = pt_calloc((size_t)d->n_buckets, sizeof *d->b);
-    size_t hi = total;
-    for (int i = 0; i < d->n_buckets; i++) {
-        size_t lo = hi > want ? hi - want : 0;
-        d->b[i].lo = lo;
-        d->b[i].hi = hi;
-        d->b[i].shard = (hi - lo) / unit;
-        hi = lo;
-    }
-    d->layer_start = pt_calloc((size_t)(model->cfg.n_layers ? model->cfg.n_layers : 1), sizeof(size_t));
-    for (int i = model->table.n - 1; i >= 0; i--) {
+    d->overlap = overlap;
+    int N = comm->size, n_units = pt_model_n_units(model);
+    d->unit_lo = pt_calloc((size_t)n_units, sizeof *d->unit_lo);
+    d->unit_hi = pt_calloc((size_t)n_units, sizeof *d->unit_hi);
+    d->unit_final = pt_calloc((size_t)n_units, 1);
+    d->unit_bucket = pt_calloc((size_t)n_units, sizeof *d->unit_bucket);
+    for (int u = 0; u < n_units; u++) d->unit_lo[u] = (size_t)-1;
+    for (int i = 0; i < model->table.n; i++) {
         const pt_param *p = &model->table.p[i];
-        if (p->layer >= 0) d->layer_start[p->layer] = p->offset;
+        if (p->offset < d->unit_lo[p->unit]) d->unit_lo[p->unit] = p->offset;
+        if (p->offset + p->numel > d->unit_hi[p->unit]) d->unit_hi[p->unit] = p->offset + p->numel;
     }
+    size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
+    if (zero <= 1) {
+        /* flat buckets from the end, multiples of N with ZeRO-1 (the buffer is padded to one) */
+        size_t total = model->alloc_total, unit = zero ? (size_t)N : 1;
+        if (want < unit) want = unit;
+        want = want / unit * unit;
+        d->b = pt_calloc((total + want - 1) / want + 1, sizeof *d->b);
+        for (size_t hi = total; hi > 0;) {
+            size_t lo = hi > want ? hi - want : 0;
+            pt_dp_add_bucket(d, lo, hi);
+            hi = lo;
+        }
+    } else {
+        d->b = pt_calloc((size_t)n_units, sizeof *d->b);
+        /* whole units from the end: merged up to the bucket size with ZeRO-2, one each with 3 */
+        for (int u = n_units - 1; u >= 0;) {
+            int u_first = u;
+            while (zero == 2 && u_first > 0 &&
+                   d->unit_hi[u] - d->unit_lo[u_first - 1] <= want)
+                u_first--;
+            for (int k = u_first; k <= u; k++) d->unit_bucket[k] = d->n_buckets;
+            pt_dp_add_bucket(d, d->unit_lo[u_first], d->unit_hi[u]);
+            u = u_first - 1;
+        }
+        for (int i = d->n_buckets - 1; i >= 0; i--) {
+            pt_dp_bucket *b = &d->b[i];
+            b->sh_off = d->n_shard;
+            d->n_shard += b->shard;
+            if (b->shard * (size_t)N > d->buf_elems) d->buf_elems = b->shard * (size_t)N;
+        }
+        pt_backend *be = model->be;
+        d->gshard = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(float));
+        if (zero == 3) {
+            d->pshard = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(float));
+            be->zero(be, d->pshard, (d->n_shard ? d->n_shard : 1) * sizeof(float));
+        }
+    }
+    model->hooks.acquire = pt_dp_acquire;
+    model->hooks.release = pt_dp_release;
+    model->hooks.user = d;
     return PT_OK;
 }
 
 void pt_dp_free(pt_dp *d) {
+    pt_backend *be = d->model ? d->model->be : NULL;
+    if (d->model) memset(&d->model->hooks, 0, sizeof d->model->hooks);
+    for (int i = 0; i < d->n_buckets; i++) {
+        if (d->b[i].gbuf) be->free(be, d->b[i].gbuf);
+        if (d->b[i].pbuf) be->free(be, d->b[i].pbuf);
+    }
+    for (int i = 0; i < d->pool_n; i++) be->free(be, d->pool[i]);
+    if (d->gshard) be->free(be, d->gshard);
+    if (d->pshard) be->free(be, d->pshard);
+    free(d->pool);
     free(d->b);
-    free(d->layer_start);
+    free(d->unit_lo);
+    free(d->unit_hi);
+    free(d->unit_final);
+    free(d->unit_bucket);
     memset(d, 0, sizeof *d);
 }
 
 pt_optim_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
     if (d->zero == 0 || d->comm->size == 1) {
-        pt_optim_range *r = pt_malloc(sizeof *r);
-        r->lo = 0;
+        pt_optim_range *r = pt_calloc(1, sizeof *r);
         r->hi = d->model->table.total;
-        r->off = 0;
         *n = 1;
         return r;
     }
-    pt_optim_range *r = pt_malloc((size_t)d->n_buckets * sizeof *r);
+    pt_optim_range *r = pt_calloc((size_t)d->n_buckets, sizeof *r);
     int k = 0;
-    /* ascending offsets so that the optimizer's moments follow the buffer's order */
+    /* ascending offsets so that the optimizer's moments follow the table's order */
     for (int i = d->n_buckets - 1; i >= 0; i--) {
         const pt_dp_bucket *b = &d->b[i];
-        r[k].lo = b->lo + (size_t)d->comm->rank * b->shard;
-        r[k].hi = r[k].lo + b->shard;
-        r[k].off = 0;
+        r[k].lo = pt_own_lo(d, b);
+        if (d->zero == 1) {
+            r[k].hi = r[k].lo + b->shard; /* model buffers, padded: may run past the table */
+        } else {
+            size_t len = pt_own_len(d, b);
+            if (len == 0) continue;
+            r[k].hi = r[k].lo + len;
+            r[k].grad = d->gshard + b->sh_off;
+            r[k].param = d->zero == 3 ? d->pshard + b->sh_off : d->model->params + r[k].lo;
+        }
         k++;
     }
     *n = k;
     return r;
 }
 
-void pt_dp_arm(pt_dp *d) {
+void pt_dp_set_params(pt_dp *d, const float *host) {
+    pt_backend *be = d->model->be;
+    if (d->zero < 3) {
+        be->upload(be, d->model->params, host, d->model->table.total * sizeof(float));
+        return;
+    }
+    for (int i = 0; i < d->n_buckets; i++) {
+        const pt_dp_bucket *b = &d->b[i];
+        size_t len = pt_own_len(d, b);
+        if (len) be->upload(be, d->pshard + b->sh_off, host + pt_own_lo(d, b), len * sizeof(float));
+    }
+}
+
+void pt_dp_get_params(pt_dp *d, float *host) {
+    pt_backend *be = d->model->be;
+    if (d->zero < 3) {
+        be->download(be, host, d->model->params, d->model->table.total * sizeof(float));
+        return;
+    }
+    float *buf = pt_pool_get(d, &d->live_p, &d->peak_p);
+    for (int i = 0; i < d->n_buckets; i++) {
+        const pt_dp_bucket *b = &d->b[i];
+        pt_allgather(d->comm, d->pshard + b->sh_off, buf, b->shard, PT_DTYPE_F32);
+        be->download(be, host + b->lo, buf, (b->hi - b->lo) * sizeof(float));
+    }
+    pt_pool_put(d, buf, &d->live_p);
+}
+
+void pt_dp_begin_step(pt_dp *d) {
+    pt_backend *be = d->model->be;
+    if (d->zero >= 2)
+        be->zero(be, d->gshard, (d->n_shard ? d->n_shard : 1) * sizeof(float));
+    else
+        pt_model_zero_grads(d->model);
+}
+
+void pt_dp_begin_micro(pt_dp *d, int last) {
     for (int i = 0; i < d->n_buckets; i++) {
         d->b[i].started = 0;
         d->b[i].req = NULL;
     }
-    if (d->comm->size > 1) {
-        d->model->on_grads_ready = pt_dp_on_ready;
-        d->model->hook_user = d;
-    }
+    memset(d->unit_final, 0, (size_t)pt_model_n_units(d->model));
+    /* stages 0 and 1 accumulate the full gradient locally and reduce it once */
+    d->armed = d->comm->size > 1 && (d->zero >= 2 || last);
 }
 
-void pt_dp_finish_grads(pt_dp *d) {
-    d->model->on_grads_ready = NULL;
-    if (d->comm->size == 1) return;
+void pt_dp_end_micro(pt_dp *d, int last) {
+    if (!d->armed) return;
+    d->armed = 0;
     double t0 = pt_now();
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].started) pt_dp_start(d, &d->b[i]);
     for (int i = 0; i < d->n_buckets; i++) {
-        pt_comm_wait(d->comm, d->b[i].req);
-        d->b[i].req = NULL;
-        d->b[i].started = 0;
+        pt_dp_bucket *b = &d->b[i];
+        if (b->req) {
+            pt_comm_wait(d->comm, b->req);
+            pt_dp_done(d, b);
+        }
+        b->started = 0;
     }
-    if (d->zero >= 1) {
+    if (d->zero == 1 && last) {
         float *g = d->model->grads;
         for (int i = 0; i < d->n_buckets; i++) {
             const pt_dp_bucket *b = &d->b[i];
-            size_t own = b->lo + (size_t)d->comm->rank * b->shard;
+            size_t own = pt_own_lo(d, b);
             if (own != b->lo) memmove(g + own, g + b->lo, b->shard * sizeof(float));
         }
     }
@@ -131,15 +372,52 @@ void pt_dp_finish_grads(pt_dp *d) {
 }
 
 void pt_dp_gather_params(pt_dp *d) {
-    if (d->zero == 0 || d->comm->size == 1) return;
-    float *p = d->model->params;
-    for (int i = 0; i < d->n_buckets; i++) {
-        pt_dp_bucket *b = &d->b[i];
+    if (d->comm->size == 1) return;
+    if (d->zero == 1) {
+        float *p = d->model->params;
         /* in place: each rank's slice already sits at its place in the bucket */
-        b->req = d->comm->iallgather(d->comm, NULL, p + b->lo, b->shard, PT_DTYPE_F32);
+        for (int i = 0; i < d->n_buckets; i++) {
+            pt_dp_bucket *b = &d->b[i];
+            b->req = d->comm->iallgather(d->comm, NULL, p + b->lo, b->shard, PT_DTYPE_F32);
+        }
+        for (int i = 0; i < d->n_buckets; i++) {
+            pt_comm_wait(d->comm, d->b[i].req);
+            d->b[i].req = NULL;
+        }
+    } else if (d->zero == 2) {
+        /* buckets are not padded in the model's buffer: gather each through a pooled buffer, two
+         * in flight */
+        pt_backend *be = d->model->be;
+        float *p = d->model->params;
+        int r = d->comm->rank;
+        for (int i = 0; i <= d->n_buckets; i++) {
+            if (i < d->n_buckets) {
+                pt_dp_bucket *b = &d->b[i];
+                b->pbuf = pt_pool_get(d, &d->live_p, &d->peak_p);
+                size_t len = pt_own_len(d, b);
+                if (len) be->copy(be, b->pbuf + (size_t)r * b->shard, p + pt_own_lo(d, b), len * sizeof(float));
+                b->preq = d->comm->iallgather(d->comm, NULL, b->pbuf, b->shard, PT_DTYPE_F32);
+            }
+            if (i > 0) {
+                pt_dp_bucket *b = &d->b[i - 1];
+                pt_comm_wait(d->comm, b->preq);
+                b->preq = NULL;
+                be->copy(be, p + b->lo, b->pbuf, (b->hi - b->lo) * sizeof(float));
+                pt_pool_put(d, b->pbuf, &d->live_p);
+                b->pbuf = NULL;
+            }
+        }
     }
-    for (int i = 0; i < d->n_buckets; i++) {
-        pt_comm_wait(d->comm, d->b[i].req);
-        d->b[i].req = NULL;
-    }
+}
+
+pt_dp_memory pt_dp_memory_bytes(const pt_dp *d, size_t optim_elems) {
+    pt_dp_memory m = {0};
+    size_t full = d->model->alloc_total * sizeof(float), shard = d->n_shard * sizeof(float);
+    size_t buf = d->buf_elems * sizeof(float);
+    m.params = d->zero == 3 ? shard : full;
+    m.grads = d->zero >= 2 ? shard : full;
+    m.optim = 2 * optim_elems * sizeof(float);
+    m.params_transient = (size_t)d->peak_p * buf;
+    m.grads_transient = (size_t)d->peak_g * buf;
+    return m;
 }

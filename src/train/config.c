@@ -80,7 +80,8 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("parallel.ep", PT_CFG_INT, parallel.ep, "1", NULL,
          "expert-parallel degree (divides dp·cp; reuses those ranks)"),
     PT_K("parallel.zero", PT_CFG_INT, parallel.zero, "0", NULL,
-         "ZeRO stage over the data-parallel group: 0 (replicated) or 1 (optimizer state sharded)"),
+         "ZeRO stage over the data-parallel group: 0 replicated, 1 optimizer state sharded, 2 "
+         "gradients too, 3 parameters too (gathered layer by layer)"),
     PT_K("parallel.bucket_mb", PT_CFG_FLOAT, parallel.bucket_mb, "25", NULL,
          "gradient bucket size in MiB; each bucket is reduced as soon as backward finishes it"),
     PT_K("parallel.overlap", PT_CFG_BOOL, parallel.overlap, "true", NULL,
@@ -97,6 +98,8 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "resume from \"latest\" (in checkpoint.dir) or a checkpoint directory"),
     PT_K("logging.metrics", PT_CFG_STR, logging.metrics, "", NULL,
          "append one JSON object per step to this file"),
+    PT_K("logging.comm_every", PT_CFG_INT64, logging.comm_every, "1", NULL,
+         "every n steps, the metrics add this rank's communication and memory over those steps"),
     PT_K("logging.progress", PT_CFG_BOOL, logging.progress, "true", NULL,
          "between logged steps, a progress line updated in place (terminal only)"),
     PT_K("logging.every", PT_CFG_INT64, logging.every, "1", NULL, "print every n steps"),
@@ -319,9 +322,8 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG,
                          "parallel.tp/pp/cp/ep > 1: only data parallelism is available in this "
                          "version (tp=%d pp=%d cp=%d ep=%d)", p->tp, p->pp, p->cp, p->ep);
-    if (p->zero < 0 || p->zero > 1)
-        return pt_errorf(PT_ERR_CONFIG,
-                         "parallel.zero = %d: stages 0 and 1 are available in this version", p->zero);
+    if (p->zero < 0 || p->zero > 3)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);
     if (!(p->bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
     if (!(p->timeout_s >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.timeout_s must be >= 0");
     if (c->checkpoint.every < 0) return pt_errorf(PT_ERR_CONFIG, "checkpoint.every must be >= 0");
@@ -329,6 +331,7 @@ pt_status pt_config_validate(const pt_config *c) {
     if (c->checkpoint.resume[0] && !c->checkpoint.dir[0] && !strcmp(c->checkpoint.resume, "latest"))
         return pt_errorf(PT_ERR_CONFIG, "checkpoint.resume = latest needs checkpoint.dir");
     if (c->logging.every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.every must be >= 1");
+    if (c->logging.comm_every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.comm_every must be >= 1");
     if (c->sample.max_new_tokens < 0)
         return pt_errorf(PT_ERR_CONFIG, "sample.max_new_tokens must be >= 0");
     if (!(c->sample.temperature >= 0))

@@ -7,7 +7,7 @@
 void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *model,
                    const pt_optim_range *ranges, int n_ranges) {
     o->cfg = *cfg;
-    pt_optim_range whole = {0, model->table.total, 0};
+    pt_optim_range whole = {0, model->table.total, 0, NULL, NULL};
     if (!ranges) {
         ranges = &whole;
         n_ranges = 1;
@@ -18,6 +18,10 @@ void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *mode
     for (int i = 0; i < n_ranges; i++) {
         o->ranges[i] = ranges[i];
         o->ranges[i].off = o->n;
+        if (!o->ranges[i].param) {
+            o->ranges[i].param = model->params + ranges[i].lo;
+            o->ranges[i].grad = model->grads + ranges[i].lo;
+        }
         o->n += ranges[i].hi - ranges[i].lo;
     }
     o->m = model->be->alloc(model->be, (o->n ? o->n : 1) * sizeof(float));
@@ -47,13 +51,7 @@ float pt_lr_at(const pt_optim_config *c, int64_t s) {
 }
 
 double pt_grad_norm(const pt_model *model) {
-    pt_backend *be = model->be;
-    double ss = 0;
-    for (int i = 0; i < model->table.n; i++) {
-        const pt_param *p = &model->table.p[i];
-        ss += be->sumsq(be, model->grads + p->offset, p->numel);
-    }
-    return sqrt(ss);
+    return sqrt(model->be->sumsq(model->be, model->grads, model->table.total));
 }
 
 double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model) {
@@ -62,7 +60,7 @@ double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model) {
     for (int r = 0; r < o->n_ranges; r++) {
         size_t lo = o->ranges[r].lo, hi = o->ranges[r].hi;
         if (hi > model->table.total) hi = model->table.total; /* padding past the table */
-        if (hi > lo) ss += be->sumsq(be, model->grads + lo, hi - lo);
+        if (hi > lo) ss += be->sumsq(be, o->ranges[r].grad, hi - lo);
     }
     return ss;
 }
@@ -86,8 +84,8 @@ void pt_optim_step(pt_optim *o, pt_model *model, float lr, float grad_scale) {
             size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
             if (hi <= lo) continue;
             float wd = p->decay ? o->cfg.weight_decay : 0.0f;
-            size_t moff = rg->off + (lo - rg->lo);
-            be->adamw(be, model->params + lo, model->grads + lo, o->m + moff, o->v + moff, hi - lo,
+            size_t at = lo - rg->lo, moff = rg->off + at;
+            be->adamw(be, rg->param + at, rg->grad + at, o->m + moff, o->v + moff, hi - lo,
                       lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->step, grad_scale);
         }
     }

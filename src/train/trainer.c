@@ -101,14 +101,26 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                 (long long)t->data.n_rows, cfg->training.seq_len);
 
     int zero = t->dp_size > 1 ? cfg->parallel.zero : 0;
-    PT_TRY(pt_model_init_padded(&t->model, &cfg->model, t->be,
-                                pt_dp_padded_total(pt_model_param_count(&cfg->model), t->dp_size, zero)));
+    if (cfg->parallel.zero > 0 && t->dp_size == 1)
+        pt_log_info("parallel.zero = %d with dp = 1: one rank holds every shard (same as ZeRO-0)",
+                    cfg->parallel.zero);
+    size_t total = pt_model_param_count(&cfg->model);
+    PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, pt_dp_padded_total(total, t->dp_size, zero),
+                            pt_dp_model_flags(zero)));
+    if (t->dpc)
+        PT_TRY(pt_dp_init(&t->dp, t->dpc, &t->model, zero, cfg->parallel.bucket_mb,
+                          cfg->parallel.overlap));
+    float *host = pt_malloc(total * sizeof(float));
+    pt_status st = PT_OK;
     if (cfg->init_from[0]) {
-        PT_TRY(pt_ckpt_load_weights(cfg->init_from, &t->model));
-        pt_log_info("weights: loaded from %s", cfg->init_from);
+        st = pt_ckpt_load_weights_host(cfg->init_from, &t->model, host);
+        if (st == PT_OK) pt_log_info("weights: loaded from %s", cfg->init_from);
     } else {
-        pt_model_init_weights(&t->model, cfg->training.seed);
+        pt_model_init_weights_host(&t->model, cfg->training.seed, host);
     }
+    if (st == PT_OK) pt_trainer_set_params(t, host);
+    free(host);
+    PT_TRY(st);
     pt_optim_config oc = {
         .lr = cfg->optimizer.lr,
         .beta1 = cfg->optimizer.beta1,
@@ -122,11 +134,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         .min_lr = cfg->optimizer.min_lr,
     };
     int n_ranges = 1;
-    pt_optim_range *ranges = NULL;
-    if (t->dpc) {
-        PT_TRY(pt_dp_init(&t->dp, t->dpc, &t->model, zero, cfg->parallel.bucket_mb));
-        ranges = pt_dp_owned_ranges(&t->dp, &n_ranges);
-    }
+    pt_optim_range *ranges = t->dpc ? pt_dp_owned_ranges(&t->dp, &n_ranges) : NULL;
     pt_optim_init(&t->opt, &oc, &t->model, ranges, n_ranges);
     free(ranges);
 
@@ -138,20 +146,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
             snprintf(dir, sizeof dir, "%s", cfg->checkpoint.resume);
         }
         if (dir[0]) {
-            /* every rank reads the whole state and keeps the ranges it owns */
-            size_t n = t->model.table.total;
-            float *h1 = pt_malloc(n * sizeof(float)), *h2 = pt_malloc(n * sizeof(float));
-            pt_status st = pt_ckpt_load_state(dir, &t->model, h1, h2, &t->opt.step, &t->step);
-            for (int r = 0; r < t->opt.n_ranges && st == PT_OK; r++) {
-                const pt_optim_range *rg = &t->opt.ranges[r];
-                size_t hi = rg->hi < n ? rg->hi : n;
-                if (hi <= rg->lo) continue;
-                t->be->upload(t->be, t->opt.m + rg->off, h1 + rg->lo, (hi - rg->lo) * sizeof(float));
-                t->be->upload(t->be, t->opt.v + rg->off, h2 + rg->lo, (hi - rg->lo) * sizeof(float));
-            }
-            free(h1);
-            free(h2);
-            PT_TRY(st);
+            PT_TRY(pt_trainer_load(t, dir));
             pt_log_info("resumed from %s at step %lld", dir, (long long)t->step);
         } else {
             pt_log_info("no checkpoint in %s: starting from scratch", cfg->checkpoint.dir);
@@ -186,17 +181,80 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     if (t->mesh)
         pt_log_info("layout: %d ranks, dp %d, ZeRO-%d, %d gradient buckets", t->mesh->world_size,
                     t->dp_size, zero, t->dpc ? t->dp.n_buckets : 0);
+    pt_dp_memory mem = pt_trainer_memory(t);
     pt_log_info("memory per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer %.3f MiB, "
                 "activations %.3f MiB; sgemm peak %.0f GFLOP/s",
-                t->model.alloc_total * 4 / 1048576.0, t->model.alloc_total * 4 / 1048576.0,
-                t->opt.n * 8 / 1048576.0, pt_acts_bytes(t->acts) / 1048576.0,
-                t->peak_flops / 1e9);
+                mem.params / 1048576.0, mem.grads / 1048576.0, mem.optim / 1048576.0,
+                pt_acts_bytes(t->acts) / 1048576.0, t->peak_flops / 1e9);
     return PT_OK;
+}
+
+void pt_trainer_set_params(pt_trainer *t, const float *host) {
+    if (t->dpc)
+        pt_dp_set_params(&t->dp, host);
+    else
+        t->be->upload(t->be, t->model.params, host, t->model.table.total * sizeof(float));
+}
+
+void pt_trainer_get_params(pt_trainer *t, float *host) {
+    if (t->dpc)
+        pt_dp_get_params(&t->dp, host);
+    else
+        t->be->download(t->be, host, t->model.params, t->model.table.total * sizeof(float));
+}
+
+pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
+    if (t->dpc) return pt_dp_memory_bytes(&t->dp, t->opt.n);
+    size_t full = t->model.alloc_total * sizeof(float);
+    return (pt_dp_memory){full, full, 2 * t->opt.n * sizeof(float), 0, 0};
+}
+
+/* The owned ranges clipped to the table, in the optimizer's order. */
+static size_t pt_range_len(const pt_trainer *t, const pt_optim_range *rg) {
+    size_t hi = rg->hi < t->model.table.total ? rg->hi : t->model.table.total;
+    return hi > rg->lo ? hi - rg->lo : 0;
+}
+
+pt_status pt_trainer_load(pt_trainer *t, const char *dir) {
+    pt_ckpt *c;
+    PT_TRY(pt_ckpt_open(&c, dir, &t->model.table));
+    size_t n = t->model.table.total;
+    float *host = pt_malloc(n * sizeof(float));
+    pt_status st = pt_ckpt_read(c, PT_CKPT_PARAMS, 0, n, host);
+    if (st == PT_OK) pt_trainer_set_params(t, host);
+    /* the moments of the ranges this rank's optimizer owns */
+    for (int r = 0; r < t->opt.n_ranges && st == PT_OK; r++) {
+        const pt_optim_range *rg = &t->opt.ranges[r];
+        size_t len = pt_range_len(t, rg);
+        if (!len) continue;
+        st = pt_ckpt_read(c, PT_CKPT_EXP_AVG, rg->lo, rg->lo + len, host);
+        if (st == PT_OK) t->be->upload(t->be, t->opt.m + rg->off, host, len * sizeof(float));
+        if (st == PT_OK) st = pt_ckpt_read(c, PT_CKPT_EXP_AVG_SQ, rg->lo, rg->lo + len, host);
+        if (st == PT_OK) t->be->upload(t->be, t->opt.v + rg->off, host, len * sizeof(float));
+    }
+    t->step = pt_ckpt_step(c);
+    t->opt.step = pt_ckpt_optimizer_step(c);
+    free(host);
+    pt_ckpt_close(c);
+    return st;
+}
+
+void pt_trainer_unshard(pt_trainer *t) {
+    if (!t->dpc || t->dp.zero < 3) return;
+    size_t n = t->model.table.total;
+    float *host = pt_malloc(n * sizeof(float));
+    pt_dp_get_params(&t->dp, host);
+    t->model.params = t->be->alloc(t->be, n * sizeof(float));
+    t->be->upload(t->be, t->model.params, host, n * sizeof(float));
+    free(host);
+    memset(&t->model.hooks, 0, sizeof t->model.hooks);
+    for (int u = 0; u < pt_model_n_units(&t->model); u++)
+        pt_model_point(&t->model, u, PT_USE_PARAMS, t->model.params, 0);
 }
 
 void pt_trainer_free(pt_trainer *t) {
     if (t->mesh) {
-        if (t->dpc) pt_dp_free(&t->dp);
+        if (t->dpc && t->dp.model) pt_dp_free(&t->dp);
         pt_mesh_free(t->mesh);
         free(t->mesh);
         t->mesh = NULL;
@@ -232,29 +290,33 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     for (size_t i = 0; i < (size_t)G * T; i++) n_valid += t->h_targets[i] >= 0;
     float loss_scale = n_valid > 0 ? 1.0f / (float)n_valid : 0.0f;
 
-    pt_model_zero_grads(&t->model);
+    if (t->dpc)
+        pt_dp_begin_step(&t->dp);
+    else
+        pt_model_zero_grads(&t->model);
     double loss_sum = 0;
     for (int k = 0; k < n_micro; k++) {
         /* this rank's rows of the global batch: [dp_rank·per_rank, (dp_rank+1)·per_rank) */
         size_t off = ((size_t)t->dp_rank * per_rank + (size_t)k * mb) * T;
         size_t bytes = (size_t)mb * T * sizeof(int32_t);
+        int last = k == n_micro - 1;
         be->upload(be, t->d_inputs, t->h_inputs + off, bytes);
         be->upload(be, t->d_targets, t->h_targets + off, bytes);
-        if (t->dpc && k == n_micro - 1 && cfg->parallel.overlap) pt_dp_arm(&t->dp);
+        if (t->dpc) pt_dp_begin_micro(&t->dp, last);
         loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs, t->d_targets, t->d_pos,
                                      loss_scale, NULL);
         pt_model_backward(&t->model, t->acts, t->d_inputs);
+        if (t->dpc) pt_dp_end_micro(&t->dp, last);
     }
-    double norm;
+    /* Σ g² over what this rank owns; with ZeRO the ranks own disjoint parts and sum them */
+    double sumsq = pt_grad_sumsq_owned(&t->opt, &t->model);
     if (t->dpc) {
-        pt_dp_finish_grads(&t->dp);
-        double red[2] = {loss_sum, t->dp.zero ? pt_grad_sumsq_owned(&t->opt, &t->model) : 0.0};
+        double red[2] = {loss_sum, t->dp.zero ? sumsq : 0.0};
         pt_allreduce_sum(t->dpc, red, 2, PT_DTYPE_F64);
         loss_sum = red[0];
-        norm = t->dp.zero ? sqrt(red[1]) : pt_grad_norm(&t->model);
-    } else {
-        norm = pt_grad_norm(&t->model);
+        if (t->dp.zero) sumsq = red[1];
     }
+    double norm = sqrt(sumsq);
     if (!isfinite(norm))
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
                          (long long)t->step + 1, norm);
@@ -287,9 +349,8 @@ static pt_status pt_dump_grads(pt_trainer *t, const char *path) {
     float *h = pt_calloc(n, sizeof(float));
     for (int r = 0; r < t->opt.n_ranges; r++) {
         const pt_optim_range *rg = &t->opt.ranges[r];
-        size_t hi = rg->hi < n ? rg->hi : n;
-        if (hi > rg->lo)
-            t->be->download(t->be, h + rg->lo, t->model.grads + rg->lo, (hi - rg->lo) * sizeof(float));
+        size_t len = pt_range_len(t, rg);
+        if (len) t->be->download(t->be, h + rg->lo, rg->grad, len * sizeof(float));
     }
     if (t->dpc && t->dp.zero) pt_allreduce_sum(t->dpc, h, n, PT_DTYPE_F32);
     pt_status st = PT_OK;
@@ -306,43 +367,38 @@ static pt_status pt_dump_grads(pt_trainer *t, const char *path) {
     return st;
 }
 
-void pt_trainer_gather_moments(pt_trainer *t, float **m1, float **m2) {
-    size_t n = t->model.table.total;
-    float *h1 = pt_calloc(n, sizeof(float)), *h2 = pt_calloc(n, sizeof(float));
-    for (int r = 0; r < t->opt.n_ranges; r++) {
-        const pt_optim_range *rg = &t->opt.ranges[r];
-        size_t hi = rg->hi < n ? rg->hi : n;
-        if (hi <= rg->lo) continue;
-        t->be->download(t->be, h1 + rg->lo, t->opt.m + rg->off, (hi - rg->lo) * sizeof(float));
-        t->be->download(t->be, h2 + rg->lo, t->opt.v + rg->off, (hi - rg->lo) * sizeof(float));
-    }
-    /* with ZeRO the owned ranges partition the table: a sum over the group assembles it (x + 0
-     * is exact) */
-    if (t->dpc && t->dp.zero) {
-        pt_allreduce_sum(t->dpc, h1, n, PT_DTYPE_F32);
-        pt_allreduce_sum(t->dpc, h2, n, PT_DTYPE_F32);
-    }
-    *m1 = h1;
-    *m2 = h2;
-}
-
 pt_status pt_trainer_save(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
-    float *h1, *h2;
-    pt_trainer_gather_moments(t, &h1, &h2);
-    pt_status st = PT_OK;
-    int writer = !t->mesh || t->mesh->world_rank == 0;
-    if (writer)
-        st = pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, h1, h2, t->opt.step, cfg,
-                          cfg->checkpoint.keep);
-    free(h1);
-    free(h2);
-    if (t->mesh) {
-        /* everyone learns whether rank 0's write worked */
-        int32_t ok = st == PT_OK;
-        pt_bcast(t->mesh->world, &ok, 1, PT_DTYPE_I32, 0);
-        if (!ok && st == PT_OK) st = pt_errorf(PT_ERR_IO, "rank 0 failed to write the checkpoint");
+    size_t n = t->model.table.total;
+    pt_ckpt_piece *pieces = pt_calloc((size_t)t->opt.n_ranges, sizeof *pieces);
+    float *host = pt_malloc(3 * (t->opt.n + n) * sizeof(float)), *at = host;
+    int n_pieces = 0;
+    if (!t->dpc || t->dp.zero == 0) {
+        /* replicated: the first data-parallel rank writes everything */
+        float *p = at, *m1 = at + n, *m2 = at + 2 * n;
+        pt_trainer_get_params(t, p);
+        if (t->dp_rank == 0) {
+            t->be->download(t->be, m1, t->opt.m, n * sizeof(float));
+            t->be->download(t->be, m2, t->opt.v, n * sizeof(float));
+            pieces[n_pieces++] = (pt_ckpt_piece){0, n, p, m1, m2};
+        }
+    } else {
+        /* sharded: every rank writes the ranges it owns */
+        for (int r = 0; r < t->opt.n_ranges; r++) {
+            const pt_optim_range *rg = &t->opt.ranges[r];
+            size_t len = pt_range_len(t, rg);
+            if (!len) continue;
+            t->be->download(t->be, at, rg->param, len * sizeof(float));
+            t->be->download(t->be, at + len, t->opt.m + rg->off, len * sizeof(float));
+            t->be->download(t->be, at + 2 * len, t->opt.v + rg->off, len * sizeof(float));
+            pieces[n_pieces++] = (pt_ckpt_piece){rg->lo, rg->lo + len, at, at + len, at + 2 * len};
+            at += 3 * len;
+        }
     }
+    pt_status st = pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, pieces, n_pieces,
+                                t->opt.step, cfg, cfg->checkpoint.keep, t->mesh ? t->mesh->world : NULL);
+    free(pieces);
+    free(host);
     if (st == PT_OK)
         pt_log_info("checkpoint: %s/step_%08lld", cfg->checkpoint.dir, (long long)t->step);
     return st;
@@ -378,6 +434,44 @@ static void pt_print_step(const pt_trainer *t, const pt_step_stats *s, const cha
                 100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, progress);
 }
 
+/* One JSON line per step; every logging.comm_every steps (and at the last) it adds this rank's
+ * communication since the previous report, by operation (calls, bus-bandwidth bytes), and its
+ * model-state memory. */
+static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stats *since) {
+    fprintf(t->metrics,
+            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
+            "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld",
+            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
+            s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes());
+    int64_t every = t->cfg.logging.comm_every;
+    if (t->mesh && (s->step % every == 0 || s->step == t->cfg.training.steps)) {
+        pt_comm_stats now;
+        pt_mesh_stats(t->mesh, &now);
+        uint64_t sent = 0;
+        char ops[512] = "";
+        size_t used = 0;
+        for (int op = 0; op < PT_COMM_OP_COUNT; op++) {
+            uint64_t b = now.bytes[op] - since->bytes[op], c = now.calls[op] - since->calls[op];
+            sent += b;
+            if (c && used < sizeof ops)
+                used += (size_t)snprintf(ops + used, sizeof ops - used, "%s\"%s\": [%llu, %llu]",
+                                         used ? ", " : "", pt_comm_op_name((pt_comm_op)op),
+                                         (unsigned long long)c, (unsigned long long)b);
+        }
+        int64_t steps = s->step % every == 0 ? every : s->step % every;
+        pt_dp_memory m = pt_trainer_memory(t);
+        fprintf(t->metrics,
+                ", \"comm_steps\": %lld, \"comm_bytes\": %llu, \"comm_wait_s\": %.6f, \"comm\": {%s}, "
+                "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"params_transient\": %zu, "
+                "\"grads_transient\": %zu}",
+                (long long)steps, (unsigned long long)sent, now.wait_seconds - since->wait_seconds,
+                ops, m.params, m.grads, m.optim, m.params_transient, m.grads_transient);
+        *since = now;
+    }
+    fprintf(t->metrics, "}\n");
+    fflush(t->metrics);
+}
+
 pt_status pt_trainer_run(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
     int64_t first = t->step;
@@ -386,35 +480,12 @@ pt_status pt_trainer_run(pt_trainer *t) {
     /* (under mpirun, ranks' stdout is a forwarded pseudo-terminal: no live line there) */
     int live = cfg->logging.progress && isatty(STDOUT_FILENO) && cfg->logging.every > 1 &&
                (!t->mesh || t->mesh->world_size == 1);
+    pt_comm_stats since = {0}; /* communication counters at the last metrics report */
+    if (t->mesh) pt_mesh_stats(t->mesh, &since);
     while (t->step < cfg->training.steps) {
         pt_step_stats s;
-        pt_comm_stats before = {0}, after = {0};
-        if (t->mesh) pt_mesh_stats(t->mesh, &before);
         PT_TRY(pt_trainer_step(t, &s));
-        if (t->mesh) pt_mesh_stats(t->mesh, &after);
-        if (t->metrics) {
-            /* this rank's communication in the step, by operation (bus-bandwidth bytes) */
-            uint64_t sent = 0;
-            char ops[512] = "";
-            size_t used = 0;
-            for (int op = 0; op < PT_COMM_OP_COUNT; op++) {
-                uint64_t b = after.bytes[op] - before.bytes[op], c = after.calls[op] - before.calls[op];
-                sent += b;
-                if (c && used < sizeof ops)
-                    used += (size_t)snprintf(ops + used, sizeof ops - used, "%s\"%s\": [%llu, %llu]",
-                                             used ? ", " : "", pt_comm_op_name((pt_comm_op)op),
-                                             (unsigned long long)c, (unsigned long long)b);
-            }
-            fprintf(t->metrics,
-                    "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                    "\"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, "
-                    "\"peak_rss_bytes\": %lld, \"comm_bytes\": %llu, \"comm_wait_s\": %.6f, "
-                    "\"comm\": {%s}}\n",
-                    (long long)s.step, s.loss, (double)s.lr, s.grad_norm, (long long)s.tokens,
-                    s.seconds, s.tokens_per_s, s.mfu, (long long)pt_peak_rss_bytes(),
-                    (unsigned long long)sent, after.wait_seconds - before.wait_seconds, ops);
-            fflush(t->metrics);
-        }
+        if (t->metrics) pt_write_metrics(t, &s, &since);
         char progress[64];
         pt_progress(t, s.step, pt_now() - start, first, progress, sizeof progress);
         if (s.step % cfg->logging.every == 0 || s.step == cfg->training.steps || s.step == first + 1) {

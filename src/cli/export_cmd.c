@@ -1,0 +1,55 @@
+/* export_cmd.c: `pentatron export`: a checkpoint saved under any layout, consolidated into a
+ * Hugging Face directory (config.json + model.safetensors). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "pt/checkpoint.h"
+#include "pt/hf_config.h"
+
+static void pt_export_usage(FILE *f) {
+    fprintf(f, "usage: pentatron export --checkpoint DIR --out DIR\n"
+               "\n"
+               "Reads a pentatron checkpoint (written by any number of ranks, any layout) and writes\n"
+               "its weights as one Hugging Face directory: config.json and model.safetensors (F32).\n");
+}
+
+int pt_cmd_export(int argc, char **argv) {
+    const char *ckpt = NULL, *out = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            pt_export_usage(stdout);
+            return 0;
+        }
+        const char **dst = !strcmp(argv[i], "--checkpoint") ? &ckpt : !strcmp(argv[i], "--out") ? &out : NULL;
+        if (!dst || i + 1 >= argc) {
+            pt_log_error("export: %s %s (see --help)", argv[i], dst ? "needs a value" : "is not an option");
+            return 2;
+        }
+        *dst = argv[++i];
+    }
+    if (!ckpt || !out) {
+        pt_log_error("export: --checkpoint and --out are required (see --help)");
+        return 2;
+    }
+    char path[PT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/config.json", ckpt);
+    pt_model_config mc;
+    pt_status st = pt_hf_config_read(path, &mc);
+    pt_model m = {0};
+    m.cfg = mc;
+    if (st == PT_OK) st = pt_model_config_check(&mc);
+    float *host = NULL;
+    if (st == PT_OK) {
+        pt_param_table_build(&m.table, &mc);
+        host = pt_malloc(m.table.total * sizeof(float));
+        st = pt_ckpt_load_weights_host(ckpt, &m, host);
+    }
+    if (st == PT_OK) st = pt_ckpt_export_hf_host(out, &m, host);
+    if (st == PT_OK) pt_log_info("exported %s to %s", ckpt, out);
+    else pt_log_error("%s", pt_last_error());
+    free(host);
+    pt_param_table_free(&m.table);
+    return st == PT_OK ? 0 : 1;
+}
