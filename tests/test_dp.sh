@@ -115,6 +115,19 @@ for dp in 2 4; do
   done
 done
 
+# tied embeddings: the embedding's gradient gathers the head's (forward) and the lookup's (end of
+# backward) contributions in one sharded buffer
+run 1 ref_tied --model.tied_embeddings=true --training.micro_batch=8 ||
+  bad "tied reference run failed: $(tail -3 "$tmp/ref_tied.log")"
+for zero in 1 2 3; do
+  name="dp4_z${zero}_tied"
+  if run 4 "$name" --model.tied_embeddings=true --parallel.dp=4 --parallel.zero=$zero --training.micro_batch=1; then
+    if compare ref_tied "$name"; then ok; else bad "$name differs from the single-process run"; fi
+  else
+    bad "$name failed: $(tail -3 "$tmp/$name.log")"
+  fi
+done
+
 # resume across layouts: dp 4 ZeRO-3 (3 steps) -> dp 2 ZeRO-1 (3) -> dp 4 ZeRO-3 (2) -> dp 1 (2)
 # == 10 uninterrupted steps
 ck="$tmp/ck"

@@ -69,7 +69,7 @@ typedef struct {
     pt_tp_split tp;
     pt_pp_place pp;
     int expert;          /* -1 (dense); the MoE issue adds expert tensors */
-    int unit;            /* 0 embedding, 1 + layer, n_layers + 1 the tail (see pt_model_hooks) */
+    int unit;            /* 0 embedding, 1 + layer, L + 1 final norm, L + 2 head (pt_model_hooks) */
     size_t offset;       /* in elements, into the parameter buffer */
     size_t numel;
 } pt_param;
@@ -110,14 +110,17 @@ typedef struct {
 typedef struct pt_acts pt_acts;
 
 /* Units are what the model tells its owner about as it runs: unit 0 is the embedding, unit l + 1
- * layer l, unit L + 1 the tail (final norm and, untied, the head; tied, the head is unit 0). A
- * unit's tensors are contiguous in the table. Before the model reads a unit's parameters or
- * writes its gradients in a pass it calls acquire; after their last use in the pass, release.
- * Released gradients are final for this micro-batch. Data parallelism hangs its gradient buckets
- * (release of gradients), ZeRO-2 its per-bucket gradient buffers (acquire of gradients) and ZeRO-3
- * its parameter gathers (acquire and release of parameters) on these calls. The order: forward
- * acquires P of 0, 1, ..., L, L+1 (releasing each layer after it), then G of L+1 (and of 0 when
- * tied) for the fused head; backward releases L+1, takes L, ..., 1 (P and G), then G of 0. */
+ * layer l, unit L + 1 the final norm, unit L + 2 the head (empty when tied: the head is then
+ * unit 0). A unit's tensors are contiguous in the table. Before the model reads a unit's
+ * parameters or writes its gradients in a pass it calls acquire; after their last use in the
+ * pass, release. Released gradients are final for this micro-batch. Data parallelism hangs its
+ * gradient buckets (release of gradients), ZeRO-2 its per-bucket gradient buffers (acquire of
+ * gradients) and ZeRO-3 its parameter gathers (acquire and release of parameters) on these calls.
+ * The order with targets:
+ *   forward   P of 0, 1, ..., L (each layer released after it), L + 1 (kept for its backward),
+ *             then P and G of the head, released at once (the fused loss is the head's backward;
+ *             tied, the embedding's gradient stays acquired until the end of backward);
+ *   backward  G of L + 1, released with its P; P and G of L, ..., 1; G of 0. */
 enum { PT_USE_PARAMS = 1, PT_USE_GRADS = 2 };
 typedef struct {
     void (*acquire)(void *user, int unit, int use, int backward);
@@ -149,7 +152,10 @@ void pt_model_free(pt_model *m);
 /* Points the view of one unit's parameters (use = PT_USE_PARAMS) or gradients at buf, which holds
  * the table's elements from offset buf_lo on; buf = NULL clears it. */
 void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo);
-static inline int pt_model_n_units(const pt_model *m) { return m->cfg.n_layers + 2; }
+static inline int pt_model_n_units(const pt_model *m) { return m->cfg.n_layers + 3; }
+static inline int pt_model_head_unit(const pt_model *m) {
+    return m->cfg.tied_embeddings ? 0 : m->cfg.n_layers + 2;
+}
 /* Hugging Face's initialisation: matrices ~ N(0, init_std), norm weights 1. Deterministic. */
 void pt_model_init_weights(pt_model *m, uint64_t seed);
 /* The same into a host array of table.total elements. */

@@ -121,7 +121,7 @@ static void pt_table_add(pt_param_table *t, int *cap, pt_param_kind kind, const 
     p->tp = tp;
     p->pp = pp;
     p->expert = -1;
-    p->unit = layer >= 0 ? layer + 1 : (kind == PT_KIND_EMBED ? 0 : -1); /* tail: set below */
+    p->unit = layer >= 0 ? layer + 1 : (kind == PT_KIND_EMBED ? 0 : -1); /* others: set below */
     p->offset = t->total;
     t->total += p->numel;
 }
@@ -154,7 +154,7 @@ void pt_param_table_build(pt_param_table *t, const pt_model_config *c) {
         pt_table_add(t, &cap, PT_KIND_HEAD, "lm_head.weight", -1, c->vocab_size, c->dim,
                      PT_TP_VOCAB, PT_PP_LAST);
     for (int i = 0; i < t->n; i++)
-        if (t->p[i].unit < 0) t->p[i].unit = c->n_layers + 1;
+        if (t->p[i].unit < 0) t->p[i].unit = t->p[i].kind == PT_KIND_HEAD ? c->n_layers + 2 : c->n_layers + 1;
 }
 
 size_t pt_model_param_count(const pt_model_config *c) {
@@ -471,9 +471,8 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
      * dxf (n,C) = dlogits · Head; dHead (V,C) += dlogitsᵀ · xf. */
     double loss = 0.0;
     int64_t valid = 0;
-    int HR = a->head_rows, tail = c->n_layers + 1;
-    pt_acquire(m, tail, PT_USE_GRADS, 0);
-    if (c->tied_embeddings) pt_acquire(m, 0, PT_USE_GRADS, 0);
+    int HR = a->head_rows, head = pt_model_head_unit(m);
+    pt_acquire(m, head, PT_USE_PARAMS | PT_USE_GRADS, 0);
     int32_t *tg = pt_malloc((size_t)HR * sizeof *tg);
     float *host_losses = pt_malloc((size_t)HR * sizeof *host_losses);
     for (int r0 = 0; r0 < N; r0 += HR) {
@@ -493,8 +492,9 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
     }
     free(tg);
     free(host_losses);
-    if (c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
-    /* the tail's parameters stay for the final norm's backward */
+    /* the head's gradient is final here, unless it is the embedding's (tied) */
+    pt_release(m, head, c->tied_embeddings ? PT_USE_PARAMS : PT_USE_PARAMS | PT_USE_GRADS, 0);
+    /* the final norm's parameters stay for its backward */
     if (n_valid) *n_valid = valid;
     return loss;
 }
@@ -510,6 +510,7 @@ void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
 
     /* final norm: dx = rmsnorm_backward(dxf) */
     be->zero(be, a->dx, NC);
+    pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     be->rmsnorm_backward(be, a->dx, m->g.final_norm, a->dxf, a->xout, m->w.final_norm, a->rstdf, N,
                          C);
     pt_release(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
@@ -556,14 +557,15 @@ void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32
     int N = a->B * a->T, C = c->dim, V = c->vocab_size;
     pt_forward_trunk(m, a, tokens, pos);
     a->has_targets = 0;
+    pt_release(m, c->n_layers + 1, PT_USE_PARAMS, 0);
+    pt_acquire(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int n = N - r0 < a->head_rows ? N - r0 : a->head_rows;
         be->gemm(be, PT_NO_TRANS, PT_TRANS, n, V, C, 1.0f, a->xf + (size_t)r0 * C, C, m->w.head, C,
                  0.0f, a->logits, V);
         be->download(be, host_logits + (size_t)r0 * V, a->logits, (size_t)n * V * sizeof(float));
     }
-    pt_release(m, c->n_layers + 1, PT_USE_PARAMS, 0);
-    if (c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
+    pt_release(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
 }
 
 double pt_model_flops_per_token(const pt_model_config *c, int T) {

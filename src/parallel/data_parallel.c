@@ -104,11 +104,16 @@ static void pt_gather_start(pt_dp *d, pt_dp_bucket *b) {
 }
 
 /* The unit whose parameters the model asks for after `unit` (see pt_model_hooks): forward goes
- * up to the tail, then backward comes down from the last layer to the first. */
+ * up to the final norm and the head, then backward comes down from the last layer to the first
+ * (the final norm is still there, the embedding's backward does not read it). */
 static int pt_next_unit(const pt_dp *d, int unit, int backward) {
-    int L = d->model->cfg.n_layers;
-    if (!backward) return unit <= L ? unit + 1 : L;
-    return unit > 1 && unit <= L ? unit - 1 : -1;
+    int L = d->model->cfg.n_layers, head = pt_model_head_unit(d->model);
+    if (!backward) {
+        if (unit <= L) return unit + 1;
+        if (unit == L + 1) return head;
+        return L; /* after the head */
+    }
+    return unit == L + 1 ? L : unit > 1 && unit <= L ? unit - 1 : -1;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -210,6 +215,8 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
         if (p->offset < d->unit_lo[p->unit]) d->unit_lo[p->unit] = p->offset;
         if (p->offset + p->numel > d->unit_hi[p->unit]) d->unit_hi[p->unit] = p->offset + p->numel;
     }
+    for (int u = 0; u < n_units; u++)
+        if (d->unit_hi[u] == 0) d->unit_lo[u] = 0; /* empty: overlaps nothing */
     size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
     if (zero <= 1) {
         /* flat buckets from the end, multiples of N with ZeRO-1 (the buffer is padded to one) */
@@ -226,6 +233,10 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
         d->b = pt_calloc((size_t)n_units, sizeof *d->b);
         /* whole units from the end: merged up to the bucket size with ZeRO-2, one each with 3 */
         for (int u = n_units - 1; u >= 0;) {
+            if (d->unit_hi[u] == 0) { /* an empty unit (the head of a tied model) */
+                u--;
+                continue;
+            }
             int u_first = u;
             while (zero == 2 && u_first > 0 &&
                    d->unit_hi[u] - d->unit_lo[u_first - 1] <= want)
