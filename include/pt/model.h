@@ -125,6 +125,9 @@ enum { PT_USE_PARAMS = 1, PT_USE_GRADS = 2 };
 typedef struct {
     void (*acquire)(void *user, int unit, int use, int backward);
     void (*release)(void *user, int unit, int use, int backward);
+    /* between the big operations of a layer: lets pending communication progress (MPI moves
+     * data of nonblocking collectives only inside its calls) */
+    void (*poll)(void *user);
     void *user;
 } pt_model_hooks;
 

@@ -304,6 +304,10 @@ static void pt_release(pt_model *m, int unit, int use, int backward) {
     if (m->hooks.release) m->hooks.release(m->hooks.user, unit, use, backward);
 }
 
+static void pt_poll(pt_model *m) {
+    if (m->hooks.poll) m->hooks.poll(m->hooks.user);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* activations */
 
@@ -436,10 +440,12 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
         /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv) */
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, qkv, C, 1.0f, la->xn1, C, w->wqkv, C, 0.0f, la->qkv,
                  qkv);
+        pt_poll(m);
         /* rope on q (n_heads heads) and k (n_kv_heads heads, starting at column q) */
         be->rope(be, la->qkv, a->d_rows, N, c->n_heads, hd, qkv, m->rope_cos, m->rope_sin, 0);
         be->rope(be, la->qkv + q, a->d_rows, N, c->n_kv_heads, hd, qkv, m->rope_cos, m->rope_sin, 0);
         be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
+        pt_poll(m);
         /* xmid = x + att (N,q) · Woᵀ (q,C) */
         be->copy(be, la->xmid, la->x, (size_t)N * C * sizeof(float));
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, q, 1.0f, la->att, q, w->wo, q, 1.0f, la->xmid, C);
@@ -448,6 +454,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, 2 * F, C, 1.0f, la->xn2, C, w->wgu, C, 0.0f, la->gu,
                  2 * F);
         be->swiglu_forward(be, la->h, la->gu, N, F);
+        pt_poll(m);
         /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
         be->copy(be, xnext, la->xmid, (size_t)N * C * sizeof(float));
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, F, 1.0f, la->h, F, w->wdown, F, 1.0f, xnext, C);
@@ -522,19 +529,23 @@ void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
         /* MLP: dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, F, C, 1.0f, a->dx, C, w->wdown, F, 0.0f, a->dh, F);
         be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, a->dx, C, la->h, F, 1.0f, g->wdown, F);
+        pt_poll(m);
         be->swiglu_backward(be, a->dgu, a->dh, la->gu, N, F);
         /* dxn2 (N,C) = dgu · Wgu; dWgu (2F,C) += dguᵀ · xn2 */
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, 1.0f, a->dgu, 2 * F, w->wgu, C, 0.0f,
                  a->dxn, C);
         be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, a->dgu, 2 * F, la->xn2, C, 1.0f,
                  g->wgu, C);
+        pt_poll(m);
         be->rmsnorm_backward(be, a->dx, g->mlp_norm, a->dxn, la->xmid, w->mlp_norm, la->rstd2, N, C);
         /* attention output: datt (N,q) = dx · Wo; dWo (C,q) += dxᵀ · att */
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, q, C, 1.0f, a->dx, C, w->wo, q, 0.0f, a->datt, q);
         be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, a->dx, C, la->att, q, 1.0f, g->wo, q);
+        pt_poll(m);
         be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
         be->attention_backward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, a->datt,
                                la->lse, a->dqkv, a->dqkv + q, a->dqkv + q + kv);
+        pt_poll(m);
         be->rope(be, a->dqkv, a->d_rows, N, c->n_heads, hd, qkv, m->rope_cos, m->rope_sin, 1);
         be->rope(be, a->dqkv + q, a->d_rows, N, c->n_kv_heads, hd, qkv, m->rope_cos, m->rope_sin, 1);
         /* dxn1 (N,C) = dqkv · Wqkv; dWqkv (q+2kv, C) += dqkvᵀ · xn1 */

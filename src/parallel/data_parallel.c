@@ -88,6 +88,8 @@ static void pt_dp_poll(pt_dp *d) {
     }
 }
 
+static void pt_dp_poll_hook(void *user) { pt_dp_poll(user); }
+
 static int pt_bucket_final(const pt_dp *d, const pt_dp_bucket *b) {
     for (int u = b->u0; u <= b->u1; u++)
         if (!d->unit_final[u]) return 0;
@@ -260,6 +262,7 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
     }
     model->hooks.acquire = pt_dp_acquire;
     model->hooks.release = pt_dp_release;
+    model->hooks.poll = pt_dp_poll_hook;
     model->hooks.user = d;
     return PT_OK;
 }
