@@ -5,9 +5,11 @@
  * model.h), when it needs a unit's parameters or gradients and when it is done with them. This
  * module hangs everything on those calls:
  *
- *   zero = 0  Buckets are ranges of the flat gradient buffer, about parallel.bucket_mb each, cut
- *             from its end (the backward pass finishes the buffer from the end). When every unit
- *             a bucket overlaps has released its gradients, the bucket's all-reduce starts.
+ *   zero = 0  Buckets are ranges of the flat gradient buffer, about parallel.bucket_mb each and a
+ *             multiple of the group size, cut from its end (the backward pass finishes the buffer
+ *             from the end). When every unit a bucket overlaps has released its gradients, the
+ *             bucket's all-reduce starts, as its two halves: a reduce-scatter, then an
+ *             all-gather of the reduced slices.
  *   zero = 1  The same buckets, each a multiple of the group size, reduce-scattered instead: each
  *             rank keeps the sum of its slice of every bucket, updates just that (its optimizer
  *             state covers only its slices) and the parameters are all-gathered after the step.
@@ -39,6 +41,8 @@ typedef struct {
     int u0, u1;          /* the units the bucket overlaps */
     pt_comm_req *req;    /* pending gradient reduction */
     int started;
+    int gathering;       /* zero = 0: req is the second phase (all-gather of the reduced slices) */
+    int gathered;        /* zero = 0: both phases done */
     float *gbuf;         /* zero ≥ 2: the bucket's gradients (shard·N), while in use */
     float *pbuf;         /* zero = 3: its gathered parameters (shard·N), while resident */
     pt_comm_req *preq;   /* zero = 3: pending gather into pbuf */
@@ -71,7 +75,7 @@ typedef struct {
     double comm_seconds;   /* time spent waiting on the reductions after backward */
 } pt_dp;
 
-/* Elements the model's own buffers need (the table rounded up for even shards with ZeRO-1), and
+/* Elements the model's own buffers need (the table rounded up for even shards), and
  * the PT_MODEL_NO_* flags for pt_model_init_ex: what ZeRO-2/3 keep sharded instead. */
 size_t pt_dp_padded_total(size_t total, int group_size, int zero);
 int pt_dp_model_flags(int zero);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 size_t pt_dp_padded_total(size_t total, int group_size, int zero) {
-    if (zero != 1 || group_size <= 1) return total;
+    if (zero >= 2 || group_size <= 1) return total;
     size_t g = (size_t)group_size;
     return (total + g - 1) / g * g;
 }
@@ -54,12 +54,30 @@ static void pt_point_bucket(pt_dp *d, const pt_dp_bucket *b, int use, float *buf
 /* ------------------------------------------------------------------------------------------ */
 /* gradient reduction */
 
-static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
-    if (d->zero == 0) {
+/* ZeRO-0's buckets whose reduce-scatter is in flight or done: wait for it and start the
+ * all-gather. Called only at points every rank reaches in the same order (a bucket start, the end
+ * of backward), since collectives must be started in the same order on every rank. */
+static void pt_dp_second_phase(pt_dp *d) {
+    for (int i = 0; i < d->n_buckets; i++) {
+        pt_dp_bucket *b = &d->b[i];
+        if (!b->started || b->gathering || b->gathered) continue;
+        if (b->req) pt_comm_wait(d->comm, b->req);
+        b->req = NULL;
         float *g = d->model->grads;
-        b->req = d->comm->iallreduce(d->comm, g + b->lo, b->hi - b->lo, PT_DTYPE_F32);
-    } else if (d->zero == 1) {
-        /* in place: the rank's reduced slice lands at the start of the bucket; moved afterwards */
+        size_t own = pt_own_lo(d, b);
+        if (own != b->lo) memmove(g + own, g + b->lo, b->shard * sizeof(float));
+        b->gathering = 1;
+        b->req = d->comm->iallgather(d->comm, NULL, g + b->lo, b->shard, PT_DTYPE_F32);
+    }
+}
+
+static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
+    if (d->zero <= 1) {
+        /* in place: the rank's reduced slice lands at the start of the bucket; moved afterwards.
+         * ZeRO-0 then all-gathers the slices: the ring all-reduce as its two halves, the second
+         * started when the next bucket starts (MPI's nonblocking all-reduce, progressed from our
+         * polls, overlapped far worse) */
+        if (d->zero == 0) pt_dp_second_phase(d);
         b->req = d->comm->ireduce_scatter(d->comm, NULL, d->model->grads + b->lo, b->shard,
                                           PT_DTYPE_F32);
     } else {
@@ -68,10 +86,22 @@ static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
     b->started = 1;
 }
 
-/* A reduction is complete: with zero ≥ 2 the slice joins the shard and the buffer goes back. */
+/* A collective of the bucket completed. ZeRO-1: its reduced slice moves to its place in the
+ * bucket. ZeRO-0: the same when the all-gather is not yet started (else the bucket is whole).
+ * zero ≥ 2: the slice joins the shard and the buffer goes back to the pool. */
 static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
     b->req = NULL;
-    if (d->zero < 2) return;
+    if (d->zero <= 1) {
+        if (b->gathering) {
+            b->gathering = 0;
+            b->gathered = 1;
+        } else if (d->zero == 1) {
+            float *g = d->model->grads;
+            size_t own = pt_own_lo(d, b);
+            if (own != b->lo) memmove(g + own, g + b->lo, b->shard * sizeof(float));
+        }
+        return;
+    }
     pt_backend *be = d->model->be;
     be->add(be, d->gshard + b->sh_off, b->gbuf, b->shard);
     pt_point_bucket(d, b, PT_USE_GRADS, NULL);
@@ -160,7 +190,11 @@ static void pt_dp_release(void *user, int unit, int use, int backward) {
     pt_dp *d = user;
     if (d->zero == 3 && (use & PT_USE_PARAMS)) {
         pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
-        if (b->pbuf && !b->preq) {
+        if (b->pbuf) {
+            /* freed on every rank alike, whatever this rank's progress (a later gather of it
+             * is a collective) */
+            if (b->preq) pt_comm_wait(d->comm, b->preq);
+            b->preq = NULL;
             pt_point_bucket(d, b, PT_USE_PARAMS, NULL);
             pt_pool_put(d, b->pbuf, &d->live_p);
             b->pbuf = NULL;
@@ -185,7 +219,7 @@ static void pt_dp_add_bucket(pt_dp *d, size_t lo, size_t hi) {
     memset(b, 0, sizeof *b);
     b->lo = lo;
     b->hi = hi;
-    b->shard = d->zero ? (hi - lo + (size_t)N - 1) / (size_t)N : hi - lo;
+    b->shard = (hi - lo + (size_t)N - 1) / (size_t)N;
     int n_units = pt_model_n_units(d->model);
     b->u0 = n_units;
     b->u1 = -1;
@@ -221,8 +255,8 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
         if (d->unit_hi[u] == 0) d->unit_lo[u] = 0; /* empty: overlaps nothing */
     size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
     if (zero <= 1) {
-        /* flat buckets from the end, multiples of N with ZeRO-1 (the buffer is padded to one) */
-        size_t total = model->alloc_total, unit = zero ? (size_t)N : 1;
+        /* flat buckets from the end, multiples of N (the buffer is padded to one) */
+        size_t total = model->alloc_total, unit = (size_t)N;
         if (want < unit) want = unit;
         want = want / unit * unit;
         d->b = pt_calloc((total + want - 1) / want + 1, sizeof *d->b);
@@ -353,6 +387,7 @@ void pt_dp_begin_step(pt_dp *d) {
 void pt_dp_begin_micro(pt_dp *d, int last) {
     for (int i = 0; i < d->n_buckets; i++) {
         d->b[i].started = 0;
+        d->b[i].gathered = 0;
         d->b[i].req = NULL;
     }
     memset(d->unit_final, 0, (size_t)pt_model_n_units(d->model));
@@ -366,6 +401,7 @@ void pt_dp_end_micro(pt_dp *d, int last) {
     double t0 = pt_now();
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].started) pt_dp_start(d, &d->b[i]);
+    if (d->zero == 0) pt_dp_second_phase(d);
     for (int i = 0; i < d->n_buckets; i++) {
         pt_dp_bucket *b = &d->b[i];
         if (b->req) {
@@ -373,15 +409,9 @@ void pt_dp_end_micro(pt_dp *d, int last) {
             pt_dp_done(d, b);
         }
         b->started = 0;
+        b->gathered = 0;
     }
-    if (d->zero == 1 && last) {
-        float *g = d->model->grads;
-        for (int i = 0; i < d->n_buckets; i++) {
-            const pt_dp_bucket *b = &d->b[i];
-            size_t own = pt_own_lo(d, b);
-            if (own != b->lo) memmove(g + own, g + b->lo, b->shard * sizeof(float));
-        }
-    }
+    (void)last;
     d->comm_seconds += pt_now() - t0;
 }
 
