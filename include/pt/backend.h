@@ -100,6 +100,18 @@ struct pt_backend {
     void (*softmax_xent)(pt_backend *be, float *logits, float *losses, const int32_t *targets,
                          int n, int V, int ld, float dscale);
 
+    /* Vocabulary-parallel cross-entropy, the columns of each row (n rows at ld) being the
+     * vocabulary entries [v0, v0 + V) of a larger vocabulary (the rest of ld is padding).
+     * xent_stats: per row, stats (n,3) = {max of the row, Σ exp(x − that max), x[target − v0]
+     * (0 when the target is not in this block, or −1)}. The caller combines the blocks' stats
+     * into the global max M and sum S (per row, host arrays of n each), then
+     * xent_grad: the row becomes dscale · (exp(x − M) / S − onehot(target)) over its V columns,
+     * padding and rows with target −1 become 0. */
+    void (*xent_stats)(pt_backend *be, const float *logits, const int32_t *targets, int n, int V,
+                       int ld, int v0, float *stats);
+    void (*xent_grad)(pt_backend *be, float *logits, const int32_t *targets, int n, int V, int ld,
+                      int v0, const float *M, const float *S, float dscale);
+
     /* y += x (n) */
     void (*add)(pt_backend *be, float *y, const float *x, size_t n);
     /* x *= s (n) */

@@ -3,14 +3,15 @@
  * A checkpoint is a directory ROOT/step_NNNNNNNN holding
  *   config.json        Hugging Face LlamaConfig of the model
  *   index.json         the global tensors (name, shape, offset in the single-process table), the
- *                      step counters and data order, and per shard file its CRC-32 and the ranges
- *                      [lo, hi) of the table it holds
- *   shard-RRRRR-of-WWWWW.safetensors   written by rank RRRRR of WWWWW, in parallel: for each range
- *                      it holds, "params@LO", "exp_avg@LO", "exp_avg_sq@LO" (F32, hi − lo each)
+ *                      step counters and data order, and per shard file its CRC-32 and the blocks
+ *                      [tensor, r0, r1, c0, c1] of global tensors it holds
+ *   shard-RRRRR-of-WWWWW.safetensors   written by rank RRRRR of WWWWW, in parallel: for each block
+ *                      it holds, "params@T@R0@C0", "exp_avg@T@R0@C0", "exp_avg_sq@T@R0@C0" (F32,
+ *                      (r1 − r0) × (c1 − c0); a vector is one column)
  *   train.ini          the effective configuration, for people
- * The ranges are the writer's layout (a ZeRO shard, a whole table, ...) but their coordinates are
- * the single-process table's, so any layout reads any other's checkpoint: each rank reads the
- * ranges it needs from whichever files hold them. It is written as step_NNNNNNNN.tmp and renamed
+ * The blocks are the writer's layout (a tensor-parallel slice, a ZeRO shard cut into rows, a
+ * whole tensor) but their coordinates are the global tensors', so any layout reads any other's
+ * checkpoint: each rank reads the blocks it needs from whichever files hold them. It is written as step_NNNNNNNN.tmp and renamed
  * into place by rank 0 once every rank's file is on disk, so a crash while saving leaves the
  * previous checkpoints intact. Only the newest `keep` are kept.
  */
@@ -21,38 +22,42 @@
 #include "pt/config.h"
 #include "pt/model.h"
 
-/* A range of the table one rank writes: host arrays of hi − lo elements each. */
+/* A block of a global tensor one rank writes: host arrays of (r1 − r0)·(c1 − c0) elements. */
 typedef struct {
-    size_t lo, hi;
+    int tensor; /* index in the single-process table */
+    int64_t r0, r1, c0, c1;
     const float *param, *exp_avg, *exp_avg_sq;
 } pt_ckpt_piece;
 
 /* Collective over `world` (NULL: a single process). Each rank passes the pieces it writes (none
- * is fine); together they must cover the table. */
+ * is fine); together they must cover every global tensor (m->gtable) once. */
 pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const pt_ckpt_piece *pieces,
                        int n_pieces, int64_t optimizer_step, const pt_config *cfg, int keep,
                        pt_comm *world);
 
-/* An opened checkpoint, checked against a table (names, shapes, offsets, full coverage). */
+/* An opened checkpoint, checked against the single-process table (names, shapes, offsets, every
+ * tensor covered exactly). */
 typedef struct pt_ckpt pt_ckpt;
 enum { PT_CKPT_PARAMS = 0, PT_CKPT_EXP_AVG, PT_CKPT_EXP_AVG_SQ };
-pt_status pt_ckpt_open(pt_ckpt **c, const char *dir, const pt_param_table *t);
-/* Elements [lo, hi) of the table of one kind (PT_CKPT_*) into out; shard files are checked
- * against their CRC-32 when first read. */
-pt_status pt_ckpt_read(pt_ckpt *c, int kind, size_t lo, size_t hi, float *out);
+pt_status pt_ckpt_open(pt_ckpt **c, const char *dir, const pt_param_table *global);
+/* Rows [r0, r1) × columns [c0, c1) of a global tensor of one kind (PT_CKPT_*) into out (row
+ * major); shard files are checked against their CRC-32 when first read. */
+pt_status pt_ckpt_read_block(pt_ckpt *c, int kind, int tensor, int64_t r0, int64_t r1, int64_t c0,
+                             int64_t c1, float *out);
 int64_t pt_ckpt_step(const pt_ckpt *c);
 int64_t pt_ckpt_optimizer_step(const pt_ckpt *c);
 void pt_ckpt_close(pt_ckpt *c);
 
 /* Weights of a Hugging Face Llama directory (model.safetensors, F32 or BF16; every tensor of the
- * table with its exact shape) or of a checkpoint, into a host array of table.total elements. */
+ * table with its exact shape) or of a checkpoint, into a host array of the single-process table
+ * (gtable.total elements). */
 pt_status pt_ckpt_load_weights_host(const char *dir, const pt_model *m, float *host);
-/* The same into the model's parameter buffer. */
+/* The same into the model's parameter buffer (an unsplit model). */
 pt_status pt_ckpt_load_weights(const char *dir, pt_model *m);
 /* The newest complete checkpoint under root; PT_ERR_IO if none. */
 pt_status pt_ckpt_find_latest(const char *root, char *out, size_t cap);
 /* Writes config.json and model.safetensors (the Hugging Face export) into dir, from the model's
- * parameter buffer or from a host array of the whole table. */
+ * parameter buffer (an unsplit model) or from a host array of the single-process table. */
 pt_status pt_ckpt_export_hf(const char *dir, const pt_model *m);
 pt_status pt_ckpt_export_hf_host(const char *dir, const pt_model *m, const float *host);
 

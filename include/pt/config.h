@@ -40,6 +40,7 @@ typedef struct {
 
     struct {
         int dp, tp, pp, cp, ep; /* degrees; dp = -1: the rest of the world */
+        int sp;                 /* sequence parallelism (with tp > 1) */
         int zero;               /* ZeRO stage over the data-parallel group */
         float bucket_mb;        /* gradient bucket size */
         int overlap;            /* start buckets during backward (false: all after it) */

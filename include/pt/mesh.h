@@ -26,6 +26,7 @@ typedef struct {
     int dpcp_i;        /* index in the dp × cp group: dp_i · cp + cp_i */
     int ep_i, edp_i;   /* index in the expert group, and in the expert-data group */
     pt_comm *world, *dp, *tp, *pp, *cp, *dpcp, *ep, *edp;
+    pt_comm *kv; /* tp ranks holding the same key/value head (tp > n_kv_heads), else NULL */
 } pt_mesh;
 
 /* Fills in -1 degrees ("the rest of the world") and checks the layout; PT_ERR_CONFIG with one
@@ -34,6 +35,8 @@ pt_status pt_degrees_resolve(pt_degrees *d, int world_size);
 /* Builds the mesh over MPI_COMM_WORLD (collective over the world). */
 pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *d, double timeout_s);
 void pt_mesh_free(pt_mesh *m);
+/* The kv group: consecutive blocks of `shared` tp ranks (collective over the world). */
+void pt_mesh_make_kv(pt_mesh *m, int shared);
 /* Sums every group's counters. */
 void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total);
 

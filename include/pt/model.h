@@ -12,6 +12,7 @@
 #define PT_MODEL_H
 
 #include "pt/backend.h"
+#include "pt/comm.h"
 #include "pt/core.h"
 
 typedef struct {
@@ -72,6 +73,13 @@ typedef struct {
     int unit;            /* 0 embedding, 1 + layer, L + 1 final norm, L + 2 head (pt_model_hooks) */
     size_t offset;       /* in elements, into the parameter buffer */
     size_t numel;
+    /* Where this (tensor-parallel: local) block sits in the global tensor: rows [grow0, grow0 +
+     * grows) and columns [gcol0, gcol0 + shape[1]) of a (gshape) tensor at goffset in the
+     * single-process table. grows < shape[0] when the block's last rows are vocabulary padding.
+     * owner: this rank writes the block (replicas: only the first). All trivial at tp = 1. */
+    int64_t gshape[2], grow0, gcol0, grows;
+    size_t goffset;
+    int owner;
 } pt_param;
 
 typedef struct {
@@ -80,8 +88,47 @@ typedef struct {
     size_t total; /* elements */
 } pt_param_table;
 
+/* Tensor parallelism as the model sees it. */
+typedef struct {
+    int tp, tp_rank;  /* degree and this rank's index (1, 0: none) */
+    int sp;           /* sequence parallelism: the residual stream is split over the tp ranks */
+    pt_comm *tp_comm; /* the tensor-parallel group (NULL when tp = 1) */
+    pt_comm *kv_comm; /* the ranks sharing this rank's key/value head when tp > n_kv_heads */
+} pt_model_parallel;
+
+/* The per-rank sizes under tensor parallelism: query heads, key/value heads (a replicated one
+ * when tp > n_kv_heads), ffn, vocabulary rows (padded to tp·V) and the first global vocabulary
+ * row and number of real ones. */
+typedef struct {
+    int H, KV, F, V, v0, v_valid;
+    int kv_head0;  /* first global key/value head of this rank */
+    int kv_shared; /* > 1: that many ranks hold the same key/value head */
+} pt_local_dims;
+
+/* Checks that tp can split the config (heads, key/value heads, ffn). */
+pt_status pt_model_check_tp(const pt_model_config *c, int tp);
+pt_local_dims pt_model_local_dims(const pt_model_config *c, int tp, int tp_rank);
 /* Builds the table for a config (caller frees with pt_param_table_free). */
 void pt_param_table_build(pt_param_table *t, const pt_model_config *c);
+/* The table of tensor-parallel rank tp_rank of tp (tp = 1: the same as above). */
+void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp, int tp_rank);
+/* Copies each local block from a host array of the global table (single-process layout) into a
+ * host array of the local table (padding rows zero); and back, each owned block into its place
+ * in the global array (others untouched). */
+void pt_param_table_to_local(const pt_param_table *t, const float *global, float *local);
+void pt_param_table_to_global(const pt_param_table *t, const float *local, float *global);
+/* A block of a global tensor: rows [r0, r1), columns [c0, c1) (a vector is one column), whose
+ * elements sit contiguously in the local table from offset lo. */
+typedef struct {
+    int tensor;
+    int64_t r0, r1, c0, c1;
+    size_t lo;
+} pt_block;
+/* The blocks that elements [lo, hi) of the local table hold (at most 3 per tensor: a partial
+ * row, whole rows, a partial row), padding rows left out; only owned tensors with owned_only.
+ * Returns the count written to out (room for 3 · t->n). */
+int pt_param_table_blocks(const pt_param_table *t, size_t lo, size_t hi, int owned_only,
+                          pt_block *out);
 void pt_param_table_free(pt_param_table *t);
 const pt_param *pt_param_find(const pt_param_table *t, const char *name);
 /* Elements of the parameter table of a config. */
@@ -137,7 +184,10 @@ enum { PT_MODEL_NO_PARAMS = 1, PT_MODEL_NO_GRADS = 2 };
 typedef struct {
     pt_model_config cfg;
     pt_backend *be;
-    pt_param_table table;
+    pt_param_table table;  /* this rank's tensors (tensor parallelism: its blocks) */
+    pt_param_table gtable; /* the single-process table: what checkpoints and exports describe */
+    pt_model_parallel par;
+    pt_local_dims loc;
     float *params; /* (alloc_total) device memory; the table's tensors, then zero padding */
     float *grads;  /* (alloc_total) device memory, accumulated by backward */
     size_t alloc_total; /* >= table.total: data parallelism pads for even shards */
@@ -150,7 +200,7 @@ pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be)
 /* The same, with the buffers padded with zeros to at least alloc_total elements, leaving out the
  * buffers named in flags (their views are then set with pt_model_point). */
 pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *be,
-                           size_t alloc_total, int flags);
+                           size_t alloc_total, int flags, const pt_model_parallel *par);
 void pt_model_free(pt_model *m);
 /* Points the view of one unit's parameters (use = PT_USE_PARAMS) or gradients at buf, which holds
  * the table's elements from offset buf_lo on; buf = NULL clears it. */
@@ -161,7 +211,7 @@ static inline int pt_model_head_unit(const pt_model *m) {
 }
 /* Hugging Face's initialisation: matrices ~ N(0, init_std), norm weights 1. Deterministic. */
 void pt_model_init_weights(pt_model *m, uint64_t seed);
-/* The same into a host array of table.total elements. */
+/* The same into a host array of the global table (gtable.total elements). */
 void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host);
 void pt_model_zero_grads(pt_model *m);
 

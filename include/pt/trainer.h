@@ -57,9 +57,9 @@ void pt_trainer_get_params(pt_trainer *t, float *host);
 pt_status pt_trainer_save(pt_trainer *t);
 /* Loads weights, optimizer state and counters of a checkpoint saved under any layout. */
 pt_status pt_trainer_load(pt_trainer *t, const char *dir);
-/* After training with ZeRO-3: gathers the whole model onto every rank so it runs without its
- * group (generation). Collective. */
-void pt_trainer_unshard(pt_trainer *t);
+/* The whole model, gathered from every rank's blocks and shards (collective), as an unsplit model
+ * on the ranks that ask (on_this_rank), e.g. for generation; free it with pt_model_free. */
+pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank);
 /* Bytes of model state per rank (parameters, gradients, optimizer; pooled buffers' peaks). */
 pt_dp_memory pt_trainer_memory(const pt_trainer *t);
 /* One optimizer step. */

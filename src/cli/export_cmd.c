@@ -42,14 +42,14 @@ int pt_cmd_export(int argc, char **argv) {
     if (st == PT_OK) st = pt_model_config_check(&mc);
     float *host = NULL;
     if (st == PT_OK) {
-        pt_param_table_build(&m.table, &mc);
-        host = pt_malloc(m.table.total * sizeof(float));
+        pt_param_table_build(&m.gtable, &mc);
+        host = pt_malloc(m.gtable.total * sizeof(float));
         st = pt_ckpt_load_weights_host(ckpt, &m, host);
     }
     if (st == PT_OK) st = pt_ckpt_export_hf_host(out, &m, host);
     if (st == PT_OK) pt_log_info("exported %s to %s", ckpt, out);
     else pt_log_error("%s", pt_last_error());
     free(host);
-    pt_param_table_free(&m.table);
+    pt_param_table_free(&m.gtable);
     return st == PT_OK ? 0 : 1;
 }

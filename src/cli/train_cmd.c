@@ -82,13 +82,15 @@ int pt_cmd_train(int argc, char **argv) {
     pt_status st = pt_trainer_init(&t, &cfg);
     if (st == PT_OK) st = pt_trainer_run(&t);
     int sample = st == PT_OK && cfg.sample.prompt[0] && cfg.sample.max_new_tokens > 0;
-    if (sample) pt_trainer_unshard(&t); /* collective: ZeRO-3 gathers the model for rank 0 */
-    if (sample && rank == 0) {
+    pt_model whole = {0};
+    /* collective: the model's blocks and shards gathered into one model on rank 0 */
+    if (sample) st = pt_trainer_unsplit(&t, &whole, rank == 0);
+    if (sample && st == PT_OK && rank == 0) {
         if (!cfg.sample.vocab[0])
             st = pt_errorf(PT_ERR_CONFIG, "sample.prompt needs sample.vocab (the BPE directory)");
         else {
             pt_log_info("sample:");
-            st = pt_print_sample(&t.model, cfg.sample.vocab, cfg.sample.prompt,
+            st = pt_print_sample(&whole, cfg.sample.vocab, cfg.sample.prompt,
                                  cfg.sample.max_new_tokens, cfg.sample.temperature,
                                  cfg.sample.top_k, cfg.training.seed);
         }
@@ -99,6 +101,7 @@ int pt_cmd_train(int argc, char **argv) {
         /* other failures may be one rank's own: end the whole job rather than leave peers waiting */
         if (world > 1 && st != PT_ERR_CONFIG) MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    pt_model_free(&whole);
     pt_trainer_free(&t);
     MPI_Finalize();
     return st == PT_OK ? 0 : 1;

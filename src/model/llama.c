@@ -63,6 +63,9 @@ struct pt_acts {
     int32_t *pos;     /* (T) positions of the last forward (host copy; device copy below) */
     int32_t *d_pos;   /* (T) device */
     int32_t *d_rows;  /* (B·T) position of every row, for rope (device) */
+    float *dfull;     /* (N,C) sequence parallelism: the gathered gradient of the residual */
+    float *dnorm;     /* (2C) sequence parallelism: this micro-batch's norm weight gradients */
+    float *dkv;       /* (2·kv, C) a replicated key/value head's weight gradient */
     int has_targets;
     float *block;     /* the one allocation everything above points into */
 };
@@ -101,8 +104,53 @@ pt_status pt_model_config_check(const pt_model_config *c) {
 /* ------------------------------------------------------------------------------------------ */
 /* parameter table */
 
-static void pt_table_add(pt_param_table *t, int *cap, pt_param_kind kind, const char *name,
-                         int layer, int64_t d0, int64_t d1, pt_tp_split tp, pt_pp_place pp) {
+pt_status pt_model_check_tp(const pt_model_config *c, int tp) {
+    if (tp <= 1) return PT_OK;
+    if (c->n_heads % tp != 0)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.n_heads = %d", tp,
+                         c->n_heads);
+    if (c->n_kv_heads % tp != 0 && tp % c->n_kv_heads != 0)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "parallel.tp = %d and model.n_kv_heads = %d: one must divide the other "
+                         "(key/value heads are split, or each replicated on tp/n_kv_heads ranks)",
+                         tp, c->n_kv_heads);
+    if (c->ffn_dim % tp != 0)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.ffn_dim = %d", tp,
+                         c->ffn_dim);
+    return PT_OK;
+}
+
+pt_local_dims pt_model_local_dims(const pt_model_config *c, int tp, int r) {
+    pt_local_dims d;
+    d.H = c->n_heads / tp;
+    d.F = c->ffn_dim / tp;
+    if (c->n_kv_heads % tp == 0) {
+        d.KV = c->n_kv_heads / tp;
+        d.kv_head0 = r * d.KV;
+        d.kv_shared = 1;
+    } else {
+        d.KV = 1;
+        d.kv_shared = tp / c->n_kv_heads;
+        d.kv_head0 = r / d.kv_shared;
+    }
+    d.V = (c->vocab_size + tp - 1) / tp;
+    d.v0 = r * d.V;
+    d.v_valid = c->vocab_size - d.v0 < d.V ? c->vocab_size - d.v0 : d.V;
+    if (d.v_valid < 0) d.v_valid = 0;
+    return d;
+}
+
+/* One tensor: its local shape (d0, d1) and where it sits in the global (g0, g1) tensor. */
+typedef struct {
+    pt_param_kind kind;
+    const char *suffix;
+    int64_t d0, d1, g0, g1, row0, col0, rows;
+    int owner;
+    pt_tp_split tp;
+} pt_tensor_spec;
+
+static void pt_table_add(pt_param_table *t, int *cap, const pt_tensor_spec *sp, const char *name,
+                         int layer, pt_pp_place pp) {
     if (t->n == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         t->p = realloc(t->p, (size_t)*cap * sizeof *t->p);
@@ -111,50 +159,153 @@ static void pt_table_add(pt_param_table *t, int *cap, pt_param_kind kind, const 
     pt_param *p = &t->p[t->n++];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->kind = kind;
+    p->kind = sp->kind;
     p->layer = layer;
-    p->ndim = d1 > 0 ? 2 : 1;
-    p->shape[0] = d0;
-    p->shape[1] = d1 > 0 ? d1 : 0;
-    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    p->ndim = sp->d1 > 0 ? 2 : 1;
+    p->shape[0] = sp->d0;
+    p->shape[1] = sp->d1 > 0 ? sp->d1 : 0;
+    p->numel = (size_t)sp->d0 * (size_t)(sp->d1 > 0 ? sp->d1 : 1);
     p->decay = p->ndim == 2;
-    p->tp = tp;
+    p->tp = sp->tp;
     p->pp = pp;
     p->expert = -1;
-    p->unit = layer >= 0 ? layer + 1 : (kind == PT_KIND_EMBED ? 0 : -1); /* others: set below */
+    p->unit = layer >= 0 ? layer + 1 : (sp->kind == PT_KIND_EMBED ? 0 : -1); /* others: set below */
     p->offset = t->total;
+    p->gshape[0] = sp->g0;
+    p->gshape[1] = sp->g1 > 0 ? sp->g1 : 0;
+    p->grow0 = sp->row0;
+    p->gcol0 = sp->col0;
+    p->grows = sp->rows;
+    p->owner = sp->owner;
     t->total += p->numel;
 }
 
-void pt_param_table_build(pt_param_table *t, const pt_model_config *c) {
+void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp, int r) {
     memset(t, 0, sizeof *t);
     int cap = 0;
-    int hd = pt_head_dim(c), q = c->n_heads * hd, kv = c->n_kv_heads * hd;
+    int hd = pt_head_dim(c), C = c->dim;
+    pt_local_dims d = pt_model_local_dims(c, tp, r);
+    int first = r == 0, kv_owner = r % d.kv_shared == 0;
+    /* local (d0, d1), global (g0, g1), block origin (row0, col0), real rows, owner, split */
+    const pt_tensor_spec embed = {PT_KIND_EMBED, NULL, d.V, C, c->vocab_size, C, d.v0, 0,
+                                  d.v_valid, 1, PT_TP_VOCAB};
+    const pt_tensor_spec layer[] = {
+        {PT_KIND_ATTN_NORM, "input_layernorm.weight", C, 0, C, 0, 0, 0, C, first, PT_TP_REPLICATED},
+        {PT_KIND_WQ, "self_attn.q_proj.weight", d.H * hd, C, c->n_heads * hd, C, r * d.H * hd, 0,
+         d.H * hd, 1, PT_TP_COLUMN},
+        {PT_KIND_WK, "self_attn.k_proj.weight", d.KV * hd, C, c->n_kv_heads * hd, C,
+         d.kv_head0 * hd, 0, d.KV * hd, kv_owner, PT_TP_COLUMN},
+        {PT_KIND_WV, "self_attn.v_proj.weight", d.KV * hd, C, c->n_kv_heads * hd, C,
+         d.kv_head0 * hd, 0, d.KV * hd, kv_owner, PT_TP_COLUMN},
+        {PT_KIND_WO, "self_attn.o_proj.weight", C, d.H * hd, C, c->n_heads * hd, 0, r * d.H * hd,
+         C, 1, PT_TP_ROW},
+        {PT_KIND_MLP_NORM, "post_attention_layernorm.weight", C, 0, C, 0, 0, 0, C, first,
+         PT_TP_REPLICATED},
+        {PT_KIND_WGATE, "mlp.gate_proj.weight", d.F, C, c->ffn_dim, C, r * d.F, 0, d.F, 1,
+         PT_TP_COLUMN},
+        {PT_KIND_WUP, "mlp.up_proj.weight", d.F, C, c->ffn_dim, C, r * d.F, 0, d.F, 1,
+         PT_TP_COLUMN},
+        {PT_KIND_WDOWN, "mlp.down_proj.weight", C, d.F, C, c->ffn_dim, 0, r * d.F, C, 1,
+         PT_TP_ROW},
+    };
+    const pt_tensor_spec norm = {PT_KIND_FINAL_NORM, NULL, C, 0, C, 0, 0, 0, C, first,
+                                 PT_TP_REPLICATED};
+    pt_tensor_spec head = embed;
+    head.kind = PT_KIND_HEAD;
     char name[96];
-    pt_table_add(t, &cap, PT_KIND_EMBED, "model.embed_tokens.weight", -1, c->vocab_size, c->dim,
-                 PT_TP_VOCAB, PT_PP_FIRST);
-    for (int l = 0; l < c->n_layers; l++) {
-#define PT_ADD(kind, suffix, d0, d1, tp)                                                          \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                                 \
-    pt_table_add(t, &cap, kind, name, l, d0, d1, tp, PT_PP_LAYER)
-        PT_ADD(PT_KIND_ATTN_NORM, "input_layernorm.weight", c->dim, 0, PT_TP_REPLICATED);
-        PT_ADD(PT_KIND_WQ, "self_attn.q_proj.weight", q, c->dim, PT_TP_COLUMN);
-        PT_ADD(PT_KIND_WK, "self_attn.k_proj.weight", kv, c->dim, PT_TP_COLUMN);
-        PT_ADD(PT_KIND_WV, "self_attn.v_proj.weight", kv, c->dim, PT_TP_COLUMN);
-        PT_ADD(PT_KIND_WO, "self_attn.o_proj.weight", c->dim, q, PT_TP_ROW);
-        PT_ADD(PT_KIND_MLP_NORM, "post_attention_layernorm.weight", c->dim, 0, PT_TP_REPLICATED);
-        PT_ADD(PT_KIND_WGATE, "mlp.gate_proj.weight", c->ffn_dim, c->dim, PT_TP_COLUMN);
-        PT_ADD(PT_KIND_WUP, "mlp.up_proj.weight", c->ffn_dim, c->dim, PT_TP_COLUMN);
-        PT_ADD(PT_KIND_WDOWN, "mlp.down_proj.weight", c->dim, c->ffn_dim, PT_TP_ROW);
-#undef PT_ADD
-    }
-    pt_table_add(t, &cap, PT_KIND_FINAL_NORM, "model.norm.weight", -1, c->dim, 0,
-                 PT_TP_REPLICATED, PT_PP_LAST);
-    if (!c->tied_embeddings)
-        pt_table_add(t, &cap, PT_KIND_HEAD, "lm_head.weight", -1, c->vocab_size, c->dim,
-                     PT_TP_VOCAB, PT_PP_LAST);
+    pt_table_add(t, &cap, &embed, "model.embed_tokens.weight", -1, PT_PP_FIRST);
+    for (int l = 0; l < c->n_layers; l++)
+        for (size_t k = 0; k < sizeof layer / sizeof *layer; k++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, layer[k].suffix);
+            pt_table_add(t, &cap, &layer[k], name, l, PT_PP_LAYER);
+        }
+    pt_table_add(t, &cap, &norm, "model.norm.weight", -1, PT_PP_LAST);
+    if (!c->tied_embeddings) pt_table_add(t, &cap, &head, "lm_head.weight", -1, PT_PP_LAST);
     for (int i = 0; i < t->n; i++)
         if (t->p[i].unit < 0) t->p[i].unit = t->p[i].kind == PT_KIND_HEAD ? c->n_layers + 2 : c->n_layers + 1;
+    /* the global tensors' offsets: the single-process table is the same list at tp = 1 */
+    size_t goff = 0;
+    for (int i = 0; i < t->n; i++) {
+        t->p[i].goffset = goff;
+        goff += (size_t)t->p[i].gshape[0] * (size_t)(t->p[i].gshape[1] ? t->p[i].gshape[1] : 1);
+    }
+}
+
+void pt_param_table_build(pt_param_table *t, const pt_model_config *c) {
+    pt_param_table_build_tp(t, c, 1, 0);
+}
+
+/* Row i of a local block <-> its place in the global array: cols elements each. */
+static void pt_block_rows(const pt_param *p, size_t *cols, size_t *gcols) {
+    *cols = p->ndim == 2 ? (size_t)p->shape[1] : 1;
+    *gcols = p->ndim == 2 ? (size_t)p->gshape[1] : 1;
+}
+
+void pt_param_table_to_local(const pt_param_table *t, const float *global, float *local) {
+    for (int i = 0; i < t->n; i++) {
+        const pt_param *p = &t->p[i];
+        size_t cols, gcols;
+        pt_block_rows(p, &cols, &gcols);
+        if (p->ndim == 1) { /* replicated vectors */
+            memcpy(local + p->offset, global + p->goffset, p->numel * sizeof(float));
+            continue;
+        }
+        memset(local + p->offset, 0, p->numel * sizeof(float));
+        for (int64_t r = 0; r < p->grows; r++)
+            memcpy(local + p->offset + (size_t)r * cols,
+                   global + p->goffset + (size_t)(p->grow0 + r) * gcols + (size_t)p->gcol0,
+                   cols * sizeof(float));
+    }
+}
+
+void pt_param_table_to_global(const pt_param_table *t, const float *local, float *global) {
+    for (int i = 0; i < t->n; i++) {
+        const pt_param *p = &t->p[i];
+        if (!p->owner) continue;
+        size_t cols, gcols;
+        pt_block_rows(p, &cols, &gcols);
+        if (p->ndim == 1) {
+            memcpy(global + p->goffset, local + p->offset, p->numel * sizeof(float));
+            continue;
+        }
+        for (int64_t r = 0; r < p->grows; r++)
+            memcpy(global + p->goffset + (size_t)(p->grow0 + r) * gcols + (size_t)p->gcol0,
+                   local + p->offset + (size_t)r * cols, cols * sizeof(float));
+    }
+}
+
+/* One local rectangle [ra, rb) × [ca, cb) of p as a global block, rows clipped to the real ones. */
+static int pt_add_block(const pt_param *p, int tensor, int64_t ra, int64_t rb, int64_t ca,
+                        int64_t cb, pt_block *out) {
+    int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+    if (rb > p->grows) rb = p->grows;
+    if (rb <= ra || cb <= ca) return 0;
+    *out = (pt_block){tensor, p->grow0 + ra, p->grow0 + rb, p->gcol0 + ca, p->gcol0 + cb,
+                      p->offset + (size_t)(ra * cols + ca)};
+    return 1;
+}
+
+int pt_param_table_blocks(const pt_param_table *t, size_t lo, size_t hi, int owned_only,
+                          pt_block *out) {
+    int n = 0;
+    for (int i = 0; i < t->n; i++) {
+        const pt_param *p = &t->p[i];
+        if (owned_only && !p->owner) continue;
+        size_t a = lo > p->offset ? lo - p->offset : 0;
+        size_t b = hi < p->offset + p->numel ? hi - p->offset : p->numel;
+        if (hi <= p->offset || lo >= p->offset + p->numel || b <= a) continue;
+        int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
+        int64_t ra = (int64_t)a / cols, ca = (int64_t)a % cols;
+        int64_t rb = (int64_t)b / cols, cb = (int64_t)b % cols;
+        if (ra == rb) {
+            n += pt_add_block(p, i, ra, ra + 1, ca, cb, out + n);
+            continue;
+        }
+        if (ca > 0) n += pt_add_block(p, i, ra, ra + 1, ca, cols, out + n), ra++;
+        n += pt_add_block(p, i, ra, rb, 0, cols, out + n);
+        if (cb > 0) n += pt_add_block(p, i, rb, rb + 1, 0, cb, out + n);
+    }
+    return n;
 }
 
 size_t pt_model_param_count(const pt_model_config *c) {
@@ -209,16 +360,21 @@ void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo) {
 }
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be) {
-    return pt_model_init_ex(m, cfg, be, 0, 0);
+    return pt_model_init_ex(m, cfg, be, 0, 0, NULL);
 }
 
 pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *be,
-                           size_t alloc_total, int flags) {
+                           size_t alloc_total, int flags, const pt_model_parallel *par) {
     PT_TRY(pt_model_config_check(cfg));
+    int tp = par ? par->tp : 1;
+    PT_TRY(pt_model_check_tp(cfg, tp));
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
-    pt_param_table_build(&m->table, cfg);
+    m->par = par ? *par : (pt_model_parallel){.tp = 1};
+    m->loc = pt_model_local_dims(cfg, tp, m->par.tp_rank);
+    pt_param_table_build_tp(&m->table, cfg, tp, m->par.tp_rank);
+    pt_param_table_build(&m->gtable, cfg);
     m->alloc_total = alloc_total > m->table.total ? alloc_total : m->table.total;
     m->w.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->w.layers);
     m->g.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->g.layers);
@@ -259,22 +415,26 @@ void pt_model_free(pt_model *m) {
     free(m->w.layers);
     free(m->g.layers);
     pt_param_table_free(&m->table);
+    pt_param_table_free(&m->gtable);
     memset(m, 0, sizeof *m);
 }
 
 void pt_model_init_weights(pt_model *m, uint64_t seed) {
     PT_ASSERT(m->params != NULL);
-    float *host = pt_malloc(m->table.total * sizeof(float));
+    float *host = pt_malloc(m->gtable.total * sizeof(float));
+    float *local = pt_malloc(m->table.total * sizeof(float));
     pt_model_init_weights_host(m, seed, host);
-    m->be->upload(m->be, m->params, host, m->table.total * sizeof(float));
+    pt_param_table_to_local(&m->table, host, local);
+    m->be->upload(m->be, m->params, local, m->table.total * sizeof(float));
     free(host);
+    free(local);
 }
 
 void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host) {
     /* RNG streams per tensor (seeded by seed and tensor index) so that a tensor's values do not
      * depend on which other tensors exist or which rank initialises it. */
-    for (int i = 0; i < m->table.n; i++) {
-        const pt_param *p = &m->table.p[i];
+    for (int i = 0; i < m->gtable.n; i++) {
+        const pt_param *p = &m->gtable.p[i];
         float *dst = host + p->offset;
         if (p->ndim == 1) {
             for (size_t j = 0; j < p->numel; j++) dst[j] = 1.0f;
@@ -311,21 +471,31 @@ static void pt_poll(pt_model *m) {
 /* ------------------------------------------------------------------------------------------ */
 /* activations */
 
+/* Rows of the residual stream this rank holds: all N, or its N/tp with sequence parallelism. */
+static int pt_res_rows(const pt_model *m, int N) {
+    return m->par.sp && m->par.tp > 1 ? N / m->par.tp : N;
+}
+
 pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
     const pt_model_config *c = &m->cfg;
     PT_ASSERTF(T <= c->max_seq_len, "sequence length %d exceeds model.max_seq_len %d", T,
                c->max_seq_len);
-    size_t N = (size_t)B * T, C = c->dim, F = c->ffn_dim, V = c->vocab_size;
+    const pt_local_dims *d = &m->loc;
     int hd = pt_head_dim(c);
-    size_t q = (size_t)c->n_heads * hd, qkv = q + 2 * (size_t)c->n_kv_heads * hd;
-    size_t H = c->n_heads;
-    size_t per_layer = N * C + N + N * C + N * qkv + N * q + (size_t)B * H * T + N * C + N +
+    size_t N = (size_t)B * T, C = c->dim, F = (size_t)d->F, V = (size_t)d->V;
+    PT_ASSERTF(!(m->par.sp && m->par.tp > 1) || N % (size_t)m->par.tp == 0,
+               "sequence parallelism: micro_batch × seq_len = %zu rows must be divisible by tp = %d",
+               N, m->par.tp);
+    size_t R = (size_t)pt_res_rows(m, (int)N);
+    size_t q = (size_t)d->H * hd, qkv = q + 2 * (size_t)d->KV * hd, H = (size_t)d->H;
+    int sp = m->par.sp && m->par.tp > 1;
+    size_t per_layer = R * C + R + N * C + N * qkv + N * q + (size_t)B * H * T + R * C + R +
                        N * C + N * 2 * F + N * F;
-    size_t HR = (size_t)pt_head_chunk_rows(c->vocab_size, (int)N);
-    size_t rest = N * C + N + N * C + N * C + HR * V + HR +
-                  N * C + N * C + N * qkv + N * q + N * 2 * F + N * F;
+    size_t HR = (size_t)pt_head_chunk_rows((int)V, (int)N);
+    size_t rest = R * C + R + N * C + N * C + HR * V + HR + R * C + N * C + N * qkv + N * q +
+                  N * 2 * F + N * F + (sp ? N * C : 0) + 2 * C + 2 * (size_t)d->KV * hd * C;
     /* each array is rounded up to 16 floats (64 bytes) */
-    size_t n_arrays = 11 * (size_t)c->n_layers + 12;
+    size_t n_arrays = 11 * (size_t)c->n_layers + 16;
     size_t total = per_layer * c->n_layers + rest + 16 * n_arrays;
 
     pt_acts *a = pt_calloc(1, sizeof *a);
@@ -338,31 +508,34 @@ pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
     a->layers = pt_calloc((size_t)c->n_layers, sizeof *a->layers);
     for (int l = 0; l < c->n_layers; l++) {
         pt_layer_acts *la = &a->layers[l];
-        la->x = PT_TAKE(N * C);
-        la->rstd1 = PT_TAKE(N);
+        la->x = PT_TAKE(R * C);
+        la->rstd1 = PT_TAKE(R);
         la->xn1 = PT_TAKE(N * C);
         la->qkv = PT_TAKE(N * qkv);
         la->att = PT_TAKE(N * q);
         la->lse = PT_TAKE((size_t)B * H * T);
-        la->xmid = PT_TAKE(N * C);
-        la->rstd2 = PT_TAKE(N);
+        la->xmid = PT_TAKE(R * C);
+        la->rstd2 = PT_TAKE(R);
         la->xn2 = PT_TAKE(N * C);
         la->gu = PT_TAKE(N * 2 * F);
         la->h = PT_TAKE(N * F);
     }
-    a->xout = PT_TAKE(N * C);
-    a->rstdf = PT_TAKE(N);
+    a->xout = PT_TAKE(R * C);
+    a->rstdf = PT_TAKE(R);
     a->xf = PT_TAKE(N * C);
     a->dxf = PT_TAKE(N * C);
     a->head_rows = (int)HR;
     a->logits = PT_TAKE(HR * V);
     a->losses = PT_TAKE(HR);
-    a->dx = PT_TAKE(N * C);
+    a->dx = PT_TAKE(R * C);
     a->dxn = PT_TAKE(N * C);
     a->dqkv = PT_TAKE(N * qkv);
     a->datt = PT_TAKE(N * q);
     a->dgu = PT_TAKE(N * 2 * F);
     a->dh = PT_TAKE(N * F);
+    a->dfull = sp ? PT_TAKE(N * C) : NULL;
+    a->dnorm = PT_TAKE(2 * C);
+    a->dkv = PT_TAKE(2 * (size_t)d->KV * hd * C);
 #undef PT_TAKE
     PT_ASSERT((size_t)(p - a->block) <= total);
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
@@ -391,16 +564,41 @@ void pt_acts_set_shape(pt_acts *a, int B, int T) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* tensor-parallel communication: all blocking, on the tp group (no-ops at tp = 1) */
+
+/* A row-parallel block's partial output y (N,C) summed over the tp ranks: in full (all-reduce),
+ * or with sequence parallelism only this rank's rows, left at the start of y (reduce-scatter). */
+static void pt_tp_reduce(const pt_model *m, float *y, int N, int C) {
+    if (m->par.tp <= 1) return;
+    if (m->par.sp)
+        pt_reduce_scatter_sum(m->par.tp_comm, NULL, y, (size_t)N / m->par.tp * C, PT_DTYPE_F32);
+    else
+        pt_allreduce_sum(m->par.tp_comm, y, (size_t)N * C, PT_DTYPE_F32);
+}
+
+/* Sequence parallelism: every rank's rows of full (N,C) gathered, this rank's rows already at
+ * their place in full. */
+static void pt_tp_gather(const pt_model *m, float *full, int N, int C) {
+    if (m->par.tp <= 1 || !m->par.sp) return;
+    pt_allgather(m->par.tp_comm, NULL, full, (size_t)N / m->par.tp * C, PT_DTYPE_F32);
+}
+
+/* This rank's first row of a full (N, ·) array: its rows of the residual stream. */
+static size_t pt_own_row0(const pt_model *m, int N) {
+    return m->par.sp && m->par.tp > 1 ? (size_t)m->par.tp_rank * (N / m->par.tp) : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* forward and backward */
 
 static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
     const pt_model_config *c = &m->cfg;
-    int hd = pt_head_dim(c), q = c->n_heads * hd, qkv = q + 2 * c->n_kv_heads * hd;
+    int hd = pt_head_dim(c), q = m->loc.H * hd, qkv = q + 2 * m->loc.KV * hd;
     return (pt_attn_shape){.B = a->B,
                            .Tq = a->T,
                            .Tk = a->T,
-                           .n_heads = c->n_heads,
-                           .n_kv_heads = c->n_kv_heads,
+                           .n_heads = m->loc.H,
+                           .n_kv_heads = m->loc.KV,
                            .head_dim = hd,
                            .ldq = qkv,
                            .ldk = qkv,
@@ -411,12 +609,22 @@ static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
                            .scale = 1.0f / sqrtf((float)hd)};
 }
 
-/* Runs the layers and the final norm; leaves xf in a->xf. */
+/* The normed residual rows into their place in full (N,C), then gathered (sequence parallel). */
+static void pt_norm_gather(pt_model *m, float *full, float *rstd, const float *x, const float *w,
+                           int N) {
+    int C = m->cfg.dim, R = pt_res_rows(m, N);
+    m->be->rmsnorm_forward(m->be, full + pt_own_row0(m, N) * C, rstd, x, w, R, C, m->cfg.norm_eps);
+    pt_tp_gather(m, full, N, C);
+}
+
+/* Runs the layers and the final norm; leaves the full xf (N,C) in a->xf. */
 static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
-    int N = a->B * a->T, C = c->dim, F = c->ffn_dim, hd = pt_head_dim(c);
-    int q = c->n_heads * hd, kv = c->n_kv_heads * hd, qkv = q + 2 * kv;
+    const pt_local_dims *d = &m->loc;
+    int N = a->B * a->T, C = c->dim, F = d->F, hd = pt_head_dim(c), R = pt_res_rows(m, N);
+    int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
+    size_t RC = (size_t)R * C * sizeof(float);
     /* positions (T) are shared by the B sequences; rope wants one per row */
     be->download(be, a->pos, pos, (size_t)a->T * sizeof *pos);
     be->copy(be, a->d_pos, pos, (size_t)a->T * sizeof *pos);
@@ -425,57 +633,116 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     be->upload(be, a->d_rows, rows, (size_t)N * sizeof *rows);
     free(rows);
     pt_attn_shape as = pt_attn_shape_for(m, a);
+    float *y = a->dxn; /* (N,C) scratch for the row-parallel outputs (backward's, unused here) */
 
-    /* tokens (N) -> x (N,C) */
+    /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks */
     pt_acquire(m, 0, PT_USE_PARAMS, 0);
-    be->embedding_forward(be, c->n_layers ? a->layers[0].x : a->xout, tokens, m->w.embed, N, C, 0,
-                          c->vocab_size);
+    float *x0 = c->n_layers ? a->layers[0].x : a->xout;
+    if (m->par.tp > 1) {
+        be->embedding_forward(be, y, tokens, m->w.embed, N, C, d->v0, d->V);
+        pt_tp_reduce(m, y, N, C);
+        be->copy(be, x0, y, RC);
+    } else {
+        be->embedding_forward(be, x0, tokens, m->w.embed, N, C, 0, c->vocab_size);
+    }
     if (!c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0); /* tied: the head needs it */
     for (int l = 0; l < c->n_layers; l++) {
         pt_acquire(m, l + 1, PT_USE_PARAMS, 0);
         pt_layer_acts *la = &a->layers[l];
         const pt_layer_view *w = &m->w.layers[l];
         float *xnext = l + 1 < c->n_layers ? a->layers[l + 1].x : a->xout;
-        be->rmsnorm_forward(be, la->xn1, la->rstd1, la->x, w->attn_norm, N, C, c->norm_eps);
-        /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv) */
+        pt_norm_gather(m, la->xn1, la->rstd1, la->x, w->attn_norm, N);
+        /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads */
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, qkv, C, 1.0f, la->xn1, C, w->wqkv, C, 0.0f, la->qkv,
                  qkv);
         pt_poll(m);
-        /* rope on q (n_heads heads) and k (n_kv_heads heads, starting at column q) */
-        be->rope(be, la->qkv, a->d_rows, N, c->n_heads, hd, qkv, m->rope_cos, m->rope_sin, 0);
-        be->rope(be, la->qkv + q, a->d_rows, N, c->n_kv_heads, hd, qkv, m->rope_cos, m->rope_sin, 0);
+        /* rope on q (H heads) and k (KV heads, starting at column q) */
+        be->rope(be, la->qkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
+        be->rope(be, la->qkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
         be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
         pt_poll(m);
-        /* xmid = x + att (N,q) · Woᵀ (q,C) */
-        be->copy(be, la->xmid, la->x, (size_t)N * C * sizeof(float));
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, q, 1.0f, la->att, q, w->wo, q, 1.0f, la->xmid, C);
-        be->rmsnorm_forward(be, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N, C, c->norm_eps);
+        /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
+        be->copy(be, la->xmid, la->x, RC);
+        if (m->par.tp > 1) {
+            be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, q, 1.0f, la->att, q, w->wo, q, 0.0f, y, C);
+            pt_tp_reduce(m, y, N, C);
+            be->add(be, la->xmid, y, (size_t)R * C);
+        } else {
+            be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, q, 1.0f, la->att, q, w->wo, q, 1.0f, la->xmid,
+                     C);
+        }
+        pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
         /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F) -> h (N,F) */
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, 2 * F, C, 1.0f, la->xn2, C, w->wgu, C, 0.0f, la->gu,
                  2 * F);
         be->swiglu_forward(be, la->h, la->gu, N, F);
         pt_poll(m);
         /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
-        be->copy(be, xnext, la->xmid, (size_t)N * C * sizeof(float));
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, F, 1.0f, la->h, F, w->wdown, F, 1.0f, xnext, C);
+        be->copy(be, xnext, la->xmid, RC);
+        if (m->par.tp > 1) {
+            be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, F, 1.0f, la->h, F, w->wdown, F, 0.0f, y, C);
+            pt_tp_reduce(m, y, N, C);
+            be->add(be, xnext, y, (size_t)R * C);
+        } else {
+            be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, F, 1.0f, la->h, F, w->wdown, F, 1.0f, xnext,
+                     C);
+        }
         pt_release(m, l + 1, PT_USE_PARAMS, 0);
     }
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
-    be->rmsnorm_forward(be, a->xf, a->rstdf, a->xout, m->w.final_norm, N, C, c->norm_eps);
+    pt_norm_gather(m, a->xf, a->rstdf, a->xout, m->w.final_norm, N);
+}
+
+/* Losses (host, n) of rows whose logits (n, V_local) hold the vocabulary-parallel blocks, and
+ * the logits turned into dscale · (softmax − onehot): the blocks' row statistics gathered over
+ * the tp ranks and combined (max M, Σ exp(x − M), the target's logit). */
+static void pt_xent_parallel(pt_model *m, float *logits, const int32_t *targets, int n,
+                             float dscale, float *losses) {
+    pt_backend *be = m->be;
+    int tp = m->par.tp;
+    float *st = pt_malloc((size_t)3 * n * tp * sizeof(float));
+    float *M = pt_malloc((size_t)2 * n * sizeof(float)), *S = M + n;
+    be->xent_stats(be, logits, targets, n, m->loc.v_valid, m->loc.V, m->loc.v0,
+                   st + (size_t)3 * n * m->par.tp_rank);
+    pt_allgather(m->par.tp_comm, NULL, st, (size_t)3 * n, PT_DTYPE_F32);
+    int32_t *tg = pt_malloc((size_t)n * sizeof *tg);
+    be->download(be, tg, targets, (size_t)n * sizeof *tg);
+    for (int i = 0; i < n; i++) {
+        float mx = -INFINITY;
+        for (int r = 0; r < tp; r++) {
+            float v = st[(size_t)3 * n * r + 3 * i];
+            mx = v > mx ? v : mx;
+        }
+        double sum = 0, xt = 0;
+        for (int r = 0; r < tp; r++) {
+            const float *s = st + (size_t)3 * n * r + 3 * i;
+            if (s[0] > -INFINITY) sum += (double)s[1] * exp((double)s[0] - mx);
+            xt += s[2];
+        }
+        M[i] = mx;
+        S[i] = (float)sum;
+        losses[i] = tg[i] < 0 ? 0.0f : (float)((double)mx + log(sum) - xt);
+    }
+    be->xent_grad(be, logits, targets, n, m->loc.v_valid, m->loc.V, m->loc.v0, M, S, dscale);
+    free(tg);
+    free(st);
+    free(M);
 }
 
 double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
                         const int32_t *pos, float loss_scale, int64_t *n_valid) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
-    int N = a->B * a->T, C = c->dim, V = c->vocab_size;
+    int N = a->B * a->T, C = c->dim, V = m->loc.V;
     pt_forward_trunk(m, a, tokens, pos);
     a->has_targets = targets != NULL;
     if (!targets) return 0.0;
 
     /* Fused head + loss + head backward, a chunk of rows at a time:
      * logits (n,V) = xf (n,C) · Headᵀ; logits -> dlogits in place;
-     * dxf (n,C) = dlogits · Head; dHead (V,C) += dlogitsᵀ · xf. */
+     * dxf (n,C) = dlogits · Head; dHead (V,C) += dlogitsᵀ · xf.
+     * Under tensor parallelism V is this rank's vocabulary block: the loss combines the blocks'
+     * statistics and dxf is summed over the ranks. */
     double loss = 0.0;
     int64_t valid = 0;
     int HR = a->head_rows, head = pt_model_head_unit(m);
@@ -486,11 +753,15 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
         int n = N - r0 < HR ? N - r0 : HR;
         const float *xf = a->xf + (size_t)r0 * C;
         be->gemm(be, PT_NO_TRANS, PT_TRANS, n, V, C, 1.0f, xf, C, m->w.head, C, 0.0f, a->logits, V);
-        be->softmax_xent(be, a->logits, a->losses, targets + r0, n, V, V, loss_scale);
+        if (m->par.tp > 1) {
+            pt_xent_parallel(m, a->logits, targets + r0, n, loss_scale, host_losses);
+        } else {
+            be->softmax_xent(be, a->logits, a->losses, targets + r0, n, V, V, loss_scale);
+            be->download(be, host_losses, a->losses, (size_t)n * sizeof(float));
+        }
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, C, V, 1.0f, a->logits, V, m->w.head, C, 0.0f,
                  a->dxf + (size_t)r0 * C, C);
         be->gemm(be, PT_TRANS, PT_NO_TRANS, V, C, n, 1.0f, a->logits, V, xf, C, 1.0f, m->g.head, C);
-        be->download(be, host_losses, a->losses, (size_t)n * sizeof(float));
         be->download(be, tg, targets + r0, (size_t)n * sizeof *tg);
         for (int i = 0; i < n; i++) {
             loss += host_losses[i];
@@ -499,6 +770,8 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
     }
     free(tg);
     free(host_losses);
+    /* dxf summed over the tp ranks (with sequence parallelism, this rank's rows, at the start) */
+    pt_tp_reduce(m, a->dxf, N, C);
     /* the head's gradient is final here, unless it is the embedding's (tied) */
     pt_release(m, head, c->tied_embeddings ? PT_USE_PARAMS : PT_USE_PARAMS | PT_USE_GRADS, 0);
     /* the final norm's parameters stay for its backward */
@@ -506,20 +779,47 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
     return loss;
 }
 
+/* A norm's weight gradient with sequence parallelism: each rank's rows give a part; summed over
+ * the tp ranks, this micro-batch's contribution only (the gradient buffer accumulates). */
+static float *pt_norm_dw(pt_model *m, pt_acts *a, float *dw, int k) {
+    if (!(m->par.sp && m->par.tp > 1)) return dw;
+    float *t = a->dnorm + (size_t)k * m->cfg.dim;
+    m->be->zero(m->be, t, (size_t)m->cfg.dim * sizeof(float));
+    return t;
+}
+
+static void pt_norm_dw_reduce(pt_model *m, pt_acts *a, float *const *dw, int n) {
+    if (!(m->par.sp && m->par.tp > 1)) return;
+    int C = m->cfg.dim;
+    pt_allreduce_sum(m->par.tp_comm, a->dnorm, (size_t)n * C, PT_DTYPE_F32);
+    for (int k = 0; k < n; k++) m->be->add(m->be, dw[k], a->dnorm + (size_t)k * C, (size_t)C);
+}
+
+/* The gradient of the residual rows, gathered in full (N,C) when sequence parallel. */
+static const float *pt_full_grad(pt_model *m, pt_acts *a, int N) {
+    if (!(m->par.sp && m->par.tp > 1)) return a->dx;
+    int C = m->cfg.dim, R = pt_res_rows(m, N);
+    m->be->copy(m->be, a->dfull + pt_own_row0(m, N) * C, a->dx, (size_t)R * C * sizeof(float));
+    pt_tp_gather(m, a->dfull, N, C);
+    return a->dfull;
+}
+
 void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
     PT_ASSERTF(a->has_targets, "pt_model_backward needs a forward with targets");
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
-    int N = a->B * a->T, C = c->dim, F = c->ffn_dim, hd = pt_head_dim(c);
-    int q = c->n_heads * hd, kv = c->n_kv_heads * hd, qkv = q + 2 * kv;
-    size_t NC = (size_t)N * C * sizeof(float);
+    const pt_local_dims *d = &m->loc;
+    int N = a->B * a->T, C = c->dim, F = d->F, hd = pt_head_dim(c), R = pt_res_rows(m, N);
+    int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
+    size_t RC = (size_t)R * C * sizeof(float);
     pt_attn_shape as = pt_attn_shape_for(m, a);
 
-    /* final norm: dx = rmsnorm_backward(dxf) */
-    be->zero(be, a->dx, NC);
+    /* final norm: dx (R,C) = rmsnorm_backward(dxf) on this rank's rows */
+    be->zero(be, a->dx, RC);
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
-    be->rmsnorm_backward(be, a->dx, m->g.final_norm, a->dxf, a->xout, m->w.final_norm, a->rstdf, N,
-                         C);
+    float *dwf = pt_norm_dw(m, a, m->g.final_norm, 0);
+    be->rmsnorm_backward(be, a->dx, dwf, a->dxf, a->xout, m->w.final_norm, a->rstdf, R, C);
+    pt_norm_dw_reduce(m, a, &m->g.final_norm, 1);
     pt_release(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     for (int l = c->n_layers - 1; l >= 0; l--) {
         pt_acquire(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
@@ -527,37 +827,56 @@ void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
         const pt_layer_view *w = &m->w.layers[l];
         const pt_layer_view *g = &m->g.layers[l];
         /* MLP: dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, F, C, 1.0f, a->dx, C, w->wdown, F, 0.0f, a->dh, F);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, a->dx, C, la->h, F, 1.0f, g->wdown, F);
+        const float *dfull = pt_full_grad(m, a, N);
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, F, C, 1.0f, dfull, C, w->wdown, F, 0.0f, a->dh, F);
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, dfull, C, la->h, F, 1.0f, g->wdown, F);
         pt_poll(m);
         be->swiglu_backward(be, a->dgu, a->dh, la->gu, N, F);
-        /* dxn2 (N,C) = dgu · Wgu; dWgu (2F,C) += dguᵀ · xn2 */
+        /* dxn2 (N,C) = dgu · Wgu, summed over the tp ranks; dWgu (2F,C) += dguᵀ · xn2 */
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, 1.0f, a->dgu, 2 * F, w->wgu, C, 0.0f,
                  a->dxn, C);
         be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, a->dgu, 2 * F, la->xn2, C, 1.0f,
                  g->wgu, C);
         pt_poll(m);
-        be->rmsnorm_backward(be, a->dx, g->mlp_norm, a->dxn, la->xmid, w->mlp_norm, la->rstd2, N, C);
+        pt_tp_reduce(m, a->dxn, N, C);
+        float *dw2 = pt_norm_dw(m, a, g->mlp_norm, 0);
+        be->rmsnorm_backward(be, a->dx, dw2, a->dxn, la->xmid, w->mlp_norm, la->rstd2, R, C);
         /* attention output: datt (N,q) = dx · Wo; dWo (C,q) += dxᵀ · att */
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, q, C, 1.0f, a->dx, C, w->wo, q, 0.0f, a->datt, q);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, a->dx, C, la->att, q, 1.0f, g->wo, q);
+        dfull = pt_full_grad(m, a, N);
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, q, C, 1.0f, dfull, C, w->wo, q, 0.0f, a->datt, q);
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, dfull, C, la->att, q, 1.0f, g->wo, q);
         pt_poll(m);
         be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
         be->attention_backward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, a->datt,
                                la->lse, a->dqkv, a->dqkv + q, a->dqkv + q + kv);
         pt_poll(m);
-        be->rope(be, a->dqkv, a->d_rows, N, c->n_heads, hd, qkv, m->rope_cos, m->rope_sin, 1);
-        be->rope(be, a->dqkv + q, a->d_rows, N, c->n_kv_heads, hd, qkv, m->rope_cos, m->rope_sin, 1);
-        /* dxn1 (N,C) = dqkv · Wqkv; dWqkv (q+2kv, C) += dqkvᵀ · xn1 */
+        be->rope(be, a->dqkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 1);
+        be->rope(be, a->dqkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 1);
+        /* dxn1 (N,C) = dqkv · Wqkv, summed over the tp ranks; dWqkv (q+2kv, C) += dqkvᵀ · xn1 */
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, qkv, 1.0f, a->dqkv, qkv, w->wqkv, C, 0.0f,
                  a->dxn, C);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, qkv, C, N, 1.0f, a->dqkv, qkv, la->xn1, C, 1.0f, g->wqkv,
-                 C);
-        be->rmsnorm_backward(be, a->dx, g->attn_norm, a->dxn, la->x, w->attn_norm, la->rstd1, N, C);
+        if (d->kv_shared > 1) {
+            /* a key/value head held by several ranks: its gradient is the sum of theirs */
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, q, C, N, 1.0f, a->dqkv, qkv, la->xn1, C, 1.0f,
+                     g->wqkv, C);
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * kv, C, N, 1.0f, a->dqkv + q, qkv, la->xn1, C,
+                     0.0f, a->dkv, C);
+            pt_allreduce_sum(m->par.kv_comm, a->dkv, (size_t)2 * kv * C, PT_DTYPE_F32);
+            be->add(be, g->wqkv + (size_t)q * C, a->dkv, (size_t)2 * kv * C);
+        } else {
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, qkv, C, N, 1.0f, a->dqkv, qkv, la->xn1, C, 1.0f,
+                     g->wqkv, C);
+        }
+        pt_tp_reduce(m, a->dxn, N, C);
+        float *dw1 = pt_norm_dw(m, a, g->attn_norm, 1);
+        be->rmsnorm_backward(be, a->dx, dw1, a->dxn, la->x, w->attn_norm, la->rstd1, R, C);
+        float *norms[2] = {g->mlp_norm, g->attn_norm};
+        pt_norm_dw_reduce(m, a, norms, 2);
         pt_release(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     }
     pt_acquire(m, 0, PT_USE_GRADS, 1);
-    be->embedding_backward(be, m->g.embed, tokens, a->dx, N, C, 0, c->vocab_size);
+    const float *dfull = pt_full_grad(m, a, N);
+    be->embedding_backward(be, m->g.embed, tokens, dfull, N, C, d->v0, d->V);
     pt_release(m, 0, PT_USE_GRADS, 1);
 }
 
@@ -565,6 +884,7 @@ void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32
                      float *host_logits) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
+    PT_ASSERTF(m->par.tp == 1, "pt_model_logits runs on an unsplit model (tp = 1)");
     int N = a->B * a->T, C = c->dim, V = c->vocab_size;
     pt_forward_trunk(m, a, tokens, pos);
     a->has_targets = 0;

@@ -76,8 +76,13 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     return PT_OK;
 }
 
+void pt_mesh_make_kv(pt_mesh *m, int shared) {
+    MPI_Comm tp = *(MPI_Comm *)m->tp->handle;
+    m->kv = pt_split(tp, m->tp_i / shared, m->tp_i, "kv", m->tp->timeout_s);
+}
+
 void pt_mesh_free(pt_mesh *m) {
-    pt_comm *groups[] = {m->edp, m->ep, m->dpcp, m->pp, m->dp, m->cp, m->tp, m->world};
+    pt_comm *groups[] = {m->kv, m->edp, m->ep, m->dpcp, m->pp, m->dp, m->cp, m->tp, m->world};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (groups[i]) groups[i]->free(groups[i]);
     memset(m, 0, sizeof *m);
@@ -85,7 +90,7 @@ void pt_mesh_free(pt_mesh *m) {
 
 void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total) {
     memset(total, 0, sizeof *total);
-    const pt_comm *groups[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp};
+    const pt_comm *groups[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->kv};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (groups[i]) pt_comm_stats_add(total, &groups[i]->stats);
 }

@@ -41,8 +41,8 @@ static float *pt_host_copy(pt_backend *be, const float *dev, size_t n) {
 static pt_status pt_write_weights(const char *path, const pt_model *m, const float *host) {
     pt_st_writer *w = pt_st_writer_create();
     pt_status st = pt_st_writer_set_meta(w, "format", "pt");
-    for (int i = 0; i < m->table.n && st == PT_OK; i++) {
-        const pt_param *p = &m->table.p[i];
+    for (int i = 0; i < m->gtable.n && st == PT_OK; i++) {
+        const pt_param *p = &m->gtable.p[i];
         st = pt_st_writer_add_f32(w, p->name, p->shape, p->ndim, host + p->offset, PT_ST_DTYPE_F32);
     }
     if (st == PT_OK) st = pt_st_writer_write(w, path);
@@ -134,17 +134,24 @@ pt_status pt_ckpt_find_latest(const char *root, char *out, size_t cap) {
 
 static const char *const pt_kind_name[3] = {"params", "exp_avg", "exp_avg_sq"};
 
+static void pt_block_key(char *out, size_t cap, int kind, int tensor, int64_t r0, int64_t c0) {
+    snprintf(out, cap, "%s@%d@%lld@%lld", pt_kind_name[kind], tensor, (long long)r0, (long long)c0);
+}
+
+static int64_t pt_gcols(const pt_param *p) { return p->ndim == 2 ? p->shape[1] : 1; }
+
 /* This rank's shard file: its pieces, three tensors each. */
 static pt_status pt_write_shard(const char *path, const pt_ckpt_piece *pieces, int n) {
     pt_st_writer *w = pt_st_writer_create();
     pt_status st = pt_st_writer_set_meta(w, "format", PT_CKPT_FORMAT);
-    char name[64];
+    char name[96];
     for (int i = 0; i < n && st == PT_OK; i++) {
-        const float *src[3] = {pieces[i].param, pieces[i].exp_avg, pieces[i].exp_avg_sq};
-        int64_t len = (int64_t)(pieces[i].hi - pieces[i].lo);
+        const pt_ckpt_piece *q = &pieces[i];
+        const float *src[3] = {q->param, q->exp_avg, q->exp_avg_sq};
+        int64_t shape[2] = {q->r1 - q->r0, q->c1 - q->c0};
         for (int k = 0; k < 3 && st == PT_OK; k++) {
-            snprintf(name, sizeof name, "%s@%zu", pt_kind_name[k], pieces[i].lo);
-            st = pt_st_writer_add_f32(w, name, &len, 1, src[k], PT_ST_DTYPE_F32);
+            pt_block_key(name, sizeof name, k, q->tensor, q->r0, q->c0);
+            st = pt_st_writer_add_f32(w, name, shape, 2, src[k], PT_ST_DTYPE_F32);
         }
     }
     if (st == PT_OK) st = pt_st_writer_write(w, path);
@@ -152,7 +159,7 @@ static pt_status pt_write_shard(const char *path, const pt_ckpt_piece *pieces, i
     return st;
 }
 
-/* Everyone learns whether every rank succeeded (a min over the world). */
+/* Everyone learns whether every rank succeeded. */
 static int pt_all_ok(pt_comm *world, int ok) {
     if (!world) return ok;
     int32_t v = ok ? 0 : 1;
@@ -160,9 +167,11 @@ static int pt_all_ok(pt_comm *world, int ok) {
     return v == 0;
 }
 
+#define PT_BLOCK_INTS 5 /* tensor, r0, r1, c0, c1 */
+
 static pt_status pt_write_index(const char *path, int64_t step, const pt_model *m,
                                 int64_t optimizer_step, const pt_config *cfg, int world_size,
-                                const int64_t *info, const int64_t *ranges, int max_pieces) {
+                                const int64_t *info, const int64_t *blocks, int max_pieces) {
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string(PT_CKPT_FORMAT));
     json_object_set_new(root, "step", json_integer(step));
@@ -171,10 +180,10 @@ static pt_status pt_write_index(const char *path, int64_t step, const pt_model *
     json_object_set_new(root, "global_batch", json_integer(cfg->training.global_batch));
     json_object_set_new(root, "seq_len", json_integer(cfg->training.seq_len));
     json_object_set_new(root, "shuffle", json_boolean(cfg->data.shuffle));
-    json_object_set_new(root, "total", json_integer((json_int_t)m->table.total));
+    json_object_set_new(root, "total", json_integer((json_int_t)m->gtable.total));
     json_t *tensors = json_array();
-    for (int i = 0; i < m->table.n; i++) {
-        const pt_param *p = &m->table.p[i];
+    for (int i = 0; i < m->gtable.n; i++) {
+        const pt_param *p = &m->gtable.p[i];
         json_t *shape = json_array();
         for (int d = 0; d < p->ndim; d++) json_array_append_new(shape, json_integer(p->shape[d]));
         json_array_append_new(tensors, json_pack("{s:s, s:o, s:I}", "name", p->name, "shape", shape,
@@ -188,50 +197,70 @@ static pt_status pt_write_index(const char *path, int64_t step, const pt_model *
         if (n == 0) continue;
         snprintf(file, sizeof file, "shard-%05d-of-%05d.safetensors", r, world_size);
         snprintf(crc, sizeof crc, "%08llx", (unsigned long long)info[3 * r + 2]);
-        json_t *rs = json_array();
+        json_t *bs = json_array();
         for (int i = 0; i < n; i++) {
-            const int64_t *rg = ranges + 2 * ((size_t)r * max_pieces + i);
-            json_array_append_new(rs, json_pack("[I, I]", (json_int_t)rg[0], (json_int_t)rg[1]));
+            const int64_t *b = blocks + PT_BLOCK_INTS * ((size_t)r * max_pieces + i);
+            json_array_append_new(bs, json_pack("[I, I, I, I, I]", (json_int_t)b[0], (json_int_t)b[1],
+                                                (json_int_t)b[2], (json_int_t)b[3], (json_int_t)b[4]));
         }
         json_array_append_new(shards, json_pack("{s:s, s:s, s:o}", "file", file, "crc32", crc,
-                                                "ranges", rs));
+                                                "blocks", bs));
     }
     json_object_set_new(root, "shards", shards);
-    char *text = json_dumps(root, JSON_INDENT(1));
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
     json_decref(root);
     pt_status st = pt_write_file_atomic(path, text, strlen(text));
     free(text);
     return st;
 }
 
+/* Per tensor, the area of the blocks must be the tensor's size (a block is checked to lie inside
+ * its tensor): NULL when it is, else the first tensor that is not. */
+static const pt_param *pt_uncovered(const pt_param_table *t, const int64_t *blocks, size_t n) {
+    int64_t *area = pt_calloc((size_t)t->n, sizeof *area);
+    const pt_param *bad = NULL;
+    for (size_t k = 0; k < n && !bad; k++) {
+        const int64_t *b = blocks + PT_BLOCK_INTS * k;
+        if (b[0] < 0 || b[0] >= t->n) {
+            bad = &t->p[0];
+            break;
+        }
+        const pt_param *p = &t->p[b[0]];
+        if (b[1] < 0 || b[2] > p->shape[0] || b[1] >= b[2] || b[3] < 0 || b[4] > pt_gcols(p) ||
+            b[3] >= b[4])
+            bad = p;
+        area[b[0]] += (b[2] - b[1]) * (b[4] - b[3]);
+    }
+    for (int i = 0; i < t->n && !bad; i++)
+        if (area[i] != (int64_t)t->p[i].numel) bad = &t->p[i];
+    free(area);
+    return bad;
+}
+
 /* Rank 0: config.json, index.json and train.ini into tmp_dir, then publish it as final_dir. */
 static pt_status pt_publish(const char *root, const char *tmp_dir, const char *final_dir,
                             int64_t step, const pt_model *m, int64_t optimizer_step,
                             const pt_config *cfg, int keep, int world_size, const int64_t *info,
-                            const int64_t *ranges, int max_pieces) {
+                            const int64_t *blocks, int max_pieces) {
     char path[PT_PATH_MAX + 96], old_dir[PT_PATH_MAX + 40];
-    /* the pieces must cover the table exactly once */
-    size_t covered = 0, n_ranges = 0;
-    for (int r = 0; r < world_size; r++) n_ranges += (size_t)info[3 * r + 1];
-    int64_t *all = pt_malloc((n_ranges ? n_ranges : 1) * 2 * sizeof *all);
+    size_t n_blocks = 0;
+    for (int r = 0; r < world_size; r++) n_blocks += (size_t)info[3 * r + 1];
+    int64_t *all = pt_malloc((n_blocks ? n_blocks : 1) * PT_BLOCK_INTS * sizeof *all);
     size_t k = 0;
     for (int r = 0; r < world_size; r++)
         for (int i = 0; i < info[3 * r + 1]; i++, k++)
-            memcpy(all + 2 * k, ranges + 2 * ((size_t)r * max_pieces + i), 2 * sizeof *all);
-    qsort(all, n_ranges, 2 * sizeof *all, pt_cmp_i64);
-    for (k = 0; k < n_ranges; k++) {
-        if ((size_t)all[2 * k] != covered) break;
-        covered = (size_t)all[2 * k + 1];
-    }
+            memcpy(all + PT_BLOCK_INTS * k, blocks + PT_BLOCK_INTS * ((size_t)r * max_pieces + i),
+                   PT_BLOCK_INTS * sizeof *all);
+    const pt_param *bad = pt_uncovered(&m->gtable, all, n_blocks);
     free(all);
-    if (covered != m->table.total)
-        return pt_errorf(PT_ERR_RUNTIME, "checkpoint: the ranks' pieces cover %zu of %zu elements "
-                         "without gaps or overlaps (a layout bug)", covered, m->table.total);
+    if (bad)
+        return pt_errorf(PT_ERR_RUNTIME, "checkpoint: the ranks' blocks do not cover %s exactly "
+                         "once (a layout bug)", bad->name);
 
     snprintf(path, sizeof path, "%s/config.json", tmp_dir);
     PT_TRY(pt_hf_config_write(path, &m->cfg));
     snprintf(path, sizeof path, "%s/index.json", tmp_dir);
-    PT_TRY(pt_write_index(path, step, m, optimizer_step, cfg, world_size, info, ranges, max_pieces));
+    PT_TRY(pt_write_index(path, step, m, optimizer_step, cfg, world_size, info, blocks, max_pieces));
     snprintf(path, sizeof path, "%s/train.ini", tmp_dir);
     char *ini = NULL;
     size_t ini_len = 0;
@@ -297,7 +326,7 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
         return st != PT_OK ? st : pt_errorf(PT_ERR_IO, "another rank failed to write its shard of %s",
                                             tmp_dir);
 
-    /* rank 0 learns every rank's ranges and checksum: (rank, count, crc) then the ranges */
+    /* rank 0 learns every rank's blocks and checksum: (rank, count, crc) then the blocks */
     int64_t mine[3] = {rank, n_pieces, crc};
     int64_t *info = pt_malloc((size_t)size * 3 * sizeof *info);
     if (world) pt_allgather(world, mine, info, 3, PT_DTYPE_I64);
@@ -305,20 +334,25 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
     int max_pieces = 1;
     for (int r = 0; r < size; r++)
         if (info[3 * r + 1] > max_pieces) max_pieces = (int)info[3 * r + 1];
-    int64_t *my_ranges = pt_calloc((size_t)max_pieces * 2, sizeof *my_ranges);
+    size_t row = (size_t)max_pieces * PT_BLOCK_INTS;
+    int64_t *my_blocks = pt_calloc(row, sizeof *my_blocks);
     for (int i = 0; i < n_pieces; i++) {
-        my_ranges[2 * i] = (int64_t)pieces[i].lo;
-        my_ranges[2 * i + 1] = (int64_t)pieces[i].hi;
+        int64_t *b = my_blocks + PT_BLOCK_INTS * i;
+        b[0] = pieces[i].tensor;
+        b[1] = pieces[i].r0;
+        b[2] = pieces[i].r1;
+        b[3] = pieces[i].c0;
+        b[4] = pieces[i].c1;
     }
-    int64_t *ranges = pt_malloc((size_t)size * max_pieces * 2 * sizeof *ranges);
-    if (world) pt_allgather(world, my_ranges, ranges, (size_t)max_pieces * 2, PT_DTYPE_I64);
-    else memcpy(ranges, my_ranges, (size_t)max_pieces * 2 * sizeof *ranges);
-    free(my_ranges);
+    int64_t *blocks = pt_malloc((size_t)size * row * sizeof *blocks);
+    if (world) pt_allgather(world, my_blocks, blocks, row, PT_DTYPE_I64);
+    else memcpy(blocks, my_blocks, row * sizeof *blocks);
+    free(my_blocks);
     if (rank == 0)
         st = pt_publish(root, tmp_dir, final_dir, step, m, optimizer_step, cfg, keep, size, info,
-                        ranges, max_pieces);
+                        blocks, max_pieces);
     free(info);
-    free(ranges);
+    free(blocks);
     if (!pt_all_ok(world, st == PT_OK))
         return st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 failed to publish %s", final_dir);
     return PT_OK;
@@ -334,21 +368,22 @@ typedef struct {
 } pt_ckpt_shard;
 
 typedef struct {
-    size_t lo, hi;
+    int64_t b[PT_BLOCK_INTS];
     int shard;
-} pt_ckpt_range;
+} pt_ckpt_block;
 
 struct pt_ckpt {
     char dir[PT_PATH_MAX];
     int64_t step, optimizer_step;
     pt_ckpt_shard *shards;
     int n_shards;
-    pt_ckpt_range *ranges; /* sorted by lo */
-    int n_ranges;
+    pt_ckpt_block *blocks; /* sorted by tensor */
+    int n_blocks;
+    int *first;            /* first block of each tensor (n_tensors + 1 entries) */
 };
 
-static int pt_cmp_range(const void *a, const void *b) {
-    size_t x = ((const pt_ckpt_range *)a)->lo, y = ((const pt_ckpt_range *)b)->lo;
+static int pt_cmp_block(const void *a, const void *b) {
+    int64_t x = ((const pt_ckpt_block *)a)->b[0], y = ((const pt_ckpt_block *)b)->b[0];
     return (x > y) - (x < y);
 }
 
@@ -406,38 +441,46 @@ pt_status pt_ckpt_open(pt_ckpt **out, const char *dir, const pt_param_table *t) 
     c->shards = pt_calloc((size_t)(c->n_shards ? c->n_shards : 1), sizeof *c->shards);
     size_t cap = 0;
     for (int s = 0; s < c->n_shards; s++) {
-        json_t *e = json_array_get(shards, (size_t)s), *rs = json_object_get(e, "ranges");
+        json_t *e = json_array_get(shards, (size_t)s), *bs = json_object_get(e, "blocks");
         const char *file = json_string_value(json_object_get(e, "file"));
         const char *crc = json_string_value(json_object_get(e, "crc32"));
-        if (!file || strchr(file, '/') || !crc || !json_is_array(rs))
+        if (!file || strchr(file, '/') || !crc || !json_is_array(bs))
             return pt_index_fail(c, root, pt_errorf(PT_ERR_FORMAT, "%s: shard %d is malformed",
                                                     path, s));
         snprintf(c->shards[s].file, sizeof c->shards[s].file, "%s/%s", dir, file);
         c->shards[s].crc = (uint32_t)strtoul(crc, NULL, 16);
-        for (size_t i = 0; i < json_array_size(rs); i++) {
-            json_t *r = json_array_get(rs, i);
-            json_int_t lo = json_integer_value(json_array_get(r, 0));
-            json_int_t hi = json_integer_value(json_array_get(r, 1));
-            if (lo < 0 || hi <= lo || (size_t)hi > t->total)
-                return pt_index_fail(c, root, pt_errorf(PT_ERR_FORMAT, "%s: shard %d has a bad "
-                                                        "range [%lld, %lld)", path, s,
-                                                        (long long)lo, (long long)hi));
-            if ((size_t)c->n_ranges == cap) {
+        for (size_t i = 0; i < json_array_size(bs); i++) {
+            json_t *b = json_array_get(bs, i);
+            if (!json_is_array(b) || json_array_size(b) != PT_BLOCK_INTS)
+                return pt_index_fail(c, root, pt_errorf(PT_ERR_FORMAT, "%s: shard %d: block %zu "
+                                                        "is not [tensor, r0, r1, c0, c1]", path, s, i));
+            if ((size_t)c->n_blocks == cap) {
                 cap = cap ? 2 * cap : 64;
-                c->ranges = realloc(c->ranges, cap * sizeof *c->ranges);
-                PT_ASSERT(c->ranges != NULL);
+                c->blocks = realloc(c->blocks, cap * sizeof *c->blocks);
+                PT_ASSERT(c->blocks != NULL);
             }
-            c->ranges[c->n_ranges++] = (pt_ckpt_range){(size_t)lo, (size_t)hi, s};
+            pt_ckpt_block *k = &c->blocks[c->n_blocks++];
+            for (int j = 0; j < PT_BLOCK_INTS; j++)
+                k->b[j] = json_integer_value(json_array_get(b, (size_t)j));
+            k->shard = s;
         }
     }
     json_decref(root);
-    if (c->n_ranges) qsort(c->ranges, (size_t)c->n_ranges, sizeof *c->ranges, pt_cmp_range);
-    size_t covered = 0;
-    for (int i = 0; i < c->n_ranges && c->ranges[i].lo == covered; i++) covered = c->ranges[i].hi;
-    if (covered != t->total) {
+    int64_t *flat = pt_malloc(((size_t)c->n_blocks + 1) * PT_BLOCK_INTS * sizeof *flat);
+    for (int i = 0; i < c->n_blocks; i++)
+        memcpy(flat + PT_BLOCK_INTS * i, c->blocks[i].b, sizeof c->blocks[i].b);
+    const pt_param *bad = pt_uncovered(t, flat, (size_t)c->n_blocks);
+    free(flat);
+    if (bad) {
         pt_ckpt_close(c);
         return pt_errorf(PT_ERR_FORMAT, "%s: the shards do not cover the model exactly once "
-                         "(first gap or overlap at element %zu of %zu)", path, covered, t->total);
+                         "(%s)", path, bad->name);
+    }
+    if (c->n_blocks) qsort(c->blocks, (size_t)c->n_blocks, sizeof *c->blocks, pt_cmp_block);
+    c->first = pt_calloc((size_t)t->n + 1, sizeof *c->first);
+    for (int i = 0, k = 0; i <= t->n; i++) {
+        while (k < c->n_blocks && c->blocks[k].b[0] < i) k++;
+        c->first[i] = k;
     }
     *out = c;
     return PT_OK;
@@ -457,22 +500,28 @@ static pt_status pt_shard_file(pt_ckpt *c, int s, pt_st_file **f) {
     return PT_OK;
 }
 
-pt_status pt_ckpt_read(pt_ckpt *c, int kind, size_t lo, size_t hi, float *out) {
-    char name[64];
-    for (int i = 0; i < c->n_ranges && lo < hi; i++) {
-        const pt_ckpt_range *r = &c->ranges[i];
-        if (r->hi <= lo || r->lo >= hi) continue;
+pt_status pt_ckpt_read_block(pt_ckpt *c, int kind, int tensor, int64_t r0, int64_t r1, int64_t c0,
+                             int64_t c1, float *out) {
+    char name[96];
+    int64_t w = c1 - c0;
+    for (int i = c->first[tensor]; i < c->first[tensor + 1]; i++) {
+        const int64_t *b = c->blocks[i].b;
+        int64_t ra = b[1] > r0 ? b[1] : r0, rb = b[2] < r1 ? b[2] : r1;
+        int64_t ca = b[3] > c0 ? b[3] : c0, cb = b[4] < c1 ? b[4] : c1;
+        if (ra >= rb || ca >= cb) continue;
         pt_st_file *f = NULL;
-        PT_TRY(pt_shard_file(c, r->shard, &f));
-        snprintf(name, sizeof name, "%s@%zu", pt_kind_name[kind], r->lo);
+        PT_TRY(pt_shard_file(c, c->blocks[i].shard, &f));
+        pt_block_key(name, sizeof name, kind, tensor, b[1], b[3]);
         const pt_st_tensor *t = pt_st_find(f, name);
-        if (!t || t->dtype != PT_ST_DTYPE_F32 || t->ndim != 1 ||
-            t->shape[0] != (int64_t)(r->hi - r->lo))
-            return pt_errorf(PT_ERR_FORMAT, "%s: no F32 tensor %s of %zu elements", pt_st_path(f),
-                             name, r->hi - r->lo);
-        size_t a = r->lo > lo ? r->lo : lo, b = r->hi < hi ? r->hi : hi;
+        int64_t bw = b[4] - b[3];
+        if (!t || t->dtype != PT_ST_DTYPE_F32 || t->ndim != 2 || t->shape[0] != b[2] - b[1] ||
+            t->shape[1] != bw)
+            return pt_errorf(PT_ERR_FORMAT, "%s: no F32 tensor %s of %lld × %lld", pt_st_path(f),
+                             name, (long long)(b[2] - b[1]), (long long)bw);
         const float *src = pt_st_tensor_data(f, t);
-        memcpy(out + (a - lo), src + (a - r->lo), (b - a) * sizeof(float));
+        for (int64_t r = ra; r < rb; r++)
+            memcpy(out + (r - r0) * w + (ca - c0), src + (r - b[1]) * bw + (ca - b[3]),
+                   (size_t)(cb - ca) * sizeof(float));
     }
     return PT_OK;
 }
@@ -485,25 +534,30 @@ void pt_ckpt_close(pt_ckpt *c) {
     for (int s = 0; s < c->n_shards; s++)
         if (c->shards[s].f) pt_st_close(c->shards[s].f);
     free(c->shards);
-    free(c->ranges);
+    free(c->blocks);
+    free(c->first);
     free(c);
 }
 
 pt_status pt_ckpt_load_weights_host(const char *dir, const pt_model *m, float *host) {
     char path[PT_PATH_MAX + 64];
+    const pt_param_table *t = &m->gtable;
     snprintf(path, sizeof path, "%s/index.json", dir);
     if (access(path, F_OK) == 0) {
         pt_ckpt *c;
-        PT_TRY(pt_ckpt_open(&c, dir, &m->table));
-        pt_status st = pt_ckpt_read(c, PT_CKPT_PARAMS, 0, m->table.total, host);
+        PT_TRY(pt_ckpt_open(&c, dir, t));
+        pt_status st = PT_OK;
+        for (int i = 0; i < t->n && st == PT_OK; i++)
+            st = pt_ckpt_read_block(c, PT_CKPT_PARAMS, i, 0, t->p[i].shape[0], 0,
+                                    pt_gcols(&t->p[i]), host + t->p[i].offset);
         pt_ckpt_close(c);
         return st;
     }
     pt_st_dir *d;
     PT_TRY(pt_st_dir_open(&d, dir));
     pt_status st = PT_OK;
-    for (int i = 0; i < m->table.n && st == PT_OK; i++) {
-        const pt_param *p = &m->table.p[i];
+    for (int i = 0; i < t->n && st == PT_OK; i++) {
+        const pt_param *p = &t->p[i];
         st = pt_st_dir_read_f32(d, p->name, p->shape, p->ndim, host + p->offset);
     }
     /* a tied model must not silently drop a separate head */
@@ -514,9 +568,10 @@ pt_status pt_ckpt_load_weights_host(const char *dir, const pt_model *m, float *h
 }
 
 pt_status pt_ckpt_load_weights(const char *dir, pt_model *m) {
-    float *host = pt_malloc(m->table.total * sizeof(float));
+    PT_ASSERTF(m->par.tp <= 1, "pt_ckpt_load_weights: an unsplit model");
+    float *host = pt_malloc(m->gtable.total * sizeof(float));
     pt_status st = pt_ckpt_load_weights_host(dir, m, host);
-    if (st == PT_OK) m->be->upload(m->be, m->params, host, m->table.total * sizeof(float));
+    if (st == PT_OK) m->be->upload(m->be, m->params, host, m->gtable.total * sizeof(float));
     free(host);
     return st;
 }

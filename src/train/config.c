@@ -74,7 +74,11 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "floor of the decay, as a fraction of optimizer.lr"),
     PT_K("parallel.dp", PT_CFG_INT, parallel.dp, "1", NULL,
          "data-parallel degree (-1 = world size / (tp·pp·cp))"),
-    PT_K("parallel.tp", PT_CFG_INT, parallel.tp, "1", NULL, "tensor-parallel degree"),
+    PT_K("parallel.tp", PT_CFG_INT, parallel.tp, "1", NULL,
+         "tensor-parallel degree (splits heads, ffn and vocabulary; divides n_heads and ffn_dim)"),
+    PT_K("parallel.sp", PT_CFG_BOOL, parallel.sp, "false", NULL,
+         "sequence parallelism: norms and residual stream split over the tp ranks along the "
+         "sequence (all-gather / reduce-scatter instead of all-reduce)"),
     PT_K("parallel.pp", PT_CFG_INT, parallel.pp, "1", NULL, "pipeline-parallel degree"),
     PT_K("parallel.cp", PT_CFG_INT, parallel.cp, "1", NULL, "context-parallel degree"),
     PT_K("parallel.ep", PT_CFG_INT, parallel.ep, "1", NULL,
@@ -318,10 +322,10 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG, "parallel.dp must be >= 1 or -1 (got %d)", p->dp);
     if (p->tp < 1 || p->pp < 1 || p->cp < 1 || p->ep < 1)
         return pt_errorf(PT_ERR_CONFIG, "parallel.tp, pp, cp and ep must be >= 1");
-    if (p->tp > 1 || p->pp > 1 || p->cp > 1 || p->ep > 1)
+    if (p->pp > 1 || p->cp > 1 || p->ep > 1)
         return pt_errorf(PT_ERR_CONFIG,
-                         "parallel.tp/pp/cp/ep > 1: only data parallelism is available in this "
-                         "version (tp=%d pp=%d cp=%d ep=%d)", p->tp, p->pp, p->cp, p->ep);
+                         "parallel.pp/cp/ep > 1: only data and tensor parallelism are available in "
+                         "this version (pp=%d cp=%d ep=%d)", p->pp, p->cp, p->ep);
     if (p->zero < 0 || p->zero > 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);
     if (!(p->bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");

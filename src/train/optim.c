@@ -57,10 +57,15 @@ double pt_grad_norm(const pt_model *model) {
 double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model) {
     pt_backend *be = model->be;
     double ss = 0;
+    /* every (owned range ∩ tensor) piece of the tensors this rank owns (not a replica's) */
     for (int r = 0; r < o->n_ranges; r++) {
-        size_t lo = o->ranges[r].lo, hi = o->ranges[r].hi;
-        if (hi > model->table.total) hi = model->table.total; /* padding past the table */
-        if (hi > lo) ss += be->sumsq(be, o->ranges[r].grad, hi - lo);
+        const pt_optim_range *rg = &o->ranges[r];
+        for (int i = 0; i < model->table.n; i++) {
+            const pt_param *p = &model->table.p[i];
+            size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
+            size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
+            if (hi > lo && p->owner) ss += be->sumsq(be, rg->grad + (lo - rg->lo), hi - lo);
+        }
     }
     return ss;
 }

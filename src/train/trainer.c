@@ -104,13 +104,32 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     if (cfg->parallel.zero > 0 && t->dp_size == 1)
         pt_log_info("parallel.zero = %d with dp = 1: one rank holds every shard (same as ZeRO-0)",
                     cfg->parallel.zero);
-    size_t total = pt_model_param_count(&cfg->model);
+    /* tensor parallelism: this rank's blocks of every tensor */
+    pt_model_parallel par = {.tp = 1};
+    if (t->mesh && t->mesh->deg.tp > 1) {
+        PT_TRY(pt_model_check_tp(&cfg->model, t->mesh->deg.tp));
+        par = (pt_model_parallel){.tp = t->mesh->deg.tp, .tp_rank = t->mesh->tp_i,
+                                  .sp = cfg->parallel.sp, .tp_comm = t->mesh->tp};
+        int mbt = cfg->training.micro_batch * cfg->training.seq_len;
+        if (par.sp && mbt % par.tp != 0)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.sp: micro_batch × seq_len = %d rows must be "
+                             "divisible by tp = %d", mbt, par.tp);
+        pt_local_dims ld = pt_model_local_dims(&cfg->model, par.tp, par.tp_rank);
+        if (ld.kv_shared > 1) {
+            pt_mesh_make_kv(t->mesh, ld.kv_shared);
+            par.kv_comm = t->mesh->kv;
+        }
+    }
+    pt_param_table local;
+    pt_param_table_build_tp(&local, &cfg->model, par.tp, par.tp_rank);
+    size_t total = local.total;
+    pt_param_table_free(&local);
     PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, pt_dp_padded_total(total, t->dp_size, zero),
-                            pt_dp_model_flags(zero)));
+                            pt_dp_model_flags(zero), &par));
     if (t->dpc)
         PT_TRY(pt_dp_init(&t->dp, t->dpc, &t->model, zero, cfg->parallel.bucket_mb,
                           cfg->parallel.overlap));
-    float *host = pt_malloc(total * sizeof(float));
+    float *host = pt_malloc(t->model.gtable.total * sizeof(float));
     pt_status st = PT_OK;
     if (cfg->init_from[0]) {
         st = pt_ckpt_load_weights_host(cfg->init_from, &t->model, host);
@@ -190,17 +209,32 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
 }
 
 void pt_trainer_set_params(pt_trainer *t, const float *host) {
+    float *local = pt_malloc(t->model.table.total * sizeof(float));
+    pt_param_table_to_local(&t->model.table, host, local);
     if (t->dpc)
-        pt_dp_set_params(&t->dp, host);
+        pt_dp_set_params(&t->dp, local);
     else
-        t->be->upload(t->be, t->model.params, host, t->model.table.total * sizeof(float));
+        t->be->upload(t->be, t->model.params, local, t->model.table.total * sizeof(float));
+    free(local);
+}
+
+/* A host array of the local table assembled into the global one on every rank: each block's
+ * owner contributes it, the tp ranks sum (x + 0 is exact). */
+static void pt_trainer_to_global(pt_trainer *t, const float *local, float *host) {
+    memset(host, 0, t->model.gtable.total * sizeof(float));
+    pt_param_table_to_global(&t->model.table, local, host);
+    if (t->model.par.tp > 1)
+        pt_allreduce_sum(t->model.par.tp_comm, host, t->model.gtable.total, PT_DTYPE_F32);
 }
 
 void pt_trainer_get_params(pt_trainer *t, float *host) {
+    float *local = pt_malloc(t->model.table.total * sizeof(float));
     if (t->dpc)
-        pt_dp_get_params(&t->dp, host);
+        pt_dp_get_params(&t->dp, local);
     else
-        t->be->download(t->be, host, t->model.params, t->model.table.total * sizeof(float));
+        t->be->download(t->be, local, t->model.params, t->model.table.total * sizeof(float));
+    pt_trainer_to_global(t, local, host);
+    free(local);
 }
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
@@ -217,21 +251,39 @@ static size_t pt_range_len(const pt_trainer *t, const pt_optim_range *rg) {
 
 pt_status pt_trainer_load(pt_trainer *t, const char *dir) {
     pt_ckpt *c;
-    PT_TRY(pt_ckpt_open(&c, dir, &t->model.table));
-    size_t n = t->model.table.total;
-    float *host = pt_malloc(n * sizeof(float));
-    pt_status st = pt_ckpt_read(c, PT_CKPT_PARAMS, 0, n, host);
+    const pt_param_table *gt = &t->model.gtable;
+    PT_TRY(pt_ckpt_open(&c, dir, gt));
+    float *host = pt_malloc(gt->total * sizeof(float));
+    pt_status st = PT_OK;
+    for (int i = 0; i < gt->n && st == PT_OK; i++) {
+        const pt_param *p = &gt->p[i];
+        st = pt_ckpt_read_block(c, PT_CKPT_PARAMS, i, 0, p->shape[0], 0,
+                                p->ndim == 2 ? p->shape[1] : 1, host + p->offset);
+    }
     if (st == PT_OK) pt_trainer_set_params(t, host);
-    /* the moments of the ranges this rank's optimizer owns */
+    /* the moments of the ranges this rank's optimizer owns, block by block */
+    pt_block *blocks = pt_malloc(3 * (size_t)t->model.table.n * sizeof *blocks);
     for (int r = 0; r < t->opt.n_ranges && st == PT_OK; r++) {
         const pt_optim_range *rg = &t->opt.ranges[r];
         size_t len = pt_range_len(t, rg);
         if (!len) continue;
-        st = pt_ckpt_read(c, PT_CKPT_EXP_AVG, rg->lo, rg->lo + len, host);
-        if (st == PT_OK) t->be->upload(t->be, t->opt.m + rg->off, host, len * sizeof(float));
-        if (st == PT_OK) st = pt_ckpt_read(c, PT_CKPT_EXP_AVG_SQ, rg->lo, rg->lo + len, host);
-        if (st == PT_OK) t->be->upload(t->be, t->opt.v + rg->off, host, len * sizeof(float));
+        float *m1 = pt_calloc(len, sizeof(float)), *m2 = pt_calloc(len, sizeof(float));
+        int nb = pt_param_table_blocks(&t->model.table, rg->lo, rg->lo + len, 0, blocks);
+        for (int k = 0; k < nb && st == PT_OK; k++) {
+            const pt_block *bk = &blocks[k];
+            size_t at = bk->lo - rg->lo;
+            st = pt_ckpt_read_block(c, PT_CKPT_EXP_AVG, bk->tensor, bk->r0, bk->r1, bk->c0, bk->c1,
+                                    m1 + at);
+            if (st == PT_OK)
+                st = pt_ckpt_read_block(c, PT_CKPT_EXP_AVG_SQ, bk->tensor, bk->r0, bk->r1, bk->c0,
+                                        bk->c1, m2 + at);
+        }
+        t->be->upload(t->be, t->opt.m + rg->off, m1, len * sizeof(float));
+        t->be->upload(t->be, t->opt.v + rg->off, m2, len * sizeof(float));
+        free(m1);
+        free(m2);
     }
+    free(blocks);
     t->step = pt_ckpt_step(c);
     t->opt.step = pt_ckpt_optimizer_step(c);
     free(host);
@@ -239,17 +291,17 @@ pt_status pt_trainer_load(pt_trainer *t, const char *dir) {
     return st;
 }
 
-void pt_trainer_unshard(pt_trainer *t) {
-    if (!t->dpc || t->dp.zero < 3) return;
-    size_t n = t->model.table.total;
-    float *host = pt_malloc(n * sizeof(float));
-    pt_dp_get_params(&t->dp, host);
-    t->model.params = t->be->alloc(t->be, n * sizeof(float));
-    t->be->upload(t->be, t->model.params, host, n * sizeof(float));
+pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank) {
+    float *host = pt_malloc(t->model.gtable.total * sizeof(float));
+    pt_trainer_get_params(t, host);
+    pt_status st = PT_OK;
+    if (on_this_rank) {
+        st = pt_model_init(out, &t->model.cfg, t->be);
+        if (st == PT_OK)
+            t->be->upload(t->be, out->params, host, t->model.gtable.total * sizeof(float));
+    }
     free(host);
-    memset(&t->model.hooks, 0, sizeof t->model.hooks);
-    for (int u = 0; u < pt_model_n_units(&t->model); u++)
-        pt_model_point(&t->model, u, PT_USE_PARAMS, t->model.params, 0);
+    return st;
 }
 
 void pt_trainer_free(pt_trainer *t) {
@@ -267,7 +319,7 @@ void pt_trainer_free(pt_trainer *t) {
     t->be->free(t->be, t->d_pos);
     free(t->h_inputs);
     free(t->h_targets);
-    pt_optim_free(&t->opt, &t->model);
+    if (t->opt.m) pt_optim_free(&t->opt, &t->model);
     pt_model_free(&t->model);
     pt_data_close(&t->data);
     t->be->destroy(t->be);
@@ -308,7 +360,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         pt_model_backward(&t->model, t->acts, t->d_inputs);
         if (t->dpc) pt_dp_end_micro(&t->dp, last);
     }
-    /* Σ g² over what this rank owns; with ZeRO the ranks own disjoint parts and sum them */
+    /* Σ g² over what this rank owns (replicas counted once); with ZeRO the data ranks own
+     * disjoint parts, the tp ranks always do: each sums over its group */
     double sumsq = pt_grad_sumsq_owned(&t->opt, &t->model);
     if (t->dpc) {
         double red[2] = {loss_sum, t->dp.zero ? sumsq : 0.0};
@@ -316,6 +369,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         loss_sum = red[0];
         if (t->dp.zero) sumsq = red[1];
     }
+    if (t->model.par.tp > 1) pt_allreduce_sum(t->model.par.tp_comm, &sumsq, 1, PT_DTYPE_F64);
     double norm = sqrt(sumsq);
     if (!isfinite(norm))
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
@@ -353,51 +407,61 @@ static pt_status pt_dump_grads(pt_trainer *t, const char *path) {
         if (len) t->be->download(t->be, h + rg->lo, rg->grad, len * sizeof(float));
     }
     if (t->dpc && t->dp.zero) pt_allreduce_sum(t->dpc, h, n, PT_DTYPE_F32);
+    float *g = pt_malloc(t->model.gtable.total * sizeof(float));
+    pt_trainer_to_global(t, h, g);
     pt_status st = PT_OK;
     if (!t->mesh || t->mesh->world_rank == 0) {
         pt_st_writer *w = pt_st_writer_create();
-        for (int i = 0; i < t->model.table.n && st == PT_OK; i++) {
-            const pt_param *p = &t->model.table.p[i];
-            st = pt_st_writer_add_f32(w, p->name, p->shape, p->ndim, h + p->offset, PT_ST_DTYPE_F32);
+        for (int i = 0; i < t->model.gtable.n && st == PT_OK; i++) {
+            const pt_param *p = &t->model.gtable.p[i];
+            st = pt_st_writer_add_f32(w, p->name, p->shape, p->ndim, g + p->offset, PT_ST_DTYPE_F32);
         }
         if (st == PT_OK) st = pt_st_writer_write(w, path);
         pt_st_writer_free(w);
     }
     free(h);
+    free(g);
     return st;
 }
 
 pt_status pt_trainer_save(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
-    size_t n = t->model.table.total;
-    pt_ckpt_piece *pieces = pt_calloc((size_t)t->opt.n_ranges, sizeof *pieces);
-    float *host = pt_malloc(3 * (t->opt.n + n) * sizeof(float)), *at = host;
-    int n_pieces = 0;
-    if (!t->dpc || t->dp.zero == 0) {
-        /* replicated: the first data-parallel rank writes everything */
-        float *p = at, *m1 = at + n, *m2 = at + 2 * n;
-        pt_trainer_get_params(t, p);
-        if (t->dp_rank == 0) {
-            t->be->download(t->be, m1, t->opt.m, n * sizeof(float));
-            t->be->download(t->be, m2, t->opt.v, n * sizeof(float));
-            pieces[n_pieces++] = (pt_ckpt_piece){0, n, p, m1, m2};
-        }
-    } else {
-        /* sharded: every rank writes the ranges it owns */
-        for (int r = 0; r < t->opt.n_ranges; r++) {
-            const pt_optim_range *rg = &t->opt.ranges[r];
-            size_t len = pt_range_len(t, rg);
-            if (!len) continue;
-            t->be->download(t->be, at, rg->param, len * sizeof(float));
-            t->be->download(t->be, at + len, t->opt.m + rg->off, len * sizeof(float));
-            t->be->download(t->be, at + 2 * len, t->opt.v + rg->off, len * sizeof(float));
-            pieces[n_pieces++] = (pt_ckpt_piece){rg->lo, rg->lo + len, at, at + len, at + 2 * len};
-            at += 3 * len;
+    /* the blocks this rank writes: those of the ranges its optimizer owns, of the tensors it owns
+     * (tensor-parallel replicas are written once); replicated over the data ranks (ZeRO-0), by
+     * the first data rank only */
+    int writer = !t->dpc || t->dp.zero > 0 || t->dp_rank == 0;
+    size_t n_host = 0;
+    for (int r = 0; r < t->opt.n_ranges; r++) n_host += pt_range_len(t, &t->opt.ranges[r]);
+    float *host = pt_malloc((3 * n_host + 1) * sizeof(float)), *at = host;
+    pt_block *blocks = pt_malloc(3 * (size_t)t->model.table.n * sizeof *blocks);
+    pt_ckpt_piece *pieces = NULL;
+    int n_pieces = 0, cap = 0;
+    for (int r = 0; r < t->opt.n_ranges && writer; r++) {
+        const pt_optim_range *rg = &t->opt.ranges[r];
+        size_t len = pt_range_len(t, rg);
+        if (!len) continue;
+        float *p = at, *m1 = at + len, *m2 = at + 2 * len;
+        at += 3 * len;
+        t->be->download(t->be, p, rg->param, len * sizeof(float));
+        t->be->download(t->be, m1, t->opt.m + rg->off, len * sizeof(float));
+        t->be->download(t->be, m2, t->opt.v + rg->off, len * sizeof(float));
+        int nb = pt_param_table_blocks(&t->model.table, rg->lo, rg->lo + len, 1, blocks);
+        for (int k = 0; k < nb; k++) {
+            if (n_pieces == cap) {
+                cap = cap ? 2 * cap : 64;
+                pieces = realloc(pieces, (size_t)cap * sizeof *pieces);
+                PT_ASSERT(pieces != NULL);
+            }
+            const pt_block *bk = &blocks[k];
+            size_t o = bk->lo - rg->lo;
+            pieces[n_pieces++] = (pt_ckpt_piece){bk->tensor, bk->r0, bk->r1, bk->c0, bk->c1,
+                                                 p + o, m1 + o, m2 + o};
         }
     }
     pt_status st = pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, pieces, n_pieces,
                                 t->opt.step, cfg, cfg->checkpoint.keep, t->mesh ? t->mesh->world : NULL);
     free(pieces);
+    free(blocks);
     free(host);
     if (st == PT_OK)
         pt_log_info("checkpoint: %s/step_%08lld", cfg->checkpoint.dir, (long long)t->step);

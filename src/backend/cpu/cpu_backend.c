@@ -82,6 +82,8 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
         .swiglu_forward = pt_cpu_swiglu_forward,
         .swiglu_backward = pt_cpu_swiglu_backward,
         .softmax_xent = pt_cpu_softmax_xent,
+        .xent_stats = pt_cpu_xent_stats,
+        .xent_grad = pt_cpu_xent_grad,
         .add = pt_cpu_add,
         .scale = pt_cpu_scale,
         .sumsq = pt_cpu_sumsq,

@@ -215,6 +215,49 @@ void pt_cpu_softmax_xent(pt_backend *be, float *logits, float *losses, const int
     }
 }
 
+void pt_cpu_xent_stats(pt_backend *be, const float *logits, const int32_t *targets, int n, int V,
+                       int ld, int v0, float *stats) {
+    (void)be;
+#pragma omp parallel for schedule(static) if ((int64_t)n * V >= PAR_MIN)
+    for (int i = 0; i < n; i++) {
+        const float *row = logits + (size_t)i * ld;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        double sum = 0.0;
+        for (int j0 = 0; j0 < V; j0 += 1024) {
+            int j1 = j0 + 1024 < V ? j0 + 1024 : V;
+            float bs = 0.0f;
+#pragma omp simd reduction(+ : bs)
+            for (int j = j0; j < j1; j++) bs += pt_cpu_expf(row[j] - mx);
+            sum += bs;
+        }
+        int32_t t = targets[i] - v0;
+        stats[3 * i] = mx;
+        stats[3 * i + 1] = (float)sum;
+        stats[3 * i + 2] = targets[i] >= 0 && t >= 0 && t < V ? row[t] : 0.0f;
+    }
+}
+
+void pt_cpu_xent_grad(pt_backend *be, float *logits, const int32_t *targets, int n, int V, int ld,
+                      int v0, const float *M, const float *S, float dscale) {
+    (void)be;
+#pragma omp parallel for schedule(static) if ((int64_t)n * V >= PAR_MIN)
+    for (int i = 0; i < n; i++) {
+        float *row = logits + (size_t)i * ld;
+        if (targets[i] < 0) {
+            memset(row, 0, (size_t)ld * sizeof(float));
+            continue;
+        }
+        float mx = M[i], sc = (float)(dscale / S[i]);
+#pragma omp simd
+        for (int j = 0; j < V; j++) row[j] = pt_cpu_expf(row[j] - mx) * sc;
+        for (int j = V; j < ld; j++) row[j] = 0.0f;
+        int32_t t = targets[i] - v0;
+        if (t >= 0 && t < V) row[t] -= dscale;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Vector helpers */
 

@@ -41,6 +41,10 @@ void pt_cpu_swiglu_forward(pt_backend *be, float *h, const float *gu, int N, int
 void pt_cpu_swiglu_backward(pt_backend *be, float *dgu, const float *dh, const float *gu, int N,
                             int F);
 
+void pt_cpu_xent_stats(pt_backend *be, const float *logits, const int32_t *targets, int n, int V,
+                       int ld, int v0, float *stats);
+void pt_cpu_xent_grad(pt_backend *be, float *logits, const int32_t *targets, int n, int V, int ld,
+                      int v0, const float *M, const float *S, float dscale);
 void pt_cpu_softmax_xent(pt_backend *be, float *logits, float *losses, const int32_t *targets,
                          int n, int V, int ld, float dscale);
 
