@@ -13,91 +13,7 @@
 #     one's;
 #   - impossible layouts fail fast with one message; a killed rank ends the job non-zero.
 set -u
-bin="$1"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader
-export OMP_NUM_THREADS=1
-PY=/usr/bin/python3
-tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-"$PY" - "$tmp/train_000000.bin" <<'PY'
-import random, struct, sys
-n = 30000
-random.seed(1)
-toks = [(i * 7) % 97 if random.random() > 0.1 else random.randrange(97) for i in range(n)]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack("<%dH" % n, *toks))
-PY
-tiny=(--model.vocab_size=97 --model.dim=32 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2
-      --model.ffn_dim=48 --model.max_seq_len=32 --training.seq_len=16 --training.global_batch=8
-      --training.steps=10 --training.threads=1 --optimizer.lr=3e-3 --data.shuffle=true
-      --optimizer.schedule=constant --optimizer.warmup_steps=2
-      --data.train="$tmp/train_*.bin" --parallel.bucket_mb=0.02 --logging.progress=false)
-
-run() { # run NP NAME ARGS...: metrics in $tmp/NAME.jsonl, step-1 gradients in $tmp/NAME.st
-  local np="$1" name="$2"; shift 2
-  local launcher=()
-  [ "$np" -gt 1 ] && launcher=(timeout 120 mpiexec -np "$np")
-  "${launcher[@]}" "$bin" train "${tiny[@]}" --logging.metrics="$tmp/$name.jsonl" \
-      --logging.dump_grads="$tmp/$name.st" "$@" > "$tmp/$name.log" 2>&1
-}
-
-# compare REF NAME [A B N ZERO]: gradients, losses, bytes per step = (A·Ψ + B·Ψ_layers)(N−1)/N and
-# the model-state bytes per rank of ZeRO stage ZERO
-compare() {
-  "$PY" - "$tmp" "$1" "$2" "${3:-0}" "${4:-0}" "${5:-1}" "${6:-0}" <<'PY'
-import json, math, struct, sys
-tmp, ref, name = sys.argv[1], sys.argv[2], sys.argv[3]
-A, B, N, zero = float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
-def st(path):
-    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in h.items():
-        if k == "__metadata__": continue
-        s, e = v["data_offsets"]; raw = b[8 + n + s:8 + n + e]
-        out[k] = struct.unpack("<%df" % (len(raw) // 4), raw)
-    return out
-g0, g1 = st("%s/%s.st" % (tmp, ref)), st("%s/%s.st" % (tmp, name))
-worst = 0.0
-for k, a in g0.items():
-    b = g1[k]
-    num = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b))); den = math.sqrt(sum(x * x for x in a))
-    worst = max(worst, num / den)
-m0 = [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, ref))]
-m1 = [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
-lw = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(m0, m1))
-errs = []
-if len(m0) != 10 or len(m1) != 10: errs.append("expected 10 steps, got %d and %d" % (len(m0), len(m1)))
-if worst > 1e-5: errs.append("step-1 gradient relative error %.2e > 1e-5" % worst)
-if lw > 1e-4: errs.append("loss relative error %.2e > 1e-4" % lw)
-msg = "%s: gradients %.1e, losses %.1e" % (name, worst, lw)
-if A > 0:
-    psi = sum(len(a) for a in g0.values())
-    layers = sum(len(a) for k, a in g0.items() if k.startswith("model.layers."))
-    want = (A * psi + B * layers) * (N - 1) / N * 4
-    got = m1[1]["comm_bytes"]
-    rel = abs(got - want) / want
-    msg += ", bytes/step %d vs formula %.0f (%.2f%%)" % (got, want, 100 * rel)
-    if rel > 0.01: errs.append("bytes per step %d vs %.0f" % (got, want))
-    # FORMULAS.md: params / grads / optimizer per rank: full, full, full (DP); full, full, 1/N
-    # (ZeRO-1); full, 1/N, 1/N (ZeRO-2); 1/N each (ZeRO-3). Bytes: 4, 4, 8 per element.
-    mem = m1[1]["mem"]
-    frac = lambda sharded: 1.0 / N if sharded else 1.0
-    for key, per, sharded in (("params", 4, zero >= 3), ("grads", 4, zero >= 2), ("optim", 8, zero >= 1)):
-        w = per * psi * frac(sharded)
-        # padding: up to N−1 elements per bucket (ZeRO-1 pads the buffer once)
-        if abs(mem[key] - w) > 0.01 * w:
-            errs.append("%s bytes per rank %d vs formula %.0f" % (key, mem[key], w))
-    msg += ", state bytes %d/%d/%d (transient %d/%d)" % (mem["params"], mem["grads"], mem["optim"],
-                                                        mem["params_transient"], mem["grads_transient"])
-print(msg)
-if errs: print("; ".join(errs)); sys.exit(1)
-PY
-}
+source "$(dirname "$0")/parallel_common.sh" "$1"
 
 run 1 ref --training.micro_batch=8 --checkpoint.dir="$tmp/ckref" --checkpoint.every=1 --checkpoint.keep=20 ||
   bad "single-process reference run failed: $(tail -3 "$tmp/ref.log")"
@@ -170,14 +86,6 @@ sys.exit(0 if worst <= 1e-5 else 1)
 PY
 
 # impossible layouts: one message from rank 0, every rank non-zero, fast
-expect_fail() { # NP NEEDLE ARGS...
-  local np="$1" needle="$2"; shift 2
-  local t0=$SECONDS out rc
-  out="$(timeout 60 mpiexec -np "$np" "$bin" train "${tiny[@]}" "$@" 2>&1)"; rc=$?
-  local n; n=$(grep -cF -- "$needle" <<<"$out")
-  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && [ $((SECONDS - t0)) -lt 30 ]; then ok
-  else bad "np $np $*: exit $rc, '$needle' printed $n times: $(head -3 <<<"$out")"; fi
-}
 expect_fail 3 "does not match the world size 3" --parallel.dp=2 --training.micro_batch=1
 expect_fail 2 "divisible by dp × micro_batch" --parallel.dp=2 --training.micro_batch=8
 expect_fail 2 "parallel.zero = 4" --parallel.dp=2 --parallel.zero=4 --training.micro_batch=1

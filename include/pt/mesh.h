@@ -39,5 +39,8 @@ void pt_mesh_free(pt_mesh *m);
 void pt_mesh_make_kv(pt_mesh *m, int shared);
 /* Sums every group's counters. */
 void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total);
+/* The groups one after another (NULL-free), for per-group reports: returns the count. */
+enum { PT_MESH_MAX_GROUPS = 9 };
+int pt_mesh_groups(const pt_mesh *m, const pt_comm **out);
 
 #endif

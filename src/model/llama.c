@@ -538,6 +538,7 @@ pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
     a->dkv = PT_TAKE(2 * (size_t)d->KV * hd * C);
 #undef PT_TAKE
     PT_ASSERT((size_t)(p - a->block) <= total);
+    a->bytes = (size_t)(p - a->block) * sizeof(float); /* what the arrays use */
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));

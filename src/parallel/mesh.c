@@ -88,6 +88,14 @@ void pt_mesh_free(pt_mesh *m) {
     memset(m, 0, sizeof *m);
 }
 
+int pt_mesh_groups(const pt_mesh *m, const pt_comm **out) {
+    const pt_comm *all[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->kv};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]) out[n++] = all[i];
+    return n;
+}
+
 void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total) {
     memset(total, 0, sizeof *total);
     const pt_comm *groups[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->kv};

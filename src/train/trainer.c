@@ -501,7 +501,18 @@ static void pt_print_step(const pt_trainer *t, const pt_step_stats *s, const cha
 /* One JSON line per step; every logging.comm_every steps (and at the last) it adds this rank's
  * communication since the previous report, by operation (calls, bus-bandwidth bytes), and its
  * model-state memory. */
-static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stats *since) {
+/* Bytes of every group so far (bus-bandwidth convention), in pt_mesh_groups order. */
+static void pt_group_bytes(const pt_trainer *t, uint64_t *out) {
+    const pt_comm *g[PT_MESH_MAX_GROUPS];
+    int n = pt_mesh_groups(t->mesh, g);
+    for (int i = 0; i < n; i++) {
+        out[i] = 0;
+        for (int op = 0; op < PT_COMM_OP_COUNT; op++) out[i] += g[i]->stats.bytes[op];
+    }
+}
+
+static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stats *since,
+                             uint64_t *group_since) {
     fprintf(t->metrics,
             "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
             "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld",
@@ -524,12 +535,25 @@ static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stat
         }
         int64_t steps = s->step % every == 0 ? every : s->step % every;
         pt_dp_memory m = pt_trainer_memory(t);
+        /* per group: {"tp": bytes, ...} */
+        const pt_comm *g[PT_MESH_MAX_GROUPS];
+        uint64_t gnow[PT_MESH_MAX_GROUPS];
+        int ng = pt_mesh_groups(t->mesh, g);
+        pt_group_bytes(t, gnow);
+        char groups[512] = "";
+        size_t gu = 0;
+        for (int i = 0; i < ng && gu < sizeof groups; i++)
+            if (gnow[i] != group_since[i])
+                gu += (size_t)snprintf(groups + gu, sizeof groups - gu, "%s\"%s\": %llu", gu ? ", " : "",
+                                       g[i]->name, (unsigned long long)(gnow[i] - group_since[i]));
+        memcpy(group_since, gnow, sizeof gnow);
         fprintf(t->metrics,
                 ", \"comm_steps\": %lld, \"comm_bytes\": %llu, \"comm_wait_s\": %.6f, \"comm\": {%s}, "
+                "\"comm_groups\": {%s}, "
                 "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"params_transient\": %zu, "
-                "\"grads_transient\": %zu}",
+                "\"grads_transient\": %zu, \"activations\": %zu}",
                 (long long)steps, (unsigned long long)sent, now.wait_seconds - since->wait_seconds,
-                ops, m.params, m.grads, m.optim, m.params_transient, m.grads_transient);
+                ops, groups, m.params, m.grads, m.optim, m.params_transient, m.grads_transient, pt_acts_bytes(t->acts));
         *since = now;
     }
     fprintf(t->metrics, "}\n");
@@ -545,11 +569,15 @@ pt_status pt_trainer_run(pt_trainer *t) {
     int live = cfg->logging.progress && isatty(STDOUT_FILENO) && cfg->logging.every > 1 &&
                (!t->mesh || t->mesh->world_size == 1);
     pt_comm_stats since = {0}; /* communication counters at the last metrics report */
-    if (t->mesh) pt_mesh_stats(t->mesh, &since);
+    uint64_t group_since[PT_MESH_MAX_GROUPS] = {0};
+    if (t->mesh) {
+        pt_mesh_stats(t->mesh, &since);
+        pt_group_bytes(t, group_since);
+    }
     while (t->step < cfg->training.steps) {
         pt_step_stats s;
         PT_TRY(pt_trainer_step(t, &s));
-        if (t->metrics) pt_write_metrics(t, &s, &since);
+        if (t->metrics) pt_write_metrics(t, &s, &since, group_since);
         char progress[64];
         pt_progress(t, s.step, pt_now() - start, first, progress, sizeof progress);
         if (s.step % cfg->logging.every == 0 || s.step == cfg->training.steps || s.step == first + 1) {

@@ -1,0 +1,56 @@
+# parallel_common.sh PENTATRON: what the parallel tests share (sourced): the MPI environment, a
+# synthetic shard of 97-token sequences, the tiny model, and
+#   run NP NAME ARGS...        a training run (mpiexec when NP > 1): $tmp/NAME.{jsonl,st,log}
+#   compare REF NAME [A B N Z] tests/ref/compare_runs.py against the reference run
+#   expect_fail NP NEEDLE ARGS a layout that must fail fast with one message
+#   ok / bad MESSAGE           count a pass / a failure
+bin="$1"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3
+export PT_SOURCE_DIR="${PT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+"$PY" - "$tmp/train_000000.bin" <<'PY'
+import random, struct, sys
+n = 30000
+random.seed(1)
+toks = [(i * 7) % 97 if random.random() > 0.1 else random.randrange(97) for i in range(n)]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *toks))
+PY
+tiny=(--model.vocab_size=97 --model.dim=32 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2
+      --model.ffn_dim=48 --model.max_seq_len=32 --training.seq_len=16 --training.global_batch=8
+      --training.steps=10 --training.threads=1 --optimizer.lr=3e-3 --data.shuffle=true
+      --optimizer.schedule=constant --optimizer.warmup_steps=2
+      --data.train="$tmp/train_*.bin" --parallel.bucket_mb=0.02 --logging.progress=false)
+
+run() { # run NP NAME ARGS...: metrics in $tmp/NAME.jsonl, step-1 gradients in $tmp/NAME.st
+  local np="$1" name="$2"; shift 2
+  local launcher=()
+  [ "$np" -gt 1 ] && launcher=(timeout 120 mpiexec -np "$np")
+  "${launcher[@]}" "$bin" train "${tiny[@]}" --logging.metrics="$tmp/$name.jsonl" \
+      --logging.dump_grads="$tmp/$name.st" "$@" > "$tmp/$name.log" 2>&1
+}
+
+# compare REF NAME [A B N ZERO]: tests/ref/compare_runs.py (gradients, losses, dp bytes per step
+# = (A·Ψ + B·Ψ_layers)(N−1)/N, model-state bytes per rank of ZeRO stage ZERO)
+compare() {
+  local extra=()
+  [ -n "${3:-}" ] && [ "${3:-0}" != 0 ] && extra=(--bytes "$3" "$4" "$5" --zero "$6")
+  "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" "$1" "$2" "${extra[@]}"
+}
+
+expect_fail() { # NP NEEDLE ARGS...
+  local np="$1" needle="$2"; shift 2
+  local t0=$SECONDS out rc
+  out="$(timeout 60 mpiexec -np "$np" "$bin" train "${tiny[@]}" "$@" 2>&1)"; rc=$?
+  local n; n=$(grep -cF -- "$needle" <<<"$out")
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && [ $((SECONDS - t0)) -lt 30 ]; then ok
+  else bad "np $np $*: exit $rc, '$needle' printed $n times: $(head -3 <<<"$out")"; fi
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""compare_runs.py: a distributed run against the single-process reference (the parallel tests).
+
+    compare_runs.py DIR REF NAME [--bytes A B N [--group G]] [--zero Z]
+
+DIR/REF.{st,jsonl} and DIR/NAME.{st,jsonl} are the step-1 gradients (logging.dump_grads) and the
+metrics of each run. Checks every gradient tensor ‖Δ‖/‖g‖ ≤ 1e-5 and the 10 losses within 1e-4
+relative. With --bytes, the group's bytes per step (metrics comm_groups, step 2) against
+(A·Ψ + B·Ψ_layers)(N−1)/N·4 within 1%; with --zero also the model-state bytes per rank of that
+ZeRO stage over N ranks (FORMULAS.md's table) within 1%. Exit 1 with the reasons on failure.
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+
+
+def safetensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        s, e = v["data_offsets"]
+        raw = b[8 + n + s:8 + n + e]
+        out[k] = struct.unpack("<%df" % (len(raw) // 4), raw)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("ref")
+    ap.add_argument("name")
+    ap.add_argument("--bytes", nargs=3, type=float, metavar=("A", "B", "N"))
+    ap.add_argument("--group", default="dp")
+    ap.add_argument("--zero", type=int)
+    a = ap.parse_args()
+    g0 = safetensors("%s/%s.st" % (a.dir, a.ref))
+    g1 = safetensors("%s/%s.st" % (a.dir, a.name))
+    errs = []
+    worst = 0.0
+    for k, x in g0.items():
+        y = g1.get(k)
+        if y is None or len(y) != len(x):
+            errs.append("tensor %s missing or of another size" % k)
+            continue
+        num = math.sqrt(sum((p - q) ** 2 for p, q in zip(x, y)))
+        den = math.sqrt(sum(p * p for p in x))
+        worst = max(worst, num / den)
+    m0 = [json.loads(l) for l in open("%s/%s.jsonl" % (a.dir, a.ref))]
+    m1 = [json.loads(l) for l in open("%s/%s.jsonl" % (a.dir, a.name))]
+    lw = max(abs(p["loss"] - q["loss"]) / abs(p["loss"]) for p, q in zip(m0, m1))
+    if len(m0) != 10 or len(m1) != 10:
+        errs.append("expected 10 steps, got %d and %d" % (len(m0), len(m1)))
+    if worst > 1e-5:
+        errs.append("step-1 gradient relative error %.2e > 1e-5" % worst)
+    if lw > 1e-4:
+        errs.append("loss relative error %.2e > 1e-4" % lw)
+    msg = "%s: gradients %.1e, losses %.1e" % (a.name, worst, lw)
+    if a.bytes:
+        A, B, N = a.bytes
+        psi = sum(len(x) for x in g0.values())
+        layers = sum(len(x) for k, x in g0.items() if k.startswith("model.layers."))
+        want = (A * psi + B * layers) * (N - 1) / N * 4
+        got = m1[1]["comm_groups"].get(a.group, 0)
+        rel = abs(got - want) / want
+        msg += ", %s bytes/step %d vs formula %.0f (%.2f%%)" % (a.group, got, want, 100 * rel)
+        if rel > 0.01:
+            errs.append("bytes per step %d vs %.0f" % (got, want))
+        if a.zero is not None:
+            # params / grads / optimizer: full, full, full (DP); full, full, 1/N (ZeRO-1);
+            # full, 1/N, 1/N (ZeRO-2); 1/N each (ZeRO-3); 4, 4, 8 bytes per element
+            mem = m1[1]["mem"]
+            for key, per, sharded in (("params", 4, a.zero >= 3), ("grads", 4, a.zero >= 2),
+                                      ("optim", 8, a.zero >= 1)):
+                w = per * psi / (N if sharded else 1)
+                if abs(mem[key] - w) > 0.01 * w:
+                    errs.append("%s bytes per rank %d vs formula %.0f" % (key, mem[key], w))
+            msg += ", state bytes %d/%d/%d (transient %d/%d)" % (
+                mem["params"], mem["grads"], mem["optim"], mem["params_transient"],
+                mem["grads_transient"])
+    print(msg)
+    if errs:
+        print("; ".join(errs))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# test_tp.sh PENTATRON: tensor (and sequence) parallelism through mpiexec against one process.
+#   - tp ∈ {2, 4} × sp off/on, a vocabulary (97) neither divides, n_kv_heads = 2 < tp = 4 (each
+#     key/value head replicated on 2 ranks), tied embeddings, and tp 2 × dp 2 with every ZeRO
+#     stage and accumulation: step-1 gradients per tensor ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4;
+#   - tp bytes per layer per micro-batch (a 3-layer run minus a 2-layer one) = FORMULAS.md's
+#     4 all-reduces of N·C, 2(t−1)/t each, without sp; 4 all-gathers + 4 reduce-scatters of N·C,
+#     (t−1)/t each, with sp, plus the all-reduce of the layer's two norm-weight gradients (2C);
+#   - activation bytes per rank = the accounting in docs/parallelism.md, smaller with sp;
+#   - checkpoints across tp degrees (tp 4 sp -> tp 2 × dp 2 ZeRO-1 -> tp 1) continue the same
+#     losses, and the export of a tp 4 checkpoint equals the single-process one's;
+#   - heads, key/value heads, ffn or rows that tp cannot split fail fast with one message.
+set -u
+source "$(dirname "$0")/parallel_common.sh" "$1"
+
+run 1 ref --training.micro_batch=8 --checkpoint.dir="$tmp/ckref" --checkpoint.every=1 --checkpoint.keep=20 ||
+  bad "reference run failed: $(tail -3 "$tmp/ref.log")"
+run 1 ref_tied --training.micro_batch=8 --model.tied_embeddings=true ||
+  bad "tied reference run failed: $(tail -3 "$tmp/ref_tied.log")"
+
+check() { # NP NAME REF ARGS...: a run that must reproduce REF
+  local np="$1" name="$2" ref="$3"; shift 3
+  if run "$np" "$name" "$@"; then
+    if compare "$ref" "$name"; then ok; else bad "$name differs from the single-process run"; fi
+  else
+    bad "$name failed: $(tail -3 "$tmp/$name.log")"
+  fi
+}
+for tp in 2 4; do
+  for sp in false true; do
+    check $tp "tp${tp}_sp_$sp" ref --parallel.tp=$tp --parallel.sp=$sp --training.micro_batch=8
+  done
+done
+check 2 tp2_tied_sp ref_tied --model.tied_embeddings=true --parallel.tp=2 --parallel.sp=true --training.micro_batch=4
+check 4 tp4_tied ref_tied --model.tied_embeddings=true --parallel.tp=4 --training.micro_batch=8
+# tp 2 × dp 2, each ZeRO stage; accumulation 2 where micro_batch = 2
+check 4 tp2_dp2_z0 ref --parallel.tp=2 --parallel.dp=2 --parallel.zero=0 --training.micro_batch=4
+check 4 tp2_dp2_z1_sp_a2 ref --parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --parallel.sp=true --training.micro_batch=2
+check 4 tp2_dp2_z2_a2 ref --parallel.tp=2 --parallel.dp=2 --parallel.zero=2 --training.micro_batch=2
+check 4 tp2_dp2_z3_sp ref --parallel.tp=2 --parallel.dp=2 --parallel.zero=3 --parallel.sp=true --training.micro_batch=4
+
+# bytes per layer: 3 layers minus 2, one micro-batch of N = 8 × 16 rows, C = 32
+for tp in 2 4; do
+  for sp in false true; do
+    for L in 2 3; do
+      run $tp "bytes_tp${tp}_${sp}_L$L" --parallel.tp=$tp --parallel.sp=$sp --training.micro_batch=8 \
+        --model.n_layers=$L --training.steps=2 || bad "bytes run tp $tp sp $sp L $L failed"
+    done
+    "$PY" - "$tmp" $tp $sp <<'PY' && ok || bad "tp $tp sp $3: bytes per layer differ from the formula"
+import json, sys
+tmp, t, sp = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "true"
+N, C = 8 * 16, 32
+def tp_bytes(L):
+    m = [json.loads(l) for l in open("%s/bytes_tp%d_%s_L%d.jsonl" % (tmp, t, sys.argv[3], L))]
+    return m[1]["comm_groups"]["tp"]
+got = tp_bytes(3) - tp_bytes(2)
+# FORMULAS.md: without sp, forward 2 all-reduces of N·C and backward 2 more, 2(t−1)/t each;
+# with sp the same volume as 4 all-gathers + 4 reduce-scatters, (t−1)/t each
+formulas = 4 * 2 * (t - 1) / t * N * C * 4
+want = formulas + (2 * (t - 1) / t * 2 * C * 4 if sp else 0)  # sp: the two norm-weight gradients
+print("tp %d sp %s: %d bytes per layer per micro-batch; FORMULAS.md %.0f (%.2f%%)%s" % (
+    t, sp, got, formulas, 100 * (got - formulas) / formulas,
+    ", + norm-weight gradients = %.0f" % want if sp else ""))
+sys.exit(0 if abs(got - want) <= 0.01 * want else 1)
+PY
+  done
+done
+
+# activation bytes per rank: the accounting of docs/parallelism.md, and smaller with sp
+"$PY" - "$tmp" <<'PY' && ok || bad "activation bytes differ from the accounting"
+import json, sys
+tmp = sys.argv[1]
+B, T, C, L, V, F, H, KV, hd = 8, 16, 32, 2, 97, 48, 4, 2, 8
+def predicted(t, sp):
+    N = B * T; R = N // t if sp else N
+    q, kv = H // t * hd, max(KV // t, 1) * hd
+    qkv, f, v = q + 2 * kv, F // t, -(-V // t)
+    r16 = lambda n: (n + 15) // 16 * 16  # every array is rounded up to 64 bytes
+    layer = (r16(R * C) * 2 + r16(R) * 2 + r16(N * C) * 2 + r16(N * qkv) + r16(N * q)
+             + r16(B * (H // t) * T) + r16(N * 2 * f) + r16(N * f))
+    hr = min(512, N)
+    rest = (r16(R * C) + r16(R) + r16(N * C) * 3 + r16(hr * v) + r16(hr) + r16(R * C)
+            + r16(N * qkv) + r16(N * q) + r16(N * 2 * f) + r16(N * f) + (r16(N * C) if sp and t > 1 else 0)
+            + r16(2 * C) + r16(2 * kv * C))
+    return 4 * (L * layer + rest)
+rows = []
+for name, t, sp in (("ref", 1, False), ("tp2_sp_false", 2, False), ("tp2_sp_true", 2, True),
+                    ("tp4_sp_false", 4, False), ("tp4_sp_true", 4, True)):
+    got = [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))][1]["mem"]["activations"]
+    rows.append((name, got, predicted(t, sp)))
+ok = all(g == p for _, g, p in rows) and rows[2][1] < rows[1][1] and rows[4][1] < rows[3][1]
+for name, g, p in rows: print("activations %s: %d bytes per rank, accounting %d" % (name, g, p))
+sys.exit(0 if ok else 1)
+PY
+
+# checkpoints across tp degrees: tp 4 sp (3 steps) -> tp 2 × dp 2 ZeRO-1 (4) -> one process (3)
+ck="$tmp/ck"
+run 4 c1 --parallel.tp=4 --parallel.sp=true --training.micro_batch=8 --checkpoint.dir="$ck" --training.steps=3 --checkpoint.keep=5 &&
+run 4 c2 --parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=4 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=7 --checkpoint.keep=5 &&
+run 1 c3 --training.micro_batch=8 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=10 --checkpoint.keep=5 ||
+  bad "resume runs failed: $(tail -2 "$tmp"/c*.log)"
+"$PY" - "$tmp" <<'PY' && ok || bad "losses after resuming across tp degrees differ"
+import json, sys
+t = sys.argv[1]
+ref = [json.loads(l)["loss"] for l in open(t + "/ref.jsonl")]
+got = []
+for n in ("c1", "c2", "c3"):
+    got += [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (t, n))]
+worst = max(abs(a - b) / a for a, b in zip(ref, got))
+print("resume tp4/sp -> tp2·dp2/ZeRO-1 -> tp1: %d steps, worst loss difference %.1e" % (len(got), worst))
+sys.exit(0 if len(got) == 10 and worst <= 1e-4 else 1)
+PY
+"$bin" export --checkpoint "$ck/step_00000003" --out "$tmp/ex4" > /dev/null 2>&1 &&
+"$bin" export --checkpoint "$tmp/ckref/step_00000003" --out "$tmp/ex1" > /dev/null 2>&1 || bad "export failed"
+"$PY" - "$tmp/ex1/model.safetensors" "$tmp/ex4/model.safetensors" <<'PY' && ok || bad "exports differ"
+import math, sys
+sys.path.insert(0, __import__("os").environ["PT_SOURCE_DIR"] + "/tests/ref")
+from compare_runs import safetensors
+a, b = safetensors(sys.argv[1]), safetensors(sys.argv[2])
+assert a.keys() == b.keys(), "tensor names differ"
+worst = max(math.sqrt(sum((x - y) ** 2 for x, y in zip(a[k], b[k]))) / math.sqrt(sum(x * x for x in a[k])) for k in a)
+print("export of tp4/sp step 3 vs single process: %d tensors, worst relative difference %.1e" % (len(a), worst))
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+
+# what tp cannot split
+expect_fail 3 "must divide model.n_heads" --parallel.tp=3 --training.micro_batch=8
+expect_fail 2 "must divide model.ffn_dim" --parallel.tp=2 --model.ffn_dim=49 --training.micro_batch=8
+expect_fail 2 "one must divide the other" --parallel.tp=2 --model.dim=48 --model.n_heads=6 --model.n_kv_heads=3 --training.micro_batch=8
+expect_fail 2 "must be divisible by tp" --parallel.tp=2 --parallel.sp=true --training.seq_len=15 --training.micro_batch=1
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
