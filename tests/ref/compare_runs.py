@@ -2,6 +2,7 @@
 """compare_runs.py: a distributed run against the single-process reference (the parallel tests).
 
     compare_runs.py DIR REF NAME [--bytes A B N [--group G]] [--zero Z]
+    compare_runs.py --exports A/model.safetensors B/model.safetensors LABEL
 
 DIR/REF.{st,jsonl} and DIR/NAME.{st,jsonl} are the step-1 gradients (logging.dump_grads) and the
 metrics of each run. Checks every gradient tensor ‖Δ‖/‖g‖ ≤ 1e-5 and the 10 losses within 1e-4
@@ -30,7 +31,21 @@ def safetensors(path):
     return out
 
 
+def compare_exports(a_path, b_path, label):
+    """Two Hugging Face exports: the same tensors, each within 1e-5 relative."""
+    a, b = safetensors(a_path), safetensors(b_path)
+    if a.keys() != b.keys():
+        print("%s: tensor names differ" % label)
+        sys.exit(1)
+    worst = max(math.sqrt(sum((x - y) ** 2 for x, y in zip(a[k], b[k]))) /
+                math.sqrt(sum(x * x for x in a[k])) for k in a)
+    print("%s: %d tensors, worst relative difference %.1e" % (label, len(a), worst))
+    sys.exit(0 if worst <= 1e-5 else 1)
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--exports":
+        compare_exports(*sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("ref")
