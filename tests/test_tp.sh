@@ -38,6 +38,9 @@ check 4 tp2_dp2_z0 ref --parallel.tp=2 --parallel.dp=2 --parallel.zero=0 --train
 check 4 tp2_dp2_z1_sp_a2 ref --parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --parallel.sp=true --training.micro_batch=2
 check 4 tp2_dp2_z2_a2 ref --parallel.tp=2 --parallel.dp=2 --parallel.zero=2 --training.micro_batch=2
 check 4 tp2_dp2_z3_sp ref --parallel.tp=2 --parallel.dp=2 --parallel.zero=3 --parallel.sp=true --training.micro_batch=4
+# tp 4 (replicated kv heads) × dp 2 on 8 ranks
+check 8 tp4_dp2_z1_sp ref --parallel.tp=4 --parallel.dp=2 --parallel.zero=1 --parallel.sp=true --training.micro_batch=4
+check 8 tp4_dp2_z3_a2 ref --parallel.tp=4 --parallel.dp=2 --parallel.zero=3 --training.micro_batch=2
 
 # bytes per layer: 3 layers minus 2, one micro-batch of N = 8 × 16 rows, C = 32
 for tp in 2 4; do
