@@ -88,8 +88,17 @@ typedef struct {
     size_t total; /* elements */
 } pt_param_table;
 
-/* Tensor parallelism as the model sees it. */
+/* Pipeline parallelism: a chunk is a run of layers [l0, l1) one rank computes; the chunk with
+ * l0 = 0 also holds the embedding, the one with l1 = n_layers the final norm, head and loss. */
 typedef struct {
+    int l0, l1;
+} pt_chunk;
+enum { PT_MAX_CHUNKS = 16 };
+
+/* Tensor and pipeline parallelism as the model sees it. */
+typedef struct {
+    int n_chunks;     /* 0: the whole model */
+    pt_chunk chunk[PT_MAX_CHUNKS];
     int tp, tp_rank;  /* degree and this rank's index (1, 0: none) */
     int sp;           /* sequence parallelism: the residual stream is split over the tp ranks */
     pt_comm *tp_comm; /* the tensor-parallel group (NULL when tp = 1) */
@@ -110,8 +119,10 @@ pt_status pt_model_check_tp(const pt_model_config *c, int tp);
 pt_local_dims pt_model_local_dims(const pt_model_config *c, int tp, int tp_rank);
 /* Builds the table for a config (caller frees with pt_param_table_free). */
 void pt_param_table_build(pt_param_table *t, const pt_model_config *c);
-/* The table of tensor-parallel rank tp_rank of tp (tp = 1: the same as above). */
-void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp, int tp_rank);
+/* The table of tensor-parallel rank tp_rank of tp (tp = 1: the same as above), holding only the
+ * tensors of the given chunks (n_chunks = 0: all). */
+void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp, int tp_rank,
+                             const pt_chunk *chunks, int n_chunks);
 /* Copies each local block from a host array of the global table (single-process layout) into a
  * host array of the local table (padding rows zero); and back, each owned block into its place
  * in the global array (others untouched). */
@@ -215,7 +226,17 @@ void pt_model_init_weights(pt_model *m, uint64_t seed);
 void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host);
 void pt_model_zero_grads(pt_model *m);
 
+/* Activations of the model's first chunk (the whole model without pipeline parallelism). */
 pt_acts *pt_acts_create(const pt_model *m, int B, int T);
+/* Activations of chunk k of m->par; zb: also room to defer the weight gradients (zero bubble). */
+pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb);
+/* A chunk that does not start the model takes its input (R, C) here (R: the residual rows); one
+ * that does not end it leaves its output here after forward... */
+float *pt_acts_input(pt_acts *a);
+float *pt_acts_output(pt_acts *a);
+/* ...and takes the gradient of its output here before backward, leaving the gradient of its
+ * input here after it. */
+float *pt_acts_grad(pt_acts *a);
 void pt_acts_free(const pt_model *m, pt_acts *a);
 size_t pt_acts_bytes(const pt_acts *a);
 /* Reuses activations for a smaller (B, T) (B·T and T within what they were sized for). */
@@ -229,6 +250,10 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
 /* Backward of the last forward with targets on `a` (which must follow it): accumulates into
  * the gradients. */
 void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens);
+/* The backward in two halves (zero-bubble schedules): PT_BWD_INPUT computes the gradient of the
+ * chunk's input and keeps what the weight gradients need; PT_BWD_WEIGHT then computes those. */
+enum { PT_BWD_ALL = 0, PT_BWD_INPUT, PT_BWD_WEIGHT };
+void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int part);
 /* Logits (B, T, V) on the host, for generation and tests. */
 void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos,
                      float *host_logits);

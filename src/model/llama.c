@@ -39,10 +39,14 @@ typedef struct {
     float *xn2;    /* (N,C) */
     float *gu;     /* (N,2F) */
     float *h;      /* (N,F) */
+    /* zero bubble: what the deferred weight gradients need */
+    float *z_dmlp, *z_dgu, *z_datt, *z_dqkv; /* (N,C), (N,2F), (N,C), (N, q+2kv) */
 } pt_layer_acts;
 
 struct pt_acts {
     int B, T;
+    int l0, l1, first, last; /* the chunk: layers [l0, l1), with the embedding, with the head */
+    int zb;
     int cap_B, cap_T; /* the shape it was sized for */
     size_t bytes;
     pt_layer_acts *layers;
@@ -180,7 +184,39 @@ static void pt_table_add(pt_param_table *t, int *cap, const pt_tensor_spec *sp, 
     t->total += p->numel;
 }
 
-void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp, int r) {
+static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config *c, int tp, int r);
+
+static int pt_in_chunks(const pt_chunk *ch, int n, int layer, int L) {
+    if (n == 0) return 1;
+    for (int i = 0; i < n; i++) {
+        if (layer == -1 && ch[i].l0 == 0) return 1;                 /* the embedding */
+        if (layer == L && ch[i].l1 == L) return 1;                  /* final norm and head */
+        if (layer >= ch[i].l0 && layer < ch[i].l1) return 1;
+    }
+    return 0;
+}
+
+void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp, int r,
+                             const pt_chunk *chunks, int n_chunks) {
+    pt_param_table all;
+    pt_param_table_build_tp_all(&all, c, tp, r);
+    /* keep the tensors of the chunks, renumbering the local offsets */
+    memset(t, 0, sizeof *t);
+    t->p = pt_calloc((size_t)all.n, sizeof *t->p);
+    int L = c->n_layers;
+    for (int i = 0; i < all.n; i++) {
+        const pt_param *p = &all.p[i];
+        int where = p->layer >= 0 ? p->layer : p->kind == PT_KIND_EMBED ? -1 : L;
+        if (!pt_in_chunks(chunks, n_chunks, where, L)) continue;
+        t->p[t->n] = *p;
+        t->p[t->n].offset = t->total;
+        t->total += p->numel;
+        t->n++;
+    }
+    pt_param_table_free(&all);
+}
+
+static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config *c, int tp, int r) {
     memset(t, 0, sizeof *t);
     int cap = 0;
     int hd = pt_head_dim(c), C = c->dim;
@@ -232,7 +268,7 @@ void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp
 }
 
 void pt_param_table_build(pt_param_table *t, const pt_model_config *c) {
-    pt_param_table_build_tp(t, c, 1, 0);
+    pt_param_table_build_tp(t, c, 1, 0, NULL, 0);
 }
 
 /* Row i of a local block <-> its place in the global array: cols elements each. */
@@ -373,7 +409,9 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     m->be = be;
     m->par = par ? *par : (pt_model_parallel){.tp = 1};
     m->loc = pt_model_local_dims(cfg, tp, m->par.tp_rank);
-    pt_param_table_build_tp(&m->table, cfg, tp, m->par.tp_rank);
+    if (m->par.n_chunks == 0) m->par.chunk[0] = (pt_chunk){0, cfg->n_layers};
+    pt_param_table_build_tp(&m->table, cfg, tp, m->par.tp_rank, m->par.chunk,
+                            m->par.n_chunks ? m->par.n_chunks : 1);
     pt_param_table_build(&m->gtable, cfg);
     m->alloc_total = alloc_total > m->table.total ? alloc_total : m->table.total;
     m->w.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->w.layers);
@@ -477,10 +515,16 @@ static int pt_res_rows(const pt_model *m, int N) {
 }
 
 pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
+    return pt_acts_create_chunk(m, B, T, 0, 0);
+}
+
+pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     const pt_model_config *c = &m->cfg;
     PT_ASSERTF(T <= c->max_seq_len, "sequence length %d exceeds model.max_seq_len %d", T,
                c->max_seq_len);
     const pt_local_dims *d = &m->loc;
+    pt_chunk ch = m->par.chunk[k];
+    int nl = ch.l1 - ch.l0, last = ch.l1 == c->n_layers;
     int hd = pt_head_dim(c);
     size_t N = (size_t)B * T, C = c->dim, F = (size_t)d->F, V = (size_t)d->V;
     PT_ASSERTF(!(m->par.sp && m->par.tp > 1) || N % (size_t)m->par.tp == 0,
@@ -490,23 +534,27 @@ pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
     size_t q = (size_t)d->H * hd, qkv = q + 2 * (size_t)d->KV * hd, H = (size_t)d->H;
     int sp = m->par.sp && m->par.tp > 1;
     size_t per_layer = R * C + R + N * C + N * qkv + N * q + (size_t)B * H * T + R * C + R +
-                       N * C + N * 2 * F + N * F;
-    size_t HR = (size_t)pt_head_chunk_rows((int)V, (int)N);
+                       N * C + N * 2 * F + N * F + (zb ? N * C * 2 + N * 2 * F + N * qkv : 0);
+    size_t HR = last ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
     size_t rest = R * C + R + N * C + N * C + HR * V + HR + R * C + N * C + N * qkv + N * q +
                   N * 2 * F + N * F + (sp ? N * C : 0) + 2 * C + 2 * (size_t)d->KV * hd * C;
     /* each array is rounded up to 16 floats (64 bytes) */
-    size_t n_arrays = 11 * (size_t)c->n_layers + 16;
-    size_t total = per_layer * c->n_layers + rest + 16 * n_arrays;
+    size_t n_arrays = 15 * (size_t)nl + 16;
+    size_t total = per_layer * nl + rest + 16 * n_arrays;
 
     pt_acts *a = pt_calloc(1, sizeof *a);
     a->B = a->cap_B = B;
     a->T = a->cap_T = T;
+    a->l0 = ch.l0;
+    a->l1 = ch.l1;
+    a->first = ch.l0 == 0;
+    a->last = last;
+    a->zb = zb;
     a->block = m->be->alloc(m->be, total * sizeof(float));
-    a->bytes = total * sizeof(float);
     float *p = a->block;
 #define PT_TAKE(n) (p += (((n) + 15) & ~(size_t)15), p - (((n) + 15) & ~(size_t)15))
-    a->layers = pt_calloc((size_t)c->n_layers, sizeof *a->layers);
-    for (int l = 0; l < c->n_layers; l++) {
+    a->layers = pt_calloc((size_t)(nl ? nl : 1), sizeof *a->layers);
+    for (int l = 0; l < nl; l++) {
         pt_layer_acts *la = &a->layers[l];
         la->x = PT_TAKE(R * C);
         la->rstd1 = PT_TAKE(R);
@@ -519,14 +567,20 @@ pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
         la->xn2 = PT_TAKE(N * C);
         la->gu = PT_TAKE(N * 2 * F);
         la->h = PT_TAKE(N * F);
+        if (zb) {
+            la->z_dmlp = PT_TAKE(N * C);
+            la->z_dgu = PT_TAKE(N * 2 * F);
+            la->z_datt = PT_TAKE(N * C);
+            la->z_dqkv = PT_TAKE(N * qkv);
+        }
     }
     a->xout = PT_TAKE(R * C);
     a->rstdf = PT_TAKE(R);
     a->xf = PT_TAKE(N * C);
     a->dxf = PT_TAKE(N * C);
     a->head_rows = (int)HR;
-    a->logits = PT_TAKE(HR * V);
-    a->losses = PT_TAKE(HR);
+    a->logits = HR ? PT_TAKE(HR * V) : NULL;
+    a->losses = HR ? PT_TAKE(HR) : NULL;
     a->dx = PT_TAKE(R * C);
     a->dxn = PT_TAKE(N * C);
     a->dqkv = PT_TAKE(N * qkv);
@@ -544,6 +598,10 @@ pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
     return a;
 }
+
+float *pt_acts_input(pt_acts *a) { return a->l1 > a->l0 ? a->layers[0].x : a->xout; }
+float *pt_acts_output(pt_acts *a) { return a->xout; }
+float *pt_acts_grad(pt_acts *a) { return a->dx; }
 
 void pt_acts_free(const pt_model *m, pt_acts *a) {
     if (!a) return;
@@ -636,22 +694,24 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     pt_attn_shape as = pt_attn_shape_for(m, a);
     float *y = a->dxn; /* (N,C) scratch for the row-parallel outputs (backward's, unused here) */
 
-    /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks */
-    pt_acquire(m, 0, PT_USE_PARAMS, 0);
-    float *x0 = c->n_layers ? a->layers[0].x : a->xout;
-    if (m->par.tp > 1) {
+    /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks; a chunk that
+     * does not start the model has its input in pt_acts_input already */
+    float *x0 = pt_acts_input(a);
+    if (!a->first) {
+    } else if (pt_acquire(m, 0, PT_USE_PARAMS, 0), m->par.tp > 1) {
         be->embedding_forward(be, y, tokens, m->w.embed, N, C, d->v0, d->V);
         pt_tp_reduce(m, y, N, C);
         be->copy(be, x0, y, RC);
     } else {
         be->embedding_forward(be, x0, tokens, m->w.embed, N, C, 0, c->vocab_size);
     }
-    if (!c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0); /* tied: the head needs it */
-    for (int l = 0; l < c->n_layers; l++) {
+    /* tied: the head needs it */
+    if (a->first && !c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
+    for (int l = a->l0; l < a->l1; l++) {
         pt_acquire(m, l + 1, PT_USE_PARAMS, 0);
-        pt_layer_acts *la = &a->layers[l];
+        pt_layer_acts *la = &a->layers[l - a->l0];
         const pt_layer_view *w = &m->w.layers[l];
-        float *xnext = l + 1 < c->n_layers ? a->layers[l + 1].x : a->xout;
+        float *xnext = l + 1 < a->l1 ? a->layers[l + 1 - a->l0].x : a->xout;
         pt_norm_gather(m, la->xn1, la->rstd1, la->x, w->attn_norm, N);
         /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads */
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, qkv, C, 1.0f, la->xn1, C, w->wqkv, C, 0.0f, la->qkv,
@@ -690,6 +750,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
         }
         pt_release(m, l + 1, PT_USE_PARAMS, 0);
     }
+    if (!a->last) return;
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
     pt_norm_gather(m, a->xf, a->rstdf, a->xout, m->w.final_norm, N);
 }
@@ -737,7 +798,7 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
     int N = a->B * a->T, C = c->dim, V = m->loc.V;
     pt_forward_trunk(m, a, tokens, pos);
     a->has_targets = targets != NULL;
-    if (!targets) return 0.0;
+    if (!targets || !a->last) return 0.0; /* not the last chunk: the output is in a->xout */
 
     /* Fused head + loss + head backward, a chunk of rows at a time:
      * logits (n,V) = xf (n,C) · Headᵀ; logits -> dlogits in place;
@@ -805,39 +866,45 @@ static const float *pt_full_grad(pt_model *m, pt_acts *a, int N) {
     return a->dfull;
 }
 
-void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
-    PT_ASSERTF(a->has_targets, "pt_model_backward needs a forward with targets");
+/* One layer's backward: with part = PT_BWD_INPUT the weight-gradient GEMMs are left for
+ * PT_BWD_WEIGHT, their operands kept in the layer's z_* arrays; PT_BWD_ALL does both at once. */
+static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     const pt_local_dims *d = &m->loc;
     int N = a->B * a->T, C = c->dim, F = d->F, hd = pt_head_dim(c), R = pt_res_rows(m, N);
     int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
-    size_t RC = (size_t)R * C * sizeof(float);
+    pt_layer_acts *la = &a->layers[l - a->l0];
+    const pt_layer_view *w = &m->w.layers[l];
+    const pt_layer_view *g = &m->g.layers[l];
+    int now = part == PT_BWD_ALL;
+    if (part == PT_BWD_WEIGHT) {
+        /* the four weight gradients from the kept operands */
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, la->z_dmlp, C, la->h, F, 1.0f, g->wdown, F);
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, la->z_dgu, 2 * F, la->xn2, C, 1.0f,
+                 g->wgu, C);
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, la->z_datt, C, la->att, q, 1.0f, g->wo, q);
+    }
     pt_attn_shape as = pt_attn_shape_for(m, a);
-
-    /* final norm: dx (R,C) = rmsnorm_backward(dxf) on this rank's rows */
-    be->zero(be, a->dx, RC);
-    pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
-    float *dwf = pt_norm_dw(m, a, m->g.final_norm, 0);
-    be->rmsnorm_backward(be, a->dx, dwf, a->dxf, a->xout, m->w.final_norm, a->rstdf, R, C);
-    pt_norm_dw_reduce(m, a, &m->g.final_norm, 1);
-    pt_release(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
-    for (int l = c->n_layers - 1; l >= 0; l--) {
-        pt_acquire(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
-        pt_layer_acts *la = &a->layers[l];
-        const pt_layer_view *w = &m->w.layers[l];
-        const pt_layer_view *g = &m->g.layers[l];
+    const float *dqkv = a->dqkv;
+    if (part != PT_BWD_WEIGHT) {
         /* MLP: dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
         const float *dfull = pt_full_grad(m, a, N);
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, F, C, 1.0f, dfull, C, w->wdown, F, 0.0f, a->dh, F);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, dfull, C, la->h, F, 1.0f, g->wdown, F);
+        if (now)
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, dfull, C, la->h, F, 1.0f, g->wdown, F);
+        else
+            be->copy(be, la->z_dmlp, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
         be->swiglu_backward(be, a->dgu, a->dh, la->gu, N, F);
         /* dxn2 (N,C) = dgu · Wgu, summed over the tp ranks; dWgu (2F,C) += dguᵀ · xn2 */
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, 1.0f, a->dgu, 2 * F, w->wgu, C, 0.0f,
                  a->dxn, C);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, a->dgu, 2 * F, la->xn2, C, 1.0f,
-                 g->wgu, C);
+        if (now)
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, a->dgu, 2 * F, la->xn2, C, 1.0f,
+                     g->wgu, C);
+        else
+            be->copy(be, la->z_dgu, a->dgu, (size_t)N * 2 * F * sizeof(float));
         pt_poll(m);
         pt_tp_reduce(m, a->dxn, N, C);
         float *dw2 = pt_norm_dw(m, a, g->mlp_norm, 0);
@@ -845,7 +912,10 @@ void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
         /* attention output: datt (N,q) = dx · Wo; dWo (C,q) += dxᵀ · att */
         dfull = pt_full_grad(m, a, N);
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, q, C, 1.0f, dfull, C, w->wo, q, 0.0f, a->datt, q);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, dfull, C, la->att, q, 1.0f, g->wo, q);
+        if (now)
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, dfull, C, la->att, q, 1.0f, g->wo, q);
+        else
+            be->copy(be, la->z_datt, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
         be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
         be->attention_backward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, a->datt,
@@ -853,31 +923,69 @@ void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
         pt_poll(m);
         be->rope(be, a->dqkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 1);
         be->rope(be, a->dqkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 1);
-        /* dxn1 (N,C) = dqkv · Wqkv, summed over the tp ranks; dWqkv (q+2kv, C) += dqkvᵀ · xn1 */
+        /* dxn1 (N,C) = dqkv · Wqkv, summed over the tp ranks */
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, qkv, 1.0f, a->dqkv, qkv, w->wqkv, C, 0.0f,
                  a->dxn, C);
+        if (!now) be->copy(be, la->z_dqkv, a->dqkv, (size_t)N * qkv * sizeof(float));
+    } else {
+        dqkv = la->z_dqkv;
+    }
+    if (part != PT_BWD_INPUT) {
+        /* dWqkv (q+2kv, C) += dqkvᵀ · xn1; a key/value head held by several ranks gets the sum */
         if (d->kv_shared > 1) {
-            /* a key/value head held by several ranks: its gradient is the sum of theirs */
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, q, C, N, 1.0f, a->dqkv, qkv, la->xn1, C, 1.0f,
-                     g->wqkv, C);
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * kv, C, N, 1.0f, a->dqkv + q, qkv, la->xn1, C,
-                     0.0f, a->dkv, C);
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, q, C, N, 1.0f, dqkv, qkv, la->xn1, C, 1.0f, g->wqkv, C);
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * kv, C, N, 1.0f, dqkv + q, qkv, la->xn1, C, 0.0f,
+                     a->dkv, C);
             pt_allreduce_sum(m->par.kv_comm, a->dkv, (size_t)2 * kv * C, PT_DTYPE_F32);
             be->add(be, g->wqkv + (size_t)q * C, a->dkv, (size_t)2 * kv * C);
         } else {
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, qkv, C, N, 1.0f, a->dqkv, qkv, la->xn1, C, 1.0f,
-                     g->wqkv, C);
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, qkv, C, N, 1.0f, dqkv, qkv, la->xn1, C, 1.0f, g->wqkv, C);
         }
+    }
+    if (part != PT_BWD_WEIGHT) {
         pt_tp_reduce(m, a->dxn, N, C);
         float *dw1 = pt_norm_dw(m, a, g->attn_norm, 1);
         be->rmsnorm_backward(be, a->dx, dw1, a->dxn, la->x, w->attn_norm, la->rstd1, R, C);
         float *norms[2] = {g->mlp_norm, g->attn_norm};
         pt_norm_dw_reduce(m, a, norms, 2);
-        pt_release(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     }
+}
+
+void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
+    pt_model_backward_part(m, a, tokens, PT_BWD_ALL);
+}
+
+void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int part) {
+    PT_ASSERTF(a->has_targets, "pt_model_backward needs a forward with targets");
+    PT_ASSERTF(part == PT_BWD_ALL || a->zb, "a split backward needs activations made with zb");
+    pt_backend *be = m->be;
+    const pt_model_config *c = &m->cfg;
+    int N = a->B * a->T, C = c->dim, R = pt_res_rows(m, N);
+    if (part == PT_BWD_WEIGHT) {
+        for (int l = a->l1 - 1; l >= a->l0; l--) {
+            pt_layer_backward(m, a, l, part);
+            pt_release(m, l + 1, PT_USE_GRADS, 1);
+        }
+        return;
+    }
+    if (a->last) {
+        /* final norm: dx (R,C) = rmsnorm_backward(dxf) on this rank's rows */
+        be->zero(be, a->dx, (size_t)R * C * sizeof(float));
+        pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
+        float *dwf = pt_norm_dw(m, a, m->g.final_norm, 0);
+        be->rmsnorm_backward(be, a->dx, dwf, a->dxf, a->xout, m->w.final_norm, a->rstdf, R, C);
+        pt_norm_dw_reduce(m, a, &m->g.final_norm, 1);
+        pt_release(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
+    } /* else: the gradient of the chunk's output is in a->dx already */
+    for (int l = a->l1 - 1; l >= a->l0; l--) {
+        pt_acquire(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
+        pt_layer_backward(m, a, l, part);
+        pt_release(m, l + 1, part == PT_BWD_ALL ? PT_USE_PARAMS | PT_USE_GRADS : PT_USE_PARAMS, 1);
+    }
+    if (!a->first) return; /* a->dx: the gradient of the chunk's input */
     pt_acquire(m, 0, PT_USE_GRADS, 1);
     const float *dfull = pt_full_grad(m, a, N);
-    be->embedding_backward(be, m->g.embed, tokens, dfull, N, C, d->v0, d->V);
+    be->embedding_backward(be, m->g.embed, tokens, dfull, N, C, m->loc.v0, m->loc.V);
     pt_release(m, 0, PT_USE_GRADS, 1);
 }
 

@@ -121,7 +121,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         }
     }
     pt_param_table local;
-    pt_param_table_build_tp(&local, &cfg->model, par.tp, par.tp_rank);
+    pt_param_table_build_tp(&local, &cfg->model, par.tp, par.tp_rank, par.chunk, par.n_chunks);
     size_t total = local.total;
     pt_param_table_free(&local);
     PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, pt_dp_padded_total(total, t->dp_size, zero),
