@@ -41,6 +41,9 @@ typedef struct {
     struct {
         int dp, tp, pp, cp, ep; /* degrees; dp = -1: the rest of the world */
         int sp;                 /* sequence parallelism (with tp > 1) */
+        char pp_schedule[16];   /* afab | 1f1b | interleaved | zb */
+        int pp_virtual;         /* chunks per pipeline rank */
+        char pp_layers[256];    /* layers per stage, "" = balanced */
         int zero;               /* ZeRO stage over the data-parallel group */
         float bucket_mb;        /* gradient bucket size */
         int overlap;            /* start buckets during backward (false: all after it) */

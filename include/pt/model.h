@@ -79,6 +79,7 @@ typedef struct {
      * owner: this rank writes the block (replicas: only the first). All trivial at tp = 1. */
     int64_t gshape[2], grow0, gcol0, grows;
     size_t goffset;
+    int gindex; /* the tensor's index in the single-process table */
     int owner;
 } pt_param;
 

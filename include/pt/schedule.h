@@ -82,8 +82,9 @@ pt_status pt_schedule_check(const pt_schedule *s);
 /* Result of a simulation. bubble is the idle time divided by the compute time, over all ranks:
  *   bubble = (pp · makespan − busy) / busy,
  * which the literature gives as (pp − 1)/m for afab and 1f1b and (pp − 1)/(v·m) for interleaved
- * (pp_schedule_bubble_formula); it is not the idle share of the makespan. */
+ * (pt_schedule_bubble_formula); it is not the idle share of the makespan. */
 typedef struct {
+    int pp;              /* rows of peak_inflight and start */
     double bubble;
     double makespan;     /* end of the last action on any rank */
     double busy;         /* compute time summed over ranks */

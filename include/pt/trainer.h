@@ -15,6 +15,7 @@
 #include "pt/mesh.h"
 #include "pt/model.h"
 #include "pt/optim.h"
+#include "pt/pipeline.h"
 
 typedef struct {
     int64_t step;      /* from 1 */
@@ -37,7 +38,8 @@ typedef struct {
     pt_comm *dpc;                  /* the data-parallel group (NULL without a mesh) */
     pt_dp dp;
     int dp_rank, dp_size;
-    pt_acts *acts;
+    pt_pipe pipe;                  /* pipeline parallelism (pipe.model NULL without) */
+    pt_acts *acts;                 /* the activations without a pipeline */
     int32_t *h_inputs, *h_targets; /* (global_batch, T) host */
     int32_t *d_inputs, *d_targets, *d_pos;
     int64_t step;                  /* steps done */
@@ -60,6 +62,8 @@ pt_status pt_trainer_load(pt_trainer *t, const char *dir);
 /* The whole model, gathered from every rank's blocks and shards (collective), as an unsplit model
  * on the ranks that ask (on_this_rank), e.g. for generation; free it with pt_model_free. */
 pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank);
+/* Bytes of activations per rank (with a pipeline: the peak its schedule held). */
+size_t pt_trainer_act_bytes(const pt_trainer *t);
 /* Bytes of model state per rank (parameters, gradients, optimizer; pooled buffers' peaks). */
 pt_dp_memory pt_trainer_memory(const pt_trainer *t);
 /* One optimizer step. */

@@ -6,5 +6,6 @@ int pt_cmd_train(int argc, char **argv);
 int pt_cmd_generate(int argc, char **argv);
 int pt_cmd_prepare(int argc, char **argv);
 int pt_cmd_export(int argc, char **argv);
+int pt_cmd_schedule(int argc, char **argv);
 
 #endif

@@ -109,7 +109,8 @@ static pt_comm_req *mpi_isend(pt_comm *c, const void *buf, size_t count, pt_dtyp
 }
 
 static pt_comm_req *mpi_irecv(pt_comm *c, void *buf, size_t count, pt_dtype dt, int peer, int tag) {
-    pt_comm_req *r = pt_req_new(c, PT_COMM_RECV, count * pt_dtype_size(dt));
+    (void)count; /* bytes count what a rank sends: the receiver's are its peer's */
+    pt_comm_req *r = pt_req_new(c, PT_COMM_RECV, 0);
     PT_MPI_CHECK(MPI_Irecv(buf, pt_icount(count), pt_mpi_type(dt), peer, tag, pt_mpi(c), &r->req));
     return r;
 }

@@ -263,6 +263,7 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
     size_t goff = 0;
     for (int i = 0; i < t->n; i++) {
         t->p[i].goffset = goff;
+        t->p[i].gindex = i;
         goff += (size_t)t->p[i].gshape[0] * (size_t)(t->p[i].gshape[1] ? t->p[i].gshape[1] : 1);
     }
 }
@@ -311,12 +312,12 @@ void pt_param_table_to_global(const pt_param_table *t, const float *local, float
 }
 
 /* One local rectangle [ra, rb) × [ca, cb) of p as a global block, rows clipped to the real ones. */
-static int pt_add_block(const pt_param *p, int tensor, int64_t ra, int64_t rb, int64_t ca,
+static int pt_add_block(const pt_param *p, int64_t ra, int64_t rb, int64_t ca,
                         int64_t cb, pt_block *out) {
     int64_t cols = p->ndim == 2 ? p->shape[1] : 1;
     if (rb > p->grows) rb = p->grows;
     if (rb <= ra || cb <= ca) return 0;
-    *out = (pt_block){tensor, p->grow0 + ra, p->grow0 + rb, p->gcol0 + ca, p->gcol0 + cb,
+    *out = (pt_block){p->gindex, p->grow0 + ra, p->grow0 + rb, p->gcol0 + ca, p->gcol0 + cb,
                       p->offset + (size_t)(ra * cols + ca)};
     return 1;
 }
@@ -334,12 +335,12 @@ int pt_param_table_blocks(const pt_param_table *t, size_t lo, size_t hi, int own
         int64_t ra = (int64_t)a / cols, ca = (int64_t)a % cols;
         int64_t rb = (int64_t)b / cols, cb = (int64_t)b % cols;
         if (ra == rb) {
-            n += pt_add_block(p, i, ra, ra + 1, ca, cb, out + n);
+            n += pt_add_block(p, ra, ra + 1, ca, cb, out + n);
             continue;
         }
-        if (ca > 0) n += pt_add_block(p, i, ra, ra + 1, ca, cols, out + n), ra++;
-        n += pt_add_block(p, i, ra, rb, 0, cols, out + n);
-        if (cb > 0) n += pt_add_block(p, i, rb, rb + 1, 0, cb, out + n);
+        if (ca > 0) n += pt_add_block(p, ra, ra + 1, ca, cols, out + n), ra++;
+        n += pt_add_block(p, ra, rb, 0, cols, out + n);
+        if (cb > 0) n += pt_add_block(p, rb, rb + 1, 0, cb, out + n);
     }
     return n;
 }

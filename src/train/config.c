@@ -79,7 +79,14 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("parallel.sp", PT_CFG_BOOL, parallel.sp, "false", NULL,
          "sequence parallelism: norms and residual stream split over the tp ranks along the "
          "sequence (all-gather / reduce-scatter instead of all-reduce)"),
-    PT_K("parallel.pp", PT_CFG_INT, parallel.pp, "1", NULL, "pipeline-parallel degree"),
+    PT_K("parallel.pp", PT_CFG_INT, parallel.pp, "1", NULL,
+         "pipeline-parallel degree (stages of layers; the micro-batches of a step flow through them)"),
+    PT_K("parallel.pp_schedule", PT_CFG_STR, parallel.pp_schedule, "1f1b",
+         "afab|1f1b|interleaved|zb", "pipeline schedule (zb: zero bubble ZB-H1)"),
+    PT_K("parallel.pp_virtual", PT_CFG_INT, parallel.pp_virtual, "1", NULL,
+         "model chunks per pipeline rank (the interleaved schedule: >= 2)"),
+    PT_K("parallel.pp_layers", PT_CFG_STR, parallel.pp_layers, "", NULL,
+         "layers per stage, e.g. \"3,4,4,3\" (\"\" = balanced, the head counting as layers)"),
     PT_K("parallel.cp", PT_CFG_INT, parallel.cp, "1", NULL, "context-parallel degree"),
     PT_K("parallel.ep", PT_CFG_INT, parallel.ep, "1", NULL,
          "expert-parallel degree (divides dp·cp; reuses those ranks)"),
@@ -322,10 +329,11 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG, "parallel.dp must be >= 1 or -1 (got %d)", p->dp);
     if (p->tp < 1 || p->pp < 1 || p->cp < 1 || p->ep < 1)
         return pt_errorf(PT_ERR_CONFIG, "parallel.tp, pp, cp and ep must be >= 1");
-    if (p->pp > 1 || p->cp > 1 || p->ep > 1)
+    if (p->cp > 1 || p->ep > 1)
         return pt_errorf(PT_ERR_CONFIG,
-                         "parallel.pp/cp/ep > 1: only data and tensor parallelism are available in "
-                         "this version (pp=%d cp=%d ep=%d)", p->pp, p->cp, p->ep);
+                         "parallel.cp/ep > 1: only data, tensor and pipeline parallelism are "
+                         "available in this version (cp=%d ep=%d)", p->cp, p->ep);
+    if (p->pp_virtual < 1) return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual must be >= 1");
     if (p->zero < 0 || p->zero > 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);
     if (!(p->bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");

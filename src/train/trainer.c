@@ -108,8 +108,10 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     pt_model_parallel par = {.tp = 1};
     if (t->mesh && t->mesh->deg.tp > 1) {
         PT_TRY(pt_model_check_tp(&cfg->model, t->mesh->deg.tp));
-        par = (pt_model_parallel){.tp = t->mesh->deg.tp, .tp_rank = t->mesh->tp_i,
-                                  .sp = cfg->parallel.sp, .tp_comm = t->mesh->tp};
+        par.tp = t->mesh->deg.tp;
+        par.tp_rank = t->mesh->tp_i;
+        par.sp = cfg->parallel.sp;
+        par.tp_comm = t->mesh->tp;
         int mbt = cfg->training.micro_batch * cfg->training.seq_len;
         if (par.sp && mbt % par.tp != 0)
             return pt_errorf(PT_ERR_CONFIG, "parallel.sp: micro_batch × seq_len = %d rows must be "
@@ -119,6 +121,44 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
             pt_mesh_make_kv(t->mesh, ld.kv_shared);
             par.kv_comm = t->mesh->kv;
         }
+    }
+    /* pipeline parallelism: this rank's stages, as model chunks */
+    int pp = t->mesh ? t->mesh->deg.pp : 1;
+    pt_sched_kind sched = PT_SCHED_1F1B;
+    if (pp > 1) {
+        PT_TRY(pt_schedule_parse_kind(cfg->parallel.pp_schedule, &sched));
+        int v = cfg->parallel.pp_virtual;
+        if (v > 1 && sched != PT_SCHED_INTERLEAVED)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual = %d needs parallel.pp_schedule = "
+                             "interleaved", v);
+        if (sched == PT_SCHED_INTERLEAVED && v < 2)
+            return pt_errorf(PT_ERR_CONFIG, "the interleaved schedule needs parallel.pp_virtual >= 2");
+        if (cfg->model.tied_embeddings)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with model.tied_embeddings: the "
+                             "embedding and the head sit on different stages; untie them");
+        if (zero >= 2)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-2/3 "
+                             "reduce (and gather) every micro-batch, m times the traffic under a "
+                             "pipeline; use ZeRO-0 or 1 (docs/parallelism.md)", zero);
+        if (sched == PT_SCHED_INTERLEAVED && !cfg->parallel.pp_layers[0] &&
+            cfg->model.n_layers % (pp * v) != 0)
+            return pt_errorf(PT_ERR_CONFIG, "interleaved: pp × pp_virtual = %d must divide "
+                             "model.n_layers = %d (or give parallel.pp_layers)", pp * v,
+                             cfg->model.n_layers);
+        pt_chunk stages[PT_MAX_CHUNKS * 16];
+        if (pp * v > (int)(sizeof stages / sizeof *stages))
+            return pt_errorf(PT_ERR_CONFIG, "pipeline: too many stages (%d)", pp * v);
+        if (v > PT_MAX_CHUNKS)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual = %d exceeds %d", v, PT_MAX_CHUNKS);
+        PT_TRY(pt_pipe_split(&cfg->model, pp * v,
+                             sched == PT_SCHED_INTERLEAVED && !cfg->parallel.pp_layers[0] ? "" :
+                             cfg->parallel.pp_layers, stages));
+        if (sched == PT_SCHED_INTERLEAVED && !cfg->parallel.pp_layers[0]) {
+            int k = cfg->model.n_layers / (pp * v); /* chunks of equal layers */
+            for (int i = 0; i < pp * v; i++) stages[i] = (pt_chunk){i * k, (i + 1) * k};
+        }
+        par.n_chunks = v;
+        for (int c = 0; c < v; c++) par.chunk[c] = stages[c * pp + t->mesh->pp_i];
     }
     pt_param_table local;
     pt_param_table_build_tp(&local, &cfg->model, par.tp, par.tp_rank, par.chunk, par.n_chunks);
@@ -173,11 +213,22 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     }
 
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
-    t->acts = pt_acts_create(&t->model, mb, T);
+    int per_rank = G / t->dp_size;
+    if (pp > 1) {
+        PT_TRY(pt_pipe_init(&t->pipe, &t->model, t->mesh->pp, sched, cfg->parallel.pp_virtual,
+                            per_rank / mb, mb, T));
+        pt_log_info("pipeline: %d stages, schedule %s, %d micro-batches; this rank's layers %d-%d%s",
+                    pp * cfg->parallel.pp_virtual, pt_schedule_kind_name(sched), per_rank / mb,
+                    par.chunk[0].l0, par.chunk[0].l1 - 1, par.n_chunks > 1 ? " (first chunk)" : "");
+    } else {
+        t->acts = pt_acts_create(&t->model, mb, T);
+    }
     t->h_inputs = pt_malloc((size_t)G * T * sizeof(int32_t));
     t->h_targets = pt_malloc((size_t)G * T * sizeof(int32_t));
-    t->d_inputs = t->be->alloc(t->be, (size_t)mb * T * sizeof(int32_t));
-    t->d_targets = t->be->alloc(t->be, (size_t)mb * T * sizeof(int32_t));
+    /* this rank's rows of the global batch: every micro-batch, since a pipeline has several in
+     * flight */
+    t->d_inputs = t->be->alloc(t->be, (size_t)per_rank * T * sizeof(int32_t));
+    t->d_targets = t->be->alloc(t->be, (size_t)per_rank * T * sizeof(int32_t));
     t->d_pos = t->be->alloc(t->be, (size_t)T * sizeof(int32_t));
     int32_t *pos = pt_malloc((size_t)T * sizeof(int32_t));
     for (int i = 0; i < T; i++) pos[i] = i;
@@ -204,7 +255,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     pt_log_info("memory per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer %.3f MiB, "
                 "activations %.3f MiB; sgemm peak %.0f GFLOP/s",
                 mem.params / 1048576.0, mem.grads / 1048576.0, mem.optim / 1048576.0,
-                pt_acts_bytes(t->acts) / 1048576.0, t->peak_flops / 1e9);
+                pt_trainer_act_bytes(t) / 1048576.0, t->peak_flops / 1e9);
     return PT_OK;
 }
 
@@ -225,6 +276,8 @@ static void pt_trainer_to_global(pt_trainer *t, const float *local, float *host)
     pt_param_table_to_global(&t->model.table, local, host);
     if (t->model.par.tp > 1)
         pt_allreduce_sum(t->model.par.tp_comm, host, t->model.gtable.total, PT_DTYPE_F32);
+    if (t->mesh && t->mesh->deg.pp > 1) /* the stages hold disjoint tensors */
+        pt_allreduce_sum(t->mesh->pp, host, t->model.gtable.total, PT_DTYPE_F32);
 }
 
 void pt_trainer_get_params(pt_trainer *t, float *host) {
@@ -235,6 +288,10 @@ void pt_trainer_get_params(pt_trainer *t, float *host) {
         t->be->download(t->be, local, t->model.params, t->model.table.total * sizeof(float));
     pt_trainer_to_global(t, local, host);
     free(local);
+}
+
+size_t pt_trainer_act_bytes(const pt_trainer *t) {
+    return t->pipe.model ? pt_pipe_peak_bytes(&t->pipe) : pt_acts_bytes(t->acts);
 }
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
@@ -313,7 +370,8 @@ void pt_trainer_free(pt_trainer *t) {
     }
     if (!t->be) return;
     if (t->metrics) fclose(t->metrics);
-    pt_acts_free(&t->model, t->acts);
+    if (t->acts) pt_acts_free(&t->model, t->acts);
+    pt_pipe_free(&t->pipe);
     t->be->free(t->be, t->d_inputs);
     t->be->free(t->be, t->d_targets);
     t->be->free(t->be, t->d_pos);
@@ -347,17 +405,27 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     else
         pt_model_zero_grads(&t->model);
     double loss_sum = 0;
-    for (int k = 0; k < n_micro; k++) {
-        /* this rank's rows of the global batch: [dp_rank·per_rank, (dp_rank+1)·per_rank) */
-        size_t off = ((size_t)t->dp_rank * per_rank + (size_t)k * mb) * T;
-        size_t bytes = (size_t)mb * T * sizeof(int32_t);
+    /* this rank's rows of the global batch: [dp_rank·per_rank, (dp_rank+1)·per_rank) */
+    size_t off = (size_t)t->dp_rank * per_rank * T, bytes = (size_t)per_rank * T * sizeof(int32_t);
+    be->upload(be, t->d_inputs, t->h_inputs + off, bytes);
+    be->upload(be, t->d_targets, t->h_targets + off, bytes);
+    if (t->pipe.model) {
+        /* the schedule runs every micro-batch; the data-parallel reduction follows it */
+        if (t->dpc) pt_dp_begin_micro(&t->dp, 0);
+        loss_sum = pt_pipe_step(&t->pipe, t->d_inputs, t->d_targets, t->d_pos, loss_scale);
+        if (t->dpc) {
+            pt_dp_begin_micro(&t->dp, 1);
+            pt_dp_end_micro(&t->dp, 1);
+        }
+        pt_allreduce_sum(t->mesh->pp, &loss_sum, 1, PT_DTYPE_F64); /* the last stage's */
+    }
+    for (int k = 0; k < n_micro && !t->pipe.model; k++) {
+        size_t at = (size_t)k * mb * T;
         int last = k == n_micro - 1;
-        be->upload(be, t->d_inputs, t->h_inputs + off, bytes);
-        be->upload(be, t->d_targets, t->h_targets + off, bytes);
         if (t->dpc) pt_dp_begin_micro(&t->dp, last);
-        loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs, t->d_targets, t->d_pos,
-                                     loss_scale, NULL);
-        pt_model_backward(&t->model, t->acts, t->d_inputs);
+        loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs + at, t->d_targets + at,
+                                     t->d_pos, loss_scale, NULL);
+        pt_model_backward(&t->model, t->acts, t->d_inputs + at);
         if (t->dpc) pt_dp_end_micro(&t->dp, last);
     }
     /* Σ g² over what this rank owns (replicas counted once); with ZeRO the data ranks own
@@ -370,6 +438,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         if (t->dp.zero) sumsq = red[1];
     }
     if (t->model.par.tp > 1) pt_allreduce_sum(t->model.par.tp_comm, &sumsq, 1, PT_DTYPE_F64);
+    if (t->pipe.model) pt_allreduce_sum(t->mesh->pp, &sumsq, 1, PT_DTYPE_F64);
     double norm = sqrt(sumsq);
     if (!isfinite(norm))
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
@@ -391,8 +460,10 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->tokens = (int64_t)G * T;
     s->seconds = pt_now() - t0;
     s->tokens_per_s = (double)s->tokens / s->seconds;
-    /* MFU per rank: this rank's share of the tokens against this rank's peak */
-    s->mfu = t->flops_per_token * s->tokens_per_s / t->dp_size / t->peak_flops;
+    /* MFU per rank: the model FLOPs of the tokens over every rank's peak (each rank does its
+     * share of them: its data rows, its tensor blocks, its pipeline stages) */
+    int ranks = t->mesh ? t->mesh->world_size : 1;
+    s->mfu = t->flops_per_token * s->tokens_per_s / ranks / t->peak_flops;
     return PT_OK;
 }
 
@@ -553,7 +624,8 @@ static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stat
                 "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"params_transient\": %zu, "
                 "\"grads_transient\": %zu, \"activations\": %zu}",
                 (long long)steps, (unsigned long long)sent, now.wait_seconds - since->wait_seconds,
-                ops, groups, m.params, m.grads, m.optim, m.params_transient, m.grads_transient, pt_acts_bytes(t->acts));
+                ops, groups, m.params, m.grads, m.optim, m.params_transient, m.grads_transient,
+                pt_trainer_act_bytes(t));
         *since = now;
     }
     fprintf(t->metrics, "}\n");

@@ -1,0 +1,60 @@
+/* pipeline.h: pipeline parallelism: the stage split, and the engine that runs a schedule.
+ *
+ * The layers are cut into S = pp·v stages (contiguous layer ranges); rank r of the pipeline
+ * group holds stages r, r + pp, ..., as its chunks 0..v−1 (round-robin, as the interleaved
+ * schedule wants; v = 1 otherwise). Stage 0 also holds the embedding, stage S − 1 the final
+ * norm, head and loss.
+ *
+ * One engine runs every schedule (include/pt/schedule.h): it walks this rank's action list,
+ * posting receives and sends nonblocking (a forward waits for its input to arrive, a backward
+ * for its gradient), so transfers overlap the compute in between. Each (micro-batch, chunk) in
+ * flight holds one set of activations from a per-chunk pool: a set is taken when its forward's
+ * input is received or its forward starts, and returned when its last action is done, so the
+ * pool's peak is the schedule's peak in-flight count.
+ */
+#ifndef PT_PIPELINE_H
+#define PT_PIPELINE_H
+
+#include "pt/comm.h"
+#include "pt/model.h"
+#include "pt/schedule.h"
+
+/* The stages of a model: explicit (spec "3,4,4,3": S layer counts) or balanced, each layer
+ * counting 1 and the head as many layers as its share of the matrices' parameters (the embedding
+ * lookup costs nothing), so the last stage gets fewer layers. PT_ERR_CONFIG when S exceeds the
+ * layers, the spec does not have S positive counts summing to n_layers, or the head alone
+ * outweighs a balanced share so that a stage would be empty. */
+pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_chunk *stages);
+
+typedef struct {
+    pt_acts *a;
+    int left;           /* actions of this (micro-batch, chunk) still to run on this rank */
+    pt_comm_req *req[4]; /* receive of the input, of the gradient; send of the output, of the gradient */
+} pt_pipe_slot;
+
+typedef struct {
+    pt_model *model;
+    pt_comm *pp;
+    pt_schedule sched;
+    int rank, v, m, S, B, T;
+    int zb;
+    pt_pipe_slot *slot;   /* [micro · v + chunk] */
+    pt_pipe_slot *draining; /* done sets whose sends are in flight (left: their chunk) */
+    int n_draining;
+    pt_acts **pool;       /* free activation sets, per chunk: pool[c · m + i] */
+    int *pool_n, *live, *peak;
+    size_t act_bytes;     /* one set's bytes, per chunk (the largest) */
+} pt_pipe;
+
+pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,
+                       int B, int T);
+void pt_pipe_free(pt_pipe *p);
+/* Runs one step's schedule: micro-batch i's tokens and targets are tokens + i·B·T (device). The
+ * gradients accumulate into the model; returns the loss sum over the micro-batches (nonzero on
+ * the rank holding the last stage). */
+double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos,
+                    float loss_scale);
+/* Peak bytes of activations held at once on this rank (its chunks' pools). */
+size_t pt_pipe_peak_bytes(const pt_pipe *p);
+
+#endif

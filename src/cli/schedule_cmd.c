@@ -1,0 +1,143 @@
+/* schedule_cmd.c: `pentatron schedule`: builds a pipeline schedule, checks it, simulates it with
+ * unit costs and draws it (a text timeline, and an SVG on request). No model, no MPI. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "pt/schedule.h"
+
+static void pt_schedule_usage(FILE *f) {
+    fprintf(f,
+            "usage: pentatron schedule [--pp N] [--microbatches M] [--schedule KIND] [--virtual V]\n"
+            "                          [--svg FILE]\n"
+            "\n"
+            "Builds the per-rank action lists (forward, backward, send, receive) of a pipeline-parallel\n"
+            "step, checks them (every send received, every stage computed once per micro-batch in a\n"
+            "valid order, no deadlock under blocking receives), simulates them with unit costs and\n"
+            "prints the timeline, the bubble and the peak number of micro-batches in flight per rank.\n"
+            "\n"
+            "  --pp N             pipeline ranks (default 4)\n"
+            "  --microbatches M   micro-batches per step (default 8)\n"
+            "  --schedule KIND    afab (GPipe), 1f1b (PipeDream-flush), interleaved (Megatron's\n"
+            "                     interleaved 1F1B) or zb (ZB-H1 zero bubble); default 1f1b\n"
+            "  --virtual V        model chunks per rank, interleaved only (default 2; M a multiple of N)\n"
+            "  --svg FILE         also draw the timeline as an SVG file\n"
+            "  --help             print this help\n"
+            "\n"
+            "Costs per chunk: forward 1, backward 2; zb splits the backward into B = 1 (input gradient)\n"
+            "and W = 1 (weight gradient). Communication is free. The bubble is idle time divided by\n"
+            "compute time over all ranks, (pp·makespan − busy)/busy, which the literature gives as\n"
+            "(pp − 1)/m for afab and 1f1b and (pp − 1)/(v·m) for interleaved.\n");
+}
+
+typedef struct {
+    int pp, m, v;
+    pt_sched_kind kind;
+    const char *svg;
+} pt_sched_args;
+
+static pt_status pt_parse_int(const char *opt, const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < INT_MIN || x > INT_MAX)
+        return pt_errorf(PT_ERR_CONFIG, "schedule: %s needs an integer, got \"%s\"", opt, s);
+    *out = (int)x;
+    return PT_OK;
+}
+
+/* Fills a (or sets *help for --help); PT_ERR_CONFIG naming the bad argument. */
+static pt_status pt_sched_parse(int argc, char **argv, pt_sched_args *a, int *help) {
+    *a = (pt_sched_args){.pp = 4, .m = 8, .v = 0, .kind = PT_SCHED_1F1B};
+    *help = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *opt = argv[i];
+        if (!strcmp(opt, "--help") || !strcmp(opt, "-h")) {
+            *help = 1;
+            return PT_OK;
+        }
+        int known = !strcmp(opt, "--pp") || !strcmp(opt, "--microbatches") || !strcmp(opt, "--schedule") ||
+                    !strcmp(opt, "--virtual") || !strcmp(opt, "--svg");
+        if (!known) return pt_errorf(PT_ERR_CONFIG, "schedule: %s is not an option (see --help)", opt);
+        if (i + 1 >= argc) return pt_errorf(PT_ERR_CONFIG, "schedule: %s needs a value", opt);
+        const char *val = argv[++i];
+        if (!strcmp(opt, "--pp")) PT_TRY(pt_parse_int(opt, val, &a->pp));
+        else if (!strcmp(opt, "--microbatches")) PT_TRY(pt_parse_int(opt, val, &a->m));
+        else if (!strcmp(opt, "--virtual")) PT_TRY(pt_parse_int(opt, val, &a->v));
+        else if (!strcmp(opt, "--schedule")) PT_TRY(pt_schedule_parse_kind(val, &a->kind));
+        else a->svg = val;
+    }
+    if (a->v == 0) a->v = a->kind == PT_SCHED_INTERLEAVED ? 2 : 1;
+    return PT_OK;
+}
+
+/* The bubble next to what to compare it with: the formula, or for zb 1F1B under the same costs. */
+static pt_status pt_print_bubble(const pt_schedule *s, const pt_sched_sim *sim) {
+    printf("bubble (idle / busy over all ranks): %.4f", sim->bubble);
+    if (s->kind != PT_SCHED_ZB) {
+        printf("   formula (pp-1)/(v*m) = %d/%d = %.4f\n", s->pp - 1, s->v * s->m, pt_schedule_bubble_formula(s));
+        return PT_OK;
+    }
+    pt_schedule ref;
+    pt_sched_sim rs;
+    PT_TRY(pt_schedule_build(&ref, PT_SCHED_1F1B, s->pp, s->m, 1));
+    pt_status st = pt_schedule_simulate(&ref, sim->f, sim->b + sim->w, 0, &rs);
+    if (st == PT_OK) printf("   1f1b with F=%g B=%g: %.4f", sim->f, sim->b + sim->w, rs.bubble);
+    /* ZB-H1 leaves (pp − 1)(F + B − W) idle per rank once the pipeline is full (m ≥ pp) */
+    if (st == PT_OK && s->m >= s->pp)
+        printf("; ZB-H1 (pp-1)(F+B-W)/(m(F+B+W)) = %.4f",
+               (s->pp - 1) * (sim->f + sim->b - sim->w) / (s->m * (sim->f + sim->b + sim->w)));
+    printf("\n");
+    pt_sched_sim_free(&rs);
+    pt_schedule_free(&ref);
+    return st;
+}
+
+static void pt_print_peaks(const pt_schedule *s, const pt_sched_sim *sim) {
+    printf("peak in-flight %s per rank:", s->v > 1 ? "(micro-batch, chunk) pairs" : "micro-batches");
+    for (int r = 0; r < s->pp; r++) printf("%s rank %d: %d", r ? "," : "", r, sim->peak_inflight[r]);
+    printf("\n");
+}
+
+static pt_status pt_sched_report(const pt_schedule *s, const char *svg) {
+    double f = 1, b = 2, w = 0;
+    if (s->kind == PT_SCHED_ZB) b = w = 1;
+    pt_sched_sim sim;
+    PT_TRY(pt_schedule_simulate(s, f, b, w, &sim)); /* checks the schedule first */
+    int actions = 0;
+    for (int r = 0; r < s->pp; r++) actions += s->n[r];
+    pt_schedule_print(s, &sim, stdout);
+    printf("checked: %d actions on %d ranks, every send received, no deadlock; makespan %g\n", actions, s->pp,
+           sim.makespan);
+    pt_status st = pt_print_bubble(s, &sim);
+    pt_print_peaks(s, &sim);
+    if (st == PT_OK && svg) {
+        st = pt_schedule_svg(s, &sim, svg);
+        if (st == PT_OK) printf("wrote %s\n", svg);
+    }
+    pt_sched_sim_free(&sim);
+    return st;
+}
+
+int pt_cmd_schedule(int argc, char **argv) {
+    pt_sched_args a;
+    int help;
+    pt_schedule s;
+    pt_status st = pt_sched_parse(argc, argv, &a, &help);
+    if (st == PT_OK && help) {
+        pt_schedule_usage(stdout);
+        return 0;
+    }
+    if (st == PT_OK) st = pt_schedule_build(&s, a.kind, a.pp, a.m, a.v);
+    if (st != PT_OK) {
+        pt_log_error("%s", pt_last_error());
+        return 2;
+    }
+    st = pt_sched_report(&s, a.svg);
+    pt_schedule_free(&s);
+    if (st != PT_OK) pt_log_error("%s", pt_last_error());
+    return st == PT_OK ? 0 : 1;
+}

@@ -1,0 +1,224 @@
+/* pipeline.c: the stage split and the schedule engine (see include/pt/pipeline.h). */
+#include "pt/pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_chunk *stages) {
+    int L = c->n_layers;
+    if (S > L)
+        return pt_errorf(PT_ERR_CONFIG, "pipeline: pp × pp_virtual = %d stages exceed model.n_layers "
+                         "= %d (every stage needs a layer)", S, L);
+    if (spec && spec[0]) {
+        const char *s = spec;
+        int n = 0, sum = 0;
+        while (*s) {
+            char *end;
+            long k = strtol(s, &end, 10);
+            if (end == s || k < 1 || n == S)
+                return pt_errorf(PT_ERR_CONFIG, "parallel.pp_layers = \"%s\": expected %d positive "
+                                 "layer counts separated by commas", spec, S);
+            stages[n] = (pt_chunk){sum, sum + (int)k};
+            sum += (int)k;
+            n++;
+            s = *end == ',' ? end + 1 : end;
+            if (*end && *end != ',')
+                return pt_errorf(PT_ERR_CONFIG, "parallel.pp_layers = \"%s\": not a list of "
+                                 "numbers", spec);
+        }
+        if (n != S || sum != L)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.pp_layers = \"%s\": %d counts summing to %d; "
+                             "the layout needs %d summing to model.n_layers = %d", spec, n, sum, S, L);
+        return PT_OK;
+    }
+    /* balanced: the last stage carries the head, worth head_params / layer_params layers */
+    int hd = c->dim / c->n_heads;
+    double layer = (double)c->dim * (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) +
+                   (double)c->n_heads * hd * c->dim + 3.0 * c->dim * c->ffn_dim;
+    double head = (double)c->vocab_size * c->dim / layer;
+    double share = (L + head) / S;
+    /* the last stage gets round(share − head) layers (at least 1), the rest evenly */
+    int last = (int)(share - head + 0.5);
+    if (last < 1) last = 1;
+    if (S == 1) last = L;
+    if (L - last < S - 1) last = L - (S - 1);
+    int rest = L - last, at = 0;
+    for (int s = 0; s < S - 1; s++) {
+        int k = rest / (S - 1) + (s < rest % (S - 1));
+        stages[s] = (pt_chunk){at, at + k};
+        at += k;
+    }
+    stages[S - 1] = (pt_chunk){at, L};
+    return PT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+/* Sets whose last action is done but whose sends may still be in flight: they rejoin the pool
+ * once the sends complete (waiting for a send could deadlock: its receiver may be waiting for
+ * us), and they no longer count as held. */
+static void pt_pipe_drain(pt_pipe *p, int all) {
+    for (int i = 0; i < p->n_draining;) {
+        pt_pipe_slot *d = &p->draining[i];
+        int done = 1;
+        for (int k = 2; k < 4; k++) {
+            if (d->req[k] && all) pt_comm_wait(p->pp, d->req[k]), d->req[k] = NULL;
+            if (d->req[k] && p->pp->test(p->pp, d->req[k])) d->req[k] = NULL;
+            done &= d->req[k] == NULL;
+        }
+        if (!done) {
+            i++;
+            continue;
+        }
+        p->pool[(size_t)d->left * p->m * 2 + p->pool_n[d->left]++] = d->a; /* left: the chunk */
+        p->draining[i] = p->draining[--p->n_draining];
+    }
+}
+
+static pt_acts *pt_pipe_take(pt_pipe *p, int c) {
+    if (!p->pool_n[c]) pt_pipe_drain(p, 0);
+    pt_acts *a = p->pool_n[c] ? p->pool[(size_t)c * p->m * 2 + --p->pool_n[c]]
+                              : pt_acts_create_chunk(p->model, p->B, p->T, c, p->zb);
+    if (++p->live[c] > p->peak[c]) p->peak[c] = p->live[c];
+    return a;
+}
+
+/* The slot's set leaves it: receives are complete (its actions waited for them); its sends go
+ * to the draining list with the set. */
+static void pt_pipe_give(pt_pipe *p, int c, pt_pipe_slot *s) {
+    pt_pipe_slot *d = &p->draining[p->n_draining++];
+    *d = *s;
+    d->left = c;
+    p->live[c]--;
+    memset(s, 0, sizeof *s);
+}
+
+pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,
+                       int B, int T) {
+    memset(p, 0, sizeof *p);
+    PT_TRY(pt_schedule_build(&p->sched, kind, pp->size, n_micro, v));
+    pt_status st = pt_schedule_check(&p->sched);
+    if (st != PT_OK) {
+        pt_schedule_free(&p->sched);
+        return st;
+    }
+    p->model = m;
+    p->pp = pp;
+    p->rank = pp->rank;
+    p->v = v;
+    p->m = n_micro;
+    p->S = pp->size * v;
+    p->B = B;
+    p->T = T;
+    p->zb = kind == PT_SCHED_ZB;
+    p->slot = pt_calloc((size_t)n_micro * v, sizeof *p->slot);
+    p->pool = pt_calloc((size_t)n_micro * v * 2, sizeof *p->pool);
+    p->draining = pt_calloc((size_t)n_micro * v * 2, sizeof *p->draining);
+    p->pool_n = pt_calloc((size_t)v, sizeof *p->pool_n);
+    p->live = pt_calloc((size_t)v, sizeof *p->live);
+    p->peak = pt_calloc((size_t)v, sizeof *p->peak);
+    return PT_OK;
+}
+
+void pt_pipe_free(pt_pipe *p) {
+    if (!p->model) return;
+    pt_pipe_drain(p, 1);
+    for (int c = 0; c < p->v; c++)
+        for (int i = 0; i < p->pool_n[c]; i++) pt_acts_free(p->model, p->pool[(size_t)c * p->m * 2 + i]);
+    for (int i = 0; i < p->m * p->v; i++)
+        if (p->slot[i].a) pt_acts_free(p->model, p->slot[i].a);
+    pt_schedule_free(&p->sched);
+    free(p->slot);
+    free(p->pool);
+    free(p->draining);
+    free(p->pool_n);
+    free(p->live);
+    free(p->peak);
+    memset(p, 0, sizeof *p);
+}
+
+size_t pt_pipe_peak_bytes(const pt_pipe *p) {
+    size_t n = 0;
+    for (int c = 0; c < p->v; c++) {
+        if (!p->peak[c]) continue;
+        pt_acts *a = pt_acts_create_chunk(p->model, p->B, p->T, c, p->zb);
+        n += (size_t)p->peak[c] * pt_acts_bytes(a);
+        pt_acts_free(p->model, a);
+    }
+    return n;
+}
+
+/* A message's tag: the micro-batch, the sending stage and the direction, so that the two ends
+ * agree whatever the chunks' numbers on each side. */
+static int pt_pipe_tag(const pt_pipe *p, int micro, int sender_stage, int bwd) {
+    return (micro * p->S + sender_stage) * 2 + bwd;
+}
+
+static void pt_pipe_wait(pt_pipe *p, pt_comm_req **r) {
+    if (*r) pt_comm_wait(p->pp, *r);
+    *r = NULL;
+}
+
+/* Lets pending transfers progress (MPI moves data only inside its calls). */
+static void pt_pipe_poll(pt_pipe *p) {
+    for (int i = 0; i < p->m * p->v; i++)
+        for (int k = 0; k < 4; k++)
+            if (p->slot[i].req[k] && p->pp->test(p->pp, p->slot[i].req[k])) p->slot[i].req[k] = NULL;
+    pt_pipe_drain(p, 0);
+}
+
+double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos,
+                    float loss_scale) {
+    pt_model *m = p->model;
+    int r = p->rank, n = p->sched.n[r];
+    const pt_action *acts = p->sched.a[r];
+    size_t rows = (size_t)p->B * p->T;
+    /* rows of the residual stream this rank sends and receives (sequence parallel: its share) */
+    size_t count = (m->par.sp && m->par.tp > 1 ? rows / (size_t)m->par.tp : rows) * m->cfg.dim;
+    /* how many actions each (micro-batch, chunk) has here: its slot is returned after the last */
+    for (int i = 0; i < n; i++) p->slot[acts[i].micro * p->v + acts[i].chunk].left++;
+    double loss = 0.0;
+    for (int i = 0; i < n; i++) {
+        const pt_action *x = &acts[i];
+        pt_pipe_slot *s = &p->slot[x->micro * p->v + x->chunk];
+        int stage = x->chunk * p->pp->size + r;
+        const int32_t *tok = tokens + (size_t)x->micro * rows, *tgt = targets + (size_t)x->micro * rows;
+        if (!s->a) s->a = pt_pipe_take(p, x->chunk);
+        switch (x->kind) {
+        case PT_ACT_RECV_FWD:
+            s->req[0] = p->pp->irecv(p->pp, pt_acts_input(s->a), count, PT_DTYPE_F32, x->peer,
+                                     pt_pipe_tag(p, x->micro, stage - 1, 0));
+            break;
+        case PT_ACT_RECV_BWD:
+            s->req[1] = p->pp->irecv(p->pp, pt_acts_grad(s->a), count, PT_DTYPE_F32, x->peer,
+                                     pt_pipe_tag(p, x->micro, stage + 1, 1));
+            break;
+        case PT_ACT_SEND_FWD:
+            s->req[2] = p->pp->isend(p->pp, pt_acts_output(s->a), count, PT_DTYPE_F32, x->peer,
+                                     pt_pipe_tag(p, x->micro, stage, 0));
+            break;
+        case PT_ACT_SEND_BWD:
+            s->req[3] = p->pp->isend(p->pp, pt_acts_grad(s->a), count, PT_DTYPE_F32, x->peer,
+                                     pt_pipe_tag(p, x->micro, stage, 1));
+            break;
+        case PT_ACT_FWD:
+            pt_pipe_wait(p, &s->req[0]);
+            loss += pt_model_forward(m, s->a, tok, tgt, pos, loss_scale, NULL);
+            break;
+        case PT_ACT_BWD:
+        case PT_ACT_BWD_INPUT:
+            pt_pipe_wait(p, &s->req[1]);
+            /* the output's send must be done before backward may reuse nothing of it: it is
+             * not written by backward, but the set must not return to the pool with it pending */
+            pt_model_backward_part(m, s->a, tok, x->kind == PT_ACT_BWD ? PT_BWD_ALL : PT_BWD_INPUT);
+            break;
+        case PT_ACT_BWD_WEIGHT:
+            pt_model_backward_part(m, s->a, tok, PT_BWD_WEIGHT);
+            break;
+        }
+        if (--s->left == 0) pt_pipe_give(p, x->chunk, s);
+        pt_pipe_poll(p);
+    }
+    pt_pipe_drain(p, 1); /* every send of the step complete */
+    return loss;
+}

@@ -1,0 +1,640 @@
+/* schedule.c: pipeline schedules as per-rank action lists: building them, executing them
+ * symbolically (which both checks and times them), and drawing them (see include/pt/schedule.h).
+ */
+#include "pt/schedule.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const pt_sched_names[] = {"afab", "1f1b", "interleaved", "zb"};
+static const char *const pt_act_names[] = {"FWD",      "BWD",      "BWD_INPUT", "BWD_WEIGHT",
+                                           "SEND_FWD", "RECV_FWD", "SEND_BWD",  "RECV_BWD"};
+
+/* Generous bound on one schedule's size: the checker keeps a few bytes per (rank, micro, chunk). */
+enum { PT_SCHED_MAX_CELLS = 1 << 24, PT_SCHED_ACTS_PER_CELL = 7 };
+
+pt_status pt_schedule_parse_kind(const char *s, pt_sched_kind *out) {
+    for (int k = 0; k < 4; k++) {
+        if (s && !strcmp(s, pt_sched_names[k])) {
+            *out = (pt_sched_kind)k;
+            return PT_OK;
+        }
+    }
+    return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule \"%s\" (expected afab, 1f1b, interleaved or zb)",
+                     s ? s : "");
+}
+
+const char *pt_schedule_kind_name(pt_sched_kind k) {
+    return (unsigned)k < 4 ? pt_sched_names[k] : "?";
+}
+
+const char *pt_schedule_action_name(pt_act_kind k) {
+    return (unsigned)k < 8 ? pt_act_names[k] : "?";
+}
+
+/* ---- stages ---------------------------------------------------------------------------- */
+
+/* Layers go round-robin: chunk c of rank r is global stage c·pp + r. */
+static int pt_stage(const pt_schedule *s, int r, int c) { return c * s->pp + r; }
+static int pt_stage_rank(const pt_schedule *s, int st) { return st % s->pp; }
+static int pt_stage_chunk(const pt_schedule *s, int st) { return st / s->pp; }
+static int pt_last_stage(const pt_schedule *s) { return s->pp * s->v - 1; }
+
+static int pt_is_compute(pt_act_kind k) { return k <= PT_ACT_BWD_WEIGHT; }
+/* BWD and BWD_INPUT both produce the input gradient that the previous stage waits for. */
+static int pt_is_bwd_input(pt_act_kind k) { return k == PT_ACT_BWD || k == PT_ACT_BWD_INPUT; }
+
+/* ---- building -------------------------------------------------------------------------- */
+
+static void pt_push(pt_schedule *s, int r, pt_act_kind k, int micro, int chunk, int peer) {
+    PT_ASSERT(s->n[r] < PT_SCHED_ACTS_PER_CELL * s->m * s->v);
+    s->a[r][s->n[r]++] = (pt_action){k, micro, chunk, peer};
+}
+
+/* One compute action with its messages: the input is received just before it (so a rank waits
+ * only when it needs the data) and the output sent just after. Neighbouring stages on the same
+ * rank hand off locally. */
+static void pt_emit(pt_schedule *s, int r, pt_act_kind k, int micro, int chunk) {
+    int st = pt_stage(s, r, chunk);
+    int prev = st > 0 ? pt_stage_rank(s, st - 1) : r;
+    int next = st < pt_last_stage(s) ? pt_stage_rank(s, st + 1) : r;
+    if (k == PT_ACT_FWD && prev != r) pt_push(s, r, PT_ACT_RECV_FWD, micro, chunk, prev);
+    if (pt_is_bwd_input(k) && next != r) pt_push(s, r, PT_ACT_RECV_BWD, micro, chunk, next);
+    pt_push(s, r, k, micro, chunk, -1);
+    if (k == PT_ACT_FWD && next != r) pt_push(s, r, PT_ACT_SEND_FWD, micro, chunk, next);
+    if (pt_is_bwd_input(k) && prev != r) pt_push(s, r, PT_ACT_SEND_BWD, micro, chunk, prev);
+}
+
+static void pt_build_afab(pt_schedule *s, int r) {
+    for (int i = 0; i < s->m; i++) pt_emit(s, r, PT_ACT_FWD, i, 0);
+    for (int i = 0; i < s->m; i++) pt_emit(s, r, PT_ACT_BWD, i, 0);
+}
+
+/* ZB-H1's backward: B now, W once more than `lag` B's are waiting for theirs. Rank r lags by r:
+ * the last ranks, whose gradients everyone upstream waits for, postpone the most work. */
+typedef struct {
+    int next_w, lag;
+} pt_wqueue;
+
+static void pt_backward(pt_schedule *s, int r, int micro, pt_wqueue *wq) {
+    if (!wq) {
+        pt_emit(s, r, PT_ACT_BWD, micro, 0);
+        return;
+    }
+    pt_emit(s, r, PT_ACT_BWD_INPUT, micro, 0);
+    while (micro + 1 - wq->next_w > wq->lag) pt_emit(s, r, PT_ACT_BWD_WEIGHT, wq->next_w++, 0);
+}
+
+/* 1F1B, and ZB-H1 when split: the same forward/backward order, so the same peak in-flight. */
+static void pt_build_1f1b(pt_schedule *s, int r, int split) {
+    int warm = s->pp - r - 1 < s->m ? s->pp - r - 1 : s->m;
+    pt_wqueue wq = {0, r};
+    pt_wqueue *w = split ? &wq : NULL;
+    for (int i = 0; i < warm; i++) pt_emit(s, r, PT_ACT_FWD, i, 0);
+    for (int j = 0; j < s->m - warm; j++) {
+        pt_emit(s, r, PT_ACT_FWD, warm + j, 0);
+        pt_backward(s, r, j, w);
+    }
+    for (int j = s->m - warm; j < s->m; j++) pt_backward(s, r, j, w);
+    while (split && wq.next_w < s->m) pt_emit(s, r, PT_ACT_BWD_WEIGHT, wq.next_w++, 0);
+}
+
+/* Megatron's virtual micro-batch k: micro-batches go in groups of pp through chunk 0, then the
+ * same group through chunk 1, ...; backwards visit the chunks in reverse. */
+static void pt_virtual(const pt_schedule *s, int k, int backward, int *micro, int *chunk) {
+    int group = s->pp * s->v, in = k % group;
+    *chunk = backward ? s->v - 1 - in / s->pp : in / s->pp;
+    *micro = k / group * s->pp + in % s->pp;
+}
+
+static void pt_emit_virtual(pt_schedule *s, int r, int k, int backward) {
+    int micro, chunk;
+    pt_virtual(s, k, backward, &micro, &chunk);
+    pt_emit(s, r, backward ? PT_ACT_BWD : PT_ACT_FWD, micro, chunk);
+}
+
+/* Interleaved 1F1B (Narayanan et al. 2021): rank r warms up with 2(pp − r − 1) + (v − 1)·pp
+ * forwards (all of them when m = pp), then alternates, then drains the backwards. */
+static void pt_build_interleaved(pt_schedule *s, int r) {
+    int total = s->m * s->v;
+    int warm = (s->pp - r - 1) * 2 + (s->v - 1) * s->pp;
+    if (s->m == s->pp || warm > total) warm = total;
+    for (int k = 0; k < warm; k++) pt_emit_virtual(s, r, k, 0);
+    for (int j = 0; j < total - warm; j++) {
+        pt_emit_virtual(s, r, warm + j, 0);
+        pt_emit_virtual(s, r, j, 1);
+    }
+    for (int j = total - warm; j < total; j++) pt_emit_virtual(s, r, j, 1);
+}
+
+static pt_status pt_schedule_validate(pt_sched_kind kind, int pp, int m, int v) {
+    if ((unsigned)kind > PT_SCHED_ZB) return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule %d", (int)kind);
+    const char *name = pt_sched_names[kind];
+    if (pp < 1) return pt_errorf(PT_ERR_CONFIG, "%s schedule: pp = %d, needs at least 1 pipeline rank", name, pp);
+    if (m < 1) return pt_errorf(PT_ERR_CONFIG, "%s schedule: %d micro-batches, needs at least 1", name, m);
+    if (kind != PT_SCHED_INTERLEAVED && v != 1)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s schedule: v = %d, needs v = 1 model chunk per rank (only interleaved takes v >= 2)",
+                         name, v);
+    if (kind == PT_SCHED_INTERLEAVED && v < 2)
+        return pt_errorf(PT_ERR_CONFIG, "interleaved schedule: v = %d, needs v >= 2 model chunks per rank", v);
+    if (kind == PT_SCHED_INTERLEAVED && m % pp != 0) {
+        int below = m / pp * pp, above = below + pp;
+        if (below > 0)
+            return pt_errorf(PT_ERR_CONFIG,
+                             "interleaved schedule: %d micro-batches, needs a multiple of pp = %d (e.g. %d or %d)",
+                             m, pp, below, above);
+        return pt_errorf(PT_ERR_CONFIG,
+                         "interleaved schedule: %d micro-batches, needs a multiple of pp = %d (at least %d)", m,
+                         pp, pp);
+    }
+    if ((double)pp * m * v > PT_SCHED_MAX_CELLS)
+        return pt_errorf(PT_ERR_CONFIG, "%s schedule: pp·m·v = %d·%d·%d is too large (at most %d)", name, pp, m,
+                         v, PT_SCHED_MAX_CELLS);
+    return PT_OK;
+}
+
+pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v) {
+    memset(s, 0, sizeof *s);
+    PT_TRY(pt_schedule_validate(kind, pp, m, v));
+    *s = (pt_schedule){.kind = kind, .pp = pp, .m = m, .v = v};
+    s->n = pt_calloc((size_t)pp, sizeof *s->n);
+    s->a = pt_calloc((size_t)pp, sizeof *s->a);
+    for (int r = 0; r < pp; r++) {
+        s->a[r] = pt_calloc((size_t)PT_SCHED_ACTS_PER_CELL * m * v, sizeof **s->a);
+        switch (kind) {
+        case PT_SCHED_AFAB: pt_build_afab(s, r); break;
+        case PT_SCHED_1F1B: pt_build_1f1b(s, r, 0); break;
+        case PT_SCHED_ZB: pt_build_1f1b(s, r, 1); break;
+        case PT_SCHED_INTERLEAVED: pt_build_interleaved(s, r); break;
+        }
+    }
+    return PT_OK;
+}
+
+void pt_schedule_free(pt_schedule *s) {
+    for (int r = 0; s->a && r < s->pp; r++) free(s->a[r]);
+    free(s->a);
+    free(s->n);
+    memset(s, 0, sizeof *s);
+}
+
+double pt_schedule_bubble_formula(const pt_schedule *s) {
+    if (s->kind == PT_SCHED_ZB) return -1;
+    return (double)(s->pp - 1) / ((double)s->v * s->m);
+}
+
+/* ---- symbolic execution: the checker and the simulator --------------------------------- */
+
+/* What has happened to one (rank, micro-batch, chunk). */
+enum {
+    PT_DID_RECV_FWD = 1 << 0,
+    PT_DID_FWD = 1 << 1,
+    PT_DID_SEND_FWD = 1 << 2,
+    PT_DID_RECV_BWD = 1 << 3,
+    PT_DID_BIN = 1 << 4,   /* input gradient: BWD or BWD_INPUT */
+    PT_DID_FULL = 1 << 5,  /* ... and it was a full BWD */
+    PT_DID_W = 1 << 6,
+    PT_DID_SEND_BWD = 1 << 7,
+};
+
+typedef struct {
+    const pt_schedule *s;
+    const double *cost;     /* per action kind; NULL when only checking */
+    unsigned char *did;     /* [r][micro][chunk] PT_DID_* */
+    int *sent[2];           /* [dst r][micro][dst chunk]: 1 + the sender's action index (0: unsent); fwd, bwd */
+    double *sent_t[2];      /* when it was sent */
+    int *pc, *inflight, *peak;
+    double *t;              /* each rank's clock */
+    double **start;         /* optional: start[r][k] */
+} pt_exec;
+
+static size_t pt_cell(const pt_schedule *s, int r, int micro, int chunk) {
+    return ((size_t)r * s->m + micro) * s->v + chunk;
+}
+
+/* "RECV_FWD micro 3 chunk 0 from rank 1" */
+static const char *pt_desc(const pt_action *x, char *buf, size_t len) {
+    const char *dir = x->kind == PT_ACT_SEND_FWD || x->kind == PT_ACT_SEND_BWD ? " to" : " from";
+    if (pt_is_compute(x->kind))
+        snprintf(buf, len, "%s micro %d chunk %d", pt_schedule_action_name(x->kind), x->micro, x->chunk);
+    else
+        snprintf(buf, len, "%s micro %d chunk %d%s rank %d", pt_schedule_action_name(x->kind), x->micro,
+                 x->chunk, dir, x->peer);
+    return buf;
+}
+
+/* "schedule: rank R action K (DESC): WHAT", as a PT_ERR_CONFIG. */
+__attribute__((format(printf, 4, 5))) static pt_status pt_act_err(const pt_schedule *s, int r, int k,
+                                                                  const char *fmt, ...) {
+    char what[600], d[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return pt_errorf(PT_ERR_CONFIG, "schedule: rank %d action %d (%s): %s", r, k,
+                     pt_desc(&s->a[r][k], d, sizeof d), what);
+}
+
+/* The stage a message of `x` (on rank r) goes to or comes from, or -1 past either end. */
+static int pt_msg_stage(const pt_schedule *s, int r, const pt_action *x) {
+    int st = pt_stage(s, r, x->chunk);
+    int to = x->kind == PT_ACT_SEND_FWD || x->kind == PT_ACT_RECV_BWD ? st + 1 : st - 1;
+    return to < 0 || to > pt_last_stage(s) ? -1 : to;
+}
+
+/* Fields in range, and a message's peer the rank of the neighbouring stage. */
+static pt_status pt_check_fields(const pt_schedule *s, int r, int k) {
+    const pt_action *x = &s->a[r][k];
+    if ((unsigned)x->kind > PT_ACT_RECV_BWD)
+        return pt_errorf(PT_ERR_CONFIG, "schedule: rank %d action %d: unknown action kind %d", r, k, (int)x->kind);
+    if (x->micro < 0 || x->micro >= s->m || x->chunk < 0 || x->chunk >= s->v)
+        return pt_act_err(s, r, k, "micro-batch must be in [0, %d) and chunk in [0, %d)", s->m, s->v);
+    if (pt_is_compute(x->kind))
+        return x->peer == -1 ? PT_OK : pt_act_err(s, r, k, "peer %d, but computation has none (-1)", x->peer);
+    int to = pt_msg_stage(s, r, x), st = pt_stage(s, r, x->chunk);
+    if (to < 0)
+        return pt_act_err(s, r, k, "stage %d is the %s stage, there is no neighbour in that direction", st,
+                          st == 0 ? "first" : "last");
+    if (pt_stage_rank(s, to) == r)
+        return pt_act_err(s, r, k, "stage %d is on this rank too: the hand-off is local, without a message",
+                          to);
+    if (x->peer != pt_stage_rank(s, to))
+        return pt_act_err(s, r, k, "the neighbouring stage %d is on rank %d, not rank %d", to,
+                          pt_stage_rank(s, to), x->peer);
+    return PT_OK;
+}
+
+static pt_status pt_exec_recv(pt_exec *e, int r, int k, int *advanced) {
+    const pt_schedule *s = e->s;
+    const pt_action *x = &s->a[r][k];
+    int bwd = x->kind == PT_ACT_RECV_BWD, flag = bwd ? PT_DID_RECV_BWD : PT_DID_RECV_FWD;
+    size_t c = pt_cell(s, r, x->micro, x->chunk);
+    if (e->did[c] & flag) return pt_act_err(s, r, k, "received a second time");
+    if (!e->sent[bwd][c]) return PT_OK; /* blocks until the peer sends */
+    e->did[c] |= flag;
+    if (e->t[r] < e->sent_t[bwd][c]) e->t[r] = e->sent_t[bwd][c];
+    *advanced = 1;
+    return PT_OK;
+}
+
+static pt_status pt_exec_send(pt_exec *e, int r, int k) {
+    const pt_schedule *s = e->s;
+    const pt_action *x = &s->a[r][k];
+    int bwd = x->kind == PT_ACT_SEND_BWD;
+    size_t c = pt_cell(s, r, x->micro, x->chunk);
+    int need = bwd ? PT_DID_BIN : PT_DID_FWD, flag = bwd ? PT_DID_SEND_BWD : PT_DID_SEND_FWD;
+    if (!(e->did[c] & need))
+        return pt_act_err(s, r, k, "sent before the %s that computes it", bwd ? "backward" : "forward");
+    if (e->did[c] & flag) return pt_act_err(s, r, k, "sent a second time");
+    e->did[c] |= flag;
+    size_t dst = pt_cell(s, x->peer, x->micro, pt_stage_chunk(s, pt_msg_stage(s, r, x)));
+    e->sent[bwd][dst] = k + 1;
+    e->sent_t[bwd][dst] = e->t[r];
+    return PT_OK;
+}
+
+/* A forward needs the previous stage's activations: received, or computed here (local hand-off). */
+static pt_status pt_exec_fwd(pt_exec *e, int r, int k) {
+    const pt_schedule *s = e->s;
+    const pt_action *x = &s->a[r][k];
+    size_t c = pt_cell(s, r, x->micro, x->chunk);
+    int st = pt_stage(s, r, x->chunk);
+    if (e->did[c] & PT_DID_FWD) return pt_act_err(s, r, k, "runs a second time");
+    if (st > 0) {
+        int pr = pt_stage_rank(s, st - 1), pc = pt_stage_chunk(s, st - 1);
+        if (pr != r && !(e->did[c] & PT_DID_RECV_FWD))
+            return pt_act_err(s, r, k, "runs before its input arrived (no RECV_FWD from rank %d before it)", pr);
+        if (pr == r && !(e->did[pt_cell(s, r, x->micro, pc)] & PT_DID_FWD))
+            return pt_act_err(s, r, k, "runs before the forward of chunk %d (stage %d) on this rank", pc, st - 1);
+    }
+    e->did[c] |= PT_DID_FWD;
+    if (++e->inflight[r] > e->peak[r]) e->peak[r] = e->inflight[r];
+    return PT_OK;
+}
+
+/* An input-gradient backward needs its own forward and the next stage's gradient. */
+static pt_status pt_exec_bwd(pt_exec *e, int r, int k) {
+    const pt_schedule *s = e->s;
+    const pt_action *x = &s->a[r][k];
+    size_t c = pt_cell(s, r, x->micro, x->chunk);
+    int st = pt_stage(s, r, x->chunk);
+    if (e->did[c] & PT_DID_BIN) return pt_act_err(s, r, k, "the backward of this micro-batch ran already");
+    if (!(e->did[c] & PT_DID_FWD)) return pt_act_err(s, r, k, "runs before its forward");
+    if (st < pt_last_stage(s)) {
+        int nr = pt_stage_rank(s, st + 1), nc = pt_stage_chunk(s, st + 1);
+        if (nr != r && !(e->did[c] & PT_DID_RECV_BWD))
+            return pt_act_err(s, r, k, "runs before its gradient arrived (no RECV_BWD from rank %d before it)", nr);
+        if (nr == r && !(e->did[pt_cell(s, r, x->micro, nc)] & PT_DID_BIN))
+            return pt_act_err(s, r, k, "runs before the backward of chunk %d (stage %d) on this rank", nc, st + 1);
+    }
+    e->did[c] |= PT_DID_BIN | (x->kind == PT_ACT_BWD ? PT_DID_FULL : 0);
+    e->inflight[r]--;
+    return PT_OK;
+}
+
+static pt_status pt_exec_weight(pt_exec *e, int r, int k) {
+    const pt_schedule *s = e->s;
+    const pt_action *x = &s->a[r][k];
+    size_t c = pt_cell(s, r, x->micro, x->chunk);
+    if (e->did[c] & PT_DID_W) return pt_act_err(s, r, k, "runs a second time");
+    if (e->did[c] & PT_DID_FULL)
+        return pt_act_err(s, r, k, "a full BWD already computed this weight gradient");
+    if (!(e->did[c] & PT_DID_BIN)) return pt_act_err(s, r, k, "runs before its BWD_INPUT");
+    e->did[c] |= PT_DID_W;
+    return PT_OK;
+}
+
+/* Runs rank r's next action if it can; *advanced says whether it did. */
+static pt_status pt_exec_step(pt_exec *e, int r, int *advanced) {
+    int k = e->pc[r];
+    const pt_action *x = &e->s->a[r][k];
+    *advanced = 0;
+    PT_TRY(pt_check_fields(e->s, r, k));
+    switch (x->kind) {
+    case PT_ACT_RECV_FWD:
+    case PT_ACT_RECV_BWD: PT_TRY(pt_exec_recv(e, r, k, advanced)); break;
+    case PT_ACT_SEND_FWD:
+    case PT_ACT_SEND_BWD: PT_TRY(pt_exec_send(e, r, k)); break;
+    case PT_ACT_FWD: PT_TRY(pt_exec_fwd(e, r, k)); break;
+    case PT_ACT_BWD:
+    case PT_ACT_BWD_INPUT: PT_TRY(pt_exec_bwd(e, r, k)); break;
+    case PT_ACT_BWD_WEIGHT: PT_TRY(pt_exec_weight(e, r, k)); break;
+    }
+    if (pt_is_compute(x->kind) || x->kind == PT_ACT_SEND_FWD || x->kind == PT_ACT_SEND_BWD) *advanced = 1;
+    if (!*advanced) return PT_OK;
+    if (e->start) e->start[r][k] = e->t[r];
+    if (e->cost) e->t[r] += e->cost[x->kind];
+    e->pc[r]++;
+    return PT_OK;
+}
+
+/* Index of the SEND on the peer that rank r's blocked RECV `x` waits for, or -1. */
+static int pt_find_send(const pt_schedule *s, int r, const pt_action *x) {
+    pt_act_kind want = x->kind == PT_ACT_RECV_FWD ? PT_ACT_SEND_FWD : PT_ACT_SEND_BWD;
+    int chunk = pt_stage_chunk(s, pt_msg_stage(s, r, x));
+    for (int j = 0; j < s->n[x->peer]; j++) {
+        const pt_action *y = &s->a[x->peer][j];
+        if (y->kind == want && y->micro == x->micro && y->chunk == chunk && y->peer == r) return j;
+    }
+    return -1;
+}
+
+/* Every rank that did not finish waits at a RECV. A RECV whose SEND exists nowhere is the cause;
+ * otherwise the ranks wait on each other in a cycle: name the first and list them all. */
+static pt_status pt_report_deadlock(const pt_exec *e) {
+    const pt_schedule *s = e->s;
+    char blocked[600] = "", d[96];
+    int first = -1;
+    size_t len = 0;
+    for (int r = 0; r < s->pp; r++) {
+        if (e->pc[r] >= s->n[r]) continue;
+        const pt_action *x = &s->a[r][e->pc[r]];
+        if (pt_find_send(s, r, x) < 0)
+            return pt_act_err(s, r, e->pc[r], "rank %d has no matching %s (micro %d chunk %d to rank %d)", x->peer,
+                              x->kind == PT_ACT_RECV_FWD ? "SEND_FWD" : "SEND_BWD", x->micro,
+                              pt_stage_chunk(s, pt_msg_stage(s, r, x)), r);
+        if (first < 0) first = r;
+        if (len < sizeof blocked)
+            len += (size_t)snprintf(blocked + len, sizeof blocked - len, "%srank %d at action %d (%s)",
+                                    len ? ", " : "", r, e->pc[r], pt_desc(x, d, sizeof d));
+    }
+    const pt_action *x = &s->a[first][e->pc[first]];
+    return pt_act_err(s, first, e->pc[first],
+                      "deadlock: waits for rank %d action %d (%s), which rank %d never reaches; blocked: %s",
+                      x->peer, pt_find_send(s, first, x), x->kind == PT_ACT_RECV_FWD ? "SEND_FWD" : "SEND_BWD",
+                      x->peer, blocked);
+}
+
+/* After a complete run: every message received, every (rank, micro, chunk) fully computed. */
+static pt_status pt_check_complete(const pt_exec *e) {
+    const pt_schedule *s = e->s;
+    static const char *const dir[2] = {"FWD", "BWD"};
+    for (int r = 0; r < s->pp; r++) {
+        for (int i = 0; i < s->m; i++) {
+            for (int c = 0; c < s->v; c++) {
+                size_t cell = pt_cell(s, r, i, c);
+                unsigned did = e->did[cell];
+                for (int b = 0; b < 2; b++) {
+                    if (!e->sent[b][cell] || (did & (b ? PT_DID_RECV_BWD : PT_DID_RECV_FWD))) continue;
+                    int from = pt_stage(s, r, c) + (b ? 1 : -1);
+                    return pt_errorf(PT_ERR_CONFIG,
+                                     "schedule: rank %d action %d (SEND_%s micro %d chunk %d to rank %d): "
+                                     "never received (rank %d has no RECV_%s for micro %d chunk %d)",
+                                     pt_stage_rank(s, from), e->sent[b][cell] - 1, dir[b], i,
+                                     pt_stage_chunk(s, from), r, r, dir[b], i, c);
+                }
+                const char *missing = !(did & PT_DID_FWD)   ? "FWD"
+                                      : !(did & PT_DID_BIN) ? "BWD (or BWD_INPUT)"
+                                      : !(did & (PT_DID_FULL | PT_DID_W)) ? "BWD_WEIGHT"
+                                                                         : NULL;
+                if (missing)
+                    return pt_errorf(PT_ERR_CONFIG, "schedule: rank %d never runs %s of micro %d chunk %d (stage %d)",
+                                     r, missing, i, c, pt_stage(s, r, c));
+            }
+        }
+    }
+    return PT_OK;
+}
+
+static void pt_exec_free(pt_exec *e) {
+    free(e->did);
+    for (int b = 0; b < 2; b++) {
+        free(e->sent[b]);
+        free(e->sent_t[b]);
+    }
+    free(e->pc);
+    free(e->inflight);
+    free(e->peak);
+    free(e->t);
+}
+
+/* Executes all ranks with blocking receives, in rounds, until nobody can move. The partial order
+ * the messages impose does not depend on the interleaving, so one run decides termination. */
+static pt_status pt_exec_run(pt_exec *e) {
+    const pt_schedule *s = e->s;
+    if (!s || s->pp < 1 || s->m < 1 || s->v < 1 || !s->n || !s->a)
+        return pt_errorf(PT_ERR_CONFIG, "schedule: empty or malformed (pp, m and v must be >= 1)");
+    size_t cells = (size_t)s->pp * s->m * s->v;
+    e->did = pt_calloc(cells, 1);
+    for (int b = 0; b < 2; b++) {
+        e->sent[b] = pt_calloc(cells, sizeof(int));
+        e->sent_t[b] = pt_calloc(cells, sizeof(double));
+    }
+    e->pc = pt_calloc((size_t)s->pp, sizeof(int));
+    e->inflight = pt_calloc((size_t)s->pp, sizeof(int));
+    e->peak = pt_calloc((size_t)s->pp, sizeof(int));
+    e->t = pt_calloc((size_t)s->pp, sizeof(double));
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < s->pp; r++) {
+            for (int advanced = 1; advanced && e->pc[r] < s->n[r];) {
+                PT_TRY(pt_exec_step(e, r, &advanced));
+                progress |= advanced;
+            }
+        }
+    }
+    for (int r = 0; r < s->pp; r++)
+        if (e->pc[r] < s->n[r]) return pt_report_deadlock(e);
+    return pt_check_complete(e);
+}
+
+pt_status pt_schedule_check(const pt_schedule *s) {
+    pt_exec e = {.s = s};
+    pt_status st = pt_exec_run(&e);
+    pt_exec_free(&e);
+    return st;
+}
+
+pt_status pt_schedule_simulate(const pt_schedule *s, double f, double b, double w, pt_sched_sim *out) {
+    memset(out, 0, sizeof *out);
+    if (!(f >= 0 && b >= 0 && w >= 0))
+        return pt_errorf(PT_ERR_CONFIG, "schedule: costs f = %g, b = %g, w = %g must be >= 0", f, b, w);
+    const double cost[8] = {[PT_ACT_FWD] = f, [PT_ACT_BWD] = b + w, [PT_ACT_BWD_INPUT] = b, [PT_ACT_BWD_WEIGHT] = w};
+    pt_exec e = {.s = s, .cost = cost};
+    if (s && s->pp >= 1 && s->n) {
+        e.start = pt_calloc((size_t)s->pp, sizeof *e.start);
+        for (int r = 0; r < s->pp; r++) e.start[r] = pt_calloc((size_t)s->n[r] + 1, sizeof(double));
+    }
+    pt_status st = pt_exec_run(&e);
+    if (st == PT_OK) {
+        *out = (pt_sched_sim){.pp = s->pp, .peak_inflight = e.peak, .start = e.start, .f = f, .b = b, .w = w};
+        e.peak = NULL;
+        for (int r = 0; r < s->pp; r++) {
+            if (e.t[r] > out->makespan) out->makespan = e.t[r];
+            for (int k = 0; k < s->n[r]; k++) out->busy += cost[s->a[r][k].kind];
+        }
+        out->bubble = out->busy > 0 ? (s->pp * out->makespan - out->busy) / out->busy : 0;
+    } else if (e.start) {
+        for (int r = 0; r < s->pp; r++) free(e.start[r]);
+        free(e.start);
+    }
+    pt_exec_free(&e);
+    return st;
+}
+
+void pt_sched_sim_free(pt_sched_sim *r) {
+    free(r->peak_inflight);
+    for (int i = 0; r->start && i < r->pp; i++) free(r->start[i]);
+    free(r->start);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- drawing --------------------------------------------------------------------------- */
+
+static double pt_duration(const pt_sched_sim *sim, pt_act_kind k) {
+    switch (k) {
+    case PT_ACT_FWD: return sim->f;
+    case PT_ACT_BWD: return sim->b + sim->w;
+    case PT_ACT_BWD_INPUT: return sim->b;
+    case PT_ACT_BWD_WEIGHT: return sim->w;
+    default: return 0;
+    }
+}
+
+/* The time one column stands for: the shortest computation that occurs. */
+static double pt_quantum(const pt_schedule *s, const pt_sched_sim *sim) {
+    double q = 0;
+    for (int r = 0; r < s->pp; r++) {
+        for (int k = 0; k < s->n[r]; k++) {
+            double d = pt_duration(sim, s->a[r][k].kind);
+            if (d > 0 && (q == 0 || d < q)) q = d;
+        }
+    }
+    return q > 0 ? q : 1;
+}
+
+static char pt_kind_char(const pt_action *x) {
+    char c = x->kind == PT_ACT_FWD ? 'F' : x->kind == PT_ACT_BWD_WEIGHT ? 'W' : 'B';
+    return x->chunk % 2 ? (char)tolower(c) : c;
+}
+
+static char pt_micro_char(int micro) {
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    return digits[micro % 36];
+}
+
+void pt_schedule_print(const pt_schedule *s, const pt_sched_sim *sim, FILE *f) {
+    double q = pt_quantum(s, sim);
+    int cols = (int)ceil(sim->makespan / q - 1e-9);
+    char *kinds = pt_malloc((size_t)cols + 1), *micros = pt_malloc((size_t)cols + 1);
+    fprintf(f, "%s, pp=%d, m=%d, v=%d; costs F=%g B=%g W=%g; one column = %g time unit%s\n",
+            pt_schedule_kind_name(s->kind), s->pp, s->m, s->v, sim->f, sim->b, sim->w, q, q == 1 ? "" : "s");
+    for (int r = 0; r < s->pp; r++) {
+        memset(kinds, '.', (size_t)cols);
+        memset(micros, ' ', (size_t)cols);
+        kinds[cols] = micros[cols] = 0;
+        for (int k = 0; k < s->n[r]; k++) {
+            const pt_action *x = &s->a[r][k];
+            double t0 = sim->start[r][k], t1 = t0 + pt_duration(sim, x->kind);
+            for (long c = lround(t0 / q); c < lround(t1 / q) && c < cols; c++) {
+                kinds[c] = pt_kind_char(x);
+                micros[c] = pt_micro_char(x->micro);
+            }
+        }
+        fprintf(f, "rank %-3d |%s|\n", r, kinds);
+        fprintf(f, "   micro |%s|\n", micros);
+    }
+    free(kinds);
+    free(micros);
+}
+
+static const char *pt_svg_colour(pt_act_kind k) {
+    switch (k) {
+    case PT_ACT_FWD: return "#4e79a7";
+    case PT_ACT_BWD: return "#e15759";
+    case PT_ACT_BWD_INPUT: return "#f28e2b";
+    default: return "#59a14f";
+    }
+}
+
+enum { PT_SVG_LEFT = 70, PT_SVG_TOP = 34, PT_SVG_ROW = 28, PT_SVG_COL = 22 };
+
+static void pt_svg_legend(FILE *f, int y) {
+    static const pt_act_kind kinds[] = {PT_ACT_FWD, PT_ACT_BWD, PT_ACT_BWD_INPUT, PT_ACT_BWD_WEIGHT};
+    for (int i = 0; i < 4; i++) {
+        int x = PT_SVG_LEFT + i * 130;
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", x, y,
+                pt_svg_colour(kinds[i]));
+        fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 20, y + 12, pt_schedule_action_name(kinds[i]));
+    }
+}
+
+pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const char *path) {
+    double q = pt_quantum(s, sim), sx = PT_SVG_COL / q;
+    int width = PT_SVG_LEFT + (int)ceil(sim->makespan * sx) + 20, height = PT_SVG_TOP + s->pp * PT_SVG_ROW + 40;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return pt_errorf(PT_ERR_MEMORY, "%s: cannot buffer the SVG", path);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n",
+            width, height);
+    fprintf(f, "<text x=\"10\" y=\"20\">%s: pp=%d, m=%d, v=%d; F=%g B=%g W=%g; bubble (idle/busy) %.4f</text>\n",
+            pt_schedule_kind_name(s->kind), s->pp, s->m, s->v, sim->f, sim->b, sim->w, sim->bubble);
+    for (int r = 0; r < s->pp; r++) {
+        double y = PT_SVG_TOP + r * PT_SVG_ROW;
+        fprintf(f, "<text x=\"10\" y=\"%.1f\">rank %d</text>\n", y + 18, r);
+        for (int k = 0; k < s->n[r]; k++) {
+            const pt_action *x = &s->a[r][k];
+            double t0 = sim->start[r][k], d = pt_duration(sim, x->kind);
+            if (d <= 0) continue;
+            double x0 = PT_SVG_LEFT + t0 * sx;
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"%s stroke=\"#fff\">"
+                       "<title>%s micro %d chunk %d: %g to %g</title></rect>\n",
+                    x0, y, d * sx, PT_SVG_ROW - 4, pt_svg_colour(x->kind), x->chunk % 2 ? " fill-opacity=\"0.55\"" : "",
+                    pt_schedule_action_name(x->kind), x->micro, x->chunk, t0, t0 + d);
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#fff\">%d</text>\n",
+                    x0 + d * sx / 2, y + 17, x->micro);
+        }
+    }
+    pt_svg_legend(f, PT_SVG_TOP + s->pp * PT_SVG_ROW + 10);
+    fprintf(f, "</svg>\n");
+    fclose(f);
+    pt_status st = pt_write_file_atomic(path, buf, len);
+    free(buf);
+    return st;
+}

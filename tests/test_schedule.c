@@ -1,0 +1,391 @@
+/* test_schedule.c: pipeline schedules: every built schedule passes the checker and has the
+ * bubble and peak in-flight that the literature gives; broken schedules are rejected by name. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pt/schedule.h"
+#include "testutil.h"
+
+static const int pps[] = {2, 4};
+static const int ms[] = {1, 2, 3, 4, 8};
+enum { N_PP = 2, N_M = 5 };
+
+static void build_ok(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v) {
+    if (pt_schedule_build(s, kind, pp, m, v) != PT_OK)
+        fail_msg("build %s pp=%d m=%d v=%d: %s", pt_schedule_kind_name(kind), pp, m, v, pt_last_error());
+}
+
+static void check_ok(const pt_schedule *s) {
+    if (pt_schedule_check(s) != PT_OK)
+        fail_msg("check %s pp=%d m=%d v=%d: %s", pt_schedule_kind_name(s->kind), s->pp, s->m, s->v,
+                 pt_last_error());
+}
+
+static void simulate_ok(const pt_schedule *s, double f, double b, double w, pt_sched_sim *sim) {
+    if (pt_schedule_simulate(s, f, b, w, sim) != PT_OK)
+        fail_msg("simulate %s pp=%d m=%d: %s", pt_schedule_kind_name(s->kind), s->pp, s->m, pt_last_error());
+}
+
+static void expect_near(const char *what, double got, double want) {
+    if (fabs(got - want) > 1e-12) fail_msg("%s: got %.15g, expected %.15g", what, got, want);
+}
+
+/* Fails unless st is an error whose message contains every needle. */
+static void expect_message(pt_status st, const char *const *needles, int n) {
+    if (st == PT_OK) fail_msg("a broken schedule was accepted");
+    for (int i = 0; i < n; i++)
+        if (!strstr(pt_last_error(), needles[i]))
+            fail_msg("error \"%s\" does not mention \"%s\"", pt_last_error(), needles[i]);
+}
+#define EXPECT_MESSAGE(st, ...)                                                                \
+    expect_message((st), (const char *const[]){__VA_ARGS__},                                   \
+                   (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)))
+
+static int count_kind(const pt_schedule *s, int r, pt_act_kind k) {
+    int n = 0;
+    for (int i = 0; i < s->n[r]; i++) n += s->a[r][i].kind == k;
+    return n;
+}
+
+static void test_kind_names_round_trip(void **state) {
+    (void)state;
+    const char *names[] = {"afab", "1f1b", "interleaved", "zb"};
+    for (int k = 0; k < 4; k++) {
+        pt_sched_kind got;
+        assert_int_equal(pt_schedule_parse_kind(names[k], &got), PT_OK);
+        assert_int_equal(got, k);
+        assert_string_equal(pt_schedule_kind_name(got), names[k]);
+    }
+    pt_sched_kind got;
+    EXPECT_MESSAGE(pt_schedule_parse_kind("gpipe", &got), "gpipe", "afab, 1f1b, interleaved or zb");
+}
+
+/* Every built schedule passes the checker, and each rank computes each (micro, chunk) once:
+ * counted here independently of the checker. */
+static void check_counts(const pt_schedule *s) {
+    int mv = s->m * s->v, split = s->kind == PT_SCHED_ZB;
+    for (int r = 0; r < s->pp; r++) {
+        assert_int_equal(count_kind(s, r, PT_ACT_FWD), mv);
+        assert_int_equal(count_kind(s, r, PT_ACT_BWD), split ? 0 : mv);
+        assert_int_equal(count_kind(s, r, PT_ACT_BWD_INPUT), split ? mv : 0);
+        assert_int_equal(count_kind(s, r, PT_ACT_BWD_WEIGHT), split ? mv : 0);
+    }
+}
+
+static void test_built_schedules_pass_the_check(void **state) {
+    (void)state;
+    const pt_sched_kind flat[] = {PT_SCHED_AFAB, PT_SCHED_1F1B, PT_SCHED_ZB};
+    pt_schedule s;
+    for (int p = 0; p < N_PP; p++) {
+        for (int i = 0; i < N_M; i++) {
+            for (int k = 0; k < 3; k++) {
+                build_ok(&s, flat[k], pps[p], ms[i], 1);
+                check_ok(&s);
+                check_counts(&s);
+                pt_schedule_free(&s);
+            }
+        }
+    }
+    /* interleaved where m is a multiple of pp, and one rank holding every chunk (local hand-off) */
+    const int shapes[][3] = {{2, 4, 2}, {2, 8, 2}, {4, 4, 2}, {4, 8, 2}, {4, 8, 3}, {1, 3, 2}, {2, 2, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        build_ok(&s, PT_SCHED_INTERLEAVED, shapes[i][0], shapes[i][1], shapes[i][2]);
+        check_ok(&s);
+        check_counts(&s);
+        pt_schedule_free(&s);
+    }
+}
+
+/* Messages carry the neighbouring stage's rank; with interleaving the last rank's chunk c sends
+ * forward to rank 0 (chunk c + 1), and rank 0 receives its chunk 1 input from the last rank. */
+static void test_interleaved_wraps_to_rank_zero(void **state) {
+    (void)state;
+    pt_schedule s;
+    build_ok(&s, PT_SCHED_INTERLEAVED, 4, 4, 2);
+    int wrap_send = 0, wrap_recv = 0;
+    for (int k = 0; k < s.n[3]; k++)
+        wrap_send += s.a[3][k].kind == PT_ACT_SEND_FWD && s.a[3][k].chunk == 0 && s.a[3][k].peer == 0;
+    for (int k = 0; k < s.n[0]; k++)
+        wrap_recv += s.a[0][k].kind == PT_ACT_RECV_FWD && s.a[0][k].chunk == 1 && s.a[0][k].peer == 3;
+    assert_int_equal(wrap_send, 4);
+    assert_int_equal(wrap_recv, 4);
+    pt_schedule_free(&s);
+}
+
+/* idle / busy = (pp − 1)/m for afab and 1f1b, whatever f and b are. */
+static void test_bubble_of_afab_and_1f1b(void **state) {
+    (void)state;
+    const double costs[][2] = {{1, 1}, {1, 2}};
+    const pt_sched_kind kinds[] = {PT_SCHED_AFAB, PT_SCHED_1F1B};
+    for (int p = 0; p < N_PP; p++) {
+        for (int i = 0; i < N_M; i++) {
+            for (int k = 0; k < 2; k++) {
+                for (int c = 0; c < 2; c++) {
+                    pt_schedule s;
+                    pt_sched_sim sim;
+                    build_ok(&s, kinds[k], pps[p], ms[i], 1);
+                    simulate_ok(&s, costs[c][0], costs[c][1], 0, &sim);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s pp=%d m=%d f=%g b=%g bubble", pt_schedule_kind_name(kinds[k]),
+                             pps[p], ms[i], costs[c][0], costs[c][1]);
+                    double want = (double)(pps[p] - 1) / ms[i];
+                    expect_near(what, sim.bubble, want);
+                    expect_near(what, pt_schedule_bubble_formula(&s), want);
+                    expect_near("makespan", sim.makespan, (ms[i] + pps[p] - 1) * (costs[c][0] + costs[c][1]));
+                    pt_sched_sim_free(&sim);
+                    pt_schedule_free(&s);
+                }
+            }
+        }
+    }
+}
+
+/* (pp − 1)/(v·m) for interleaved with per-chunk costs f/v, b/v. */
+static void test_bubble_of_interleaved(void **state) {
+    (void)state;
+    const int shapes[][3] = {{2, 4, 2}, {2, 8, 2}, {4, 4, 2}, {4, 8, 2}, {4, 8, 4}, {2, 6, 3}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int pp = shapes[i][0], m = shapes[i][1], v = shapes[i][2];
+        pt_schedule s;
+        pt_sched_sim sim;
+        build_ok(&s, PT_SCHED_INTERLEAVED, pp, m, v);
+        simulate_ok(&s, 1.0 / v, 1.0 / v, 0, &sim);
+        char what[96];
+        snprintf(what, sizeof what, "interleaved pp=%d m=%d v=%d bubble", pp, m, v);
+        expect_near(what, sim.bubble, (double)(pp - 1) / (v * m));
+        expect_near(what, pt_schedule_bubble_formula(&s), (double)(pp - 1) / (v * m));
+        pt_sched_sim_free(&sim);
+        pt_schedule_free(&s);
+    }
+}
+
+/* Megatron's order: forwards in groups of pp micro-batches through chunk 0, then the same group
+ * through chunk 1, ...; rank r warms up with 2(pp − r − 1) + (v − 1)·pp forwards (all of them
+ * when m = pp), so it holds one more than that before its first backward. */
+static void test_interleaved_order_and_peak(void **state) {
+    (void)state;
+    const int shapes[][3] = {{4, 8, 2}, {4, 4, 2}, {2, 8, 2}, {4, 12, 3}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int pp = shapes[i][0], m = shapes[i][1], v = shapes[i][2], total = m * v;
+        pt_schedule s;
+        pt_sched_sim sim;
+        build_ok(&s, PT_SCHED_INTERLEAVED, pp, m, v);
+        simulate_ok(&s, 1, 2, 0, &sim);
+        for (int r = 0; r < pp; r++) {
+            int warm = m == pp ? total : 2 * (pp - r - 1) + (v - 1) * pp;
+            int want = warm + 1 < total ? warm + 1 : total;
+            if (sim.peak_inflight[r] != want)
+                fail_msg("interleaved pp=%d m=%d v=%d rank %d: peak in-flight %d, expected %d", pp, m, v, r,
+                         sim.peak_inflight[r], want);
+        }
+        for (int k = 0, j = 0; k < s.n[0] && j < pp * v; k++) {
+            const pt_action *x = &s.a[0][k];
+            if (x->kind != PT_ACT_FWD) continue;
+            if (x->micro != j % pp || x->chunk != j / pp)
+                fail_msg("interleaved pp=%d: rank 0's forward %d is micro %d chunk %d, expected micro %d chunk %d",
+                         pp, j, x->micro, x->chunk, j % pp, j / pp);
+            j++;
+        }
+        pt_sched_sim_free(&sim);
+        pt_schedule_free(&s);
+    }
+}
+
+/* ZB-H1 with F = B = W = 1 against 1F1B whose full backward costs B + W = 2: strictly smaller
+ * everywhere, and for m ≥ pp exactly ZB-H1's (pp − 1)(F + B − W) idle per rank. */
+static void test_zb_bubble_below_1f1b(void **state) {
+    (void)state;
+    for (int p = 0; p < N_PP; p++) {
+        for (int i = 0; i < N_M; i++) {
+            int pp = pps[p], m = ms[i];
+            pt_schedule zb, fb;
+            pt_sched_sim zs, fs;
+            build_ok(&zb, PT_SCHED_ZB, pp, m, 1);
+            build_ok(&fb, PT_SCHED_1F1B, pp, m, 1);
+            simulate_ok(&zb, 1, 1, 1, &zs);
+            simulate_ok(&fb, 1, 2, 0, &fs);
+            if (!(zs.bubble < fs.bubble))
+                fail_msg("pp=%d m=%d: zb bubble %g is not below 1f1b's %g", pp, m, zs.bubble, fs.bubble);
+            if (m >= pp) expect_near("zb bubble, m >= pp", zs.bubble, (double)(pp - 1) / (3.0 * m));
+            pt_sched_sim_free(&zs);
+            pt_sched_sim_free(&fs);
+            pt_schedule_free(&zb);
+            pt_schedule_free(&fb);
+        }
+    }
+}
+
+/* afab keeps all m micro-batches alive on every rank; 1f1b rank r at most min(pp − r, m), so
+ * never more than pp; zb the same as 1f1b. */
+static void test_peak_inflight(void **state) {
+    (void)state;
+    const pt_sched_kind kinds[] = {PT_SCHED_AFAB, PT_SCHED_1F1B, PT_SCHED_ZB};
+    for (int p = 0; p < N_PP; p++) {
+        for (int i = 0; i < N_M; i++) {
+            for (int k = 0; k < 3; k++) {
+                int pp = pps[p], m = ms[i];
+                pt_schedule s;
+                pt_sched_sim sim;
+                build_ok(&s, kinds[k], pp, m, 1);
+                simulate_ok(&s, 1, 1, kinds[k] == PT_SCHED_ZB ? 1 : 0, &sim);
+                for (int r = 0; r < pp; r++) {
+                    int want = kinds[k] == PT_SCHED_AFAB ? m : (pp - r < m ? pp - r : m);
+                    if (sim.peak_inflight[r] != want)
+                        fail_msg("%s pp=%d m=%d rank %d: peak in-flight %d, expected %d",
+                                 pt_schedule_kind_name(kinds[k]), pp, m, r, sim.peak_inflight[r], want);
+                }
+                pt_sched_sim_free(&sim);
+                pt_schedule_free(&s);
+            }
+        }
+    }
+}
+
+/* Index of the first action of rank r with this kind and micro-batch. */
+static int find(const pt_schedule *s, int r, pt_act_kind k, int micro) {
+    for (int i = 0; i < s->n[r]; i++)
+        if (s->a[r][i].kind == k && s->a[r][i].micro == micro) return i;
+    fail_msg("rank %d has no %s of micro-batch %d", r, pt_schedule_action_name(k), micro);
+    return -1;
+}
+
+static void drop(pt_schedule *s, int r, int i) {
+    memmove(&s->a[r][i], &s->a[r][i + 1], (size_t)(s->n[r] - i - 1) * sizeof(pt_action));
+    s->n[r]--;
+}
+
+static void swap(pt_schedule *s, int r, int i, int j) {
+    pt_action t = s->a[r][i];
+    s->a[r][i] = s->a[r][j];
+    s->a[r][j] = t;
+}
+
+static void test_dropped_recv_is_rejected(void **state) {
+    (void)state;
+    pt_schedule s;
+    build_ok(&s, PT_SCHED_1F1B, 4, 8, 1);
+    drop(&s, 2, find(&s, 2, PT_ACT_RECV_FWD, 3));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 2", "FWD micro 3", "no RECV_FWD from rank 1");
+    pt_schedule_free(&s);
+}
+
+static void test_dropped_send_is_rejected(void **state) {
+    (void)state;
+    pt_schedule s;
+    build_ok(&s, PT_SCHED_1F1B, 4, 8, 1);
+    drop(&s, 3, find(&s, 3, PT_ACT_SEND_BWD, 5));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 2", "RECV_BWD micro 5", "rank 3 has no matching SEND_BWD");
+    pt_schedule_free(&s);
+}
+
+/* Rank 0 waits for micro 0's gradient before sending micro 0's activations: a cycle. */
+static void test_swap_that_deadlocks_is_rejected(void **state) {
+    (void)state;
+    pt_schedule s;
+    build_ok(&s, PT_SCHED_1F1B, 2, 4, 1);
+    swap(&s, 0, find(&s, 0, PT_ACT_SEND_FWD, 0), find(&s, 0, PT_ACT_RECV_BWD, 0));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "deadlock", "rank 0 action 1", "RECV_BWD micro 0", "rank 1 at action");
+    pt_sched_sim sim;
+    EXPECT_MESSAGE(pt_schedule_simulate(&s, 1, 1, 0, &sim), "deadlock");
+    pt_schedule_free(&s);
+}
+
+static void test_order_and_field_errors_are_named(void **state) {
+    (void)state;
+    pt_schedule s;
+    build_ok(&s, PT_SCHED_AFAB, 2, 2, 1); /* the last rank: F0 F1 B0 S0 B1 S1 after its RECVs */
+    swap(&s, 1, find(&s, 1, PT_ACT_FWD, 1), find(&s, 1, PT_ACT_BWD, 1));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 1", "BWD micro 1", "before its forward");
+    pt_schedule_free(&s);
+
+    build_ok(&s, PT_SCHED_AFAB, 4, 2, 1);
+    s.a[1][find(&s, 1, PT_ACT_SEND_FWD, 0)].peer = 3;
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 1", "SEND_FWD micro 0", "stage 2 is on rank 2, not rank 3");
+    pt_schedule_free(&s);
+
+    build_ok(&s, PT_SCHED_ZB, 2, 4, 1);
+    drop(&s, 0, find(&s, 0, PT_ACT_BWD_WEIGHT, 2));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 0 never runs BWD_WEIGHT of micro 2");
+    pt_schedule_free(&s);
+
+    build_ok(&s, PT_SCHED_1F1B, 2, 2, 1);
+    s.a[0][find(&s, 0, PT_ACT_FWD, 1)].micro = 0;
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 0", "FWD micro 0", "second time");
+    pt_schedule_free(&s);
+}
+
+static void test_bad_shapes_are_named(void **state) {
+    (void)state;
+    pt_schedule s;
+    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 4, 6, 2), "6 micro-batches",
+                   "multiple of pp = 4", "4 or 8");
+    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 4, 3, 2), "multiple of pp = 4", "at least 4");
+    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 2, 4, 1), "v >= 2");
+    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_1F1B, 2, 4, 2), "v = 1");
+    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_1F1B, 0, 4, 1), "pp = 0");
+    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_ZB, 2, 0, 1), "0 micro-batches");
+}
+
+/* 1f1b, pp = 2, m = 2, f = b = 1: rank 1 answers each forward at once; rank 0 waits. */
+static void test_text_timeline(void **state) {
+    (void)state;
+    pt_schedule s;
+    pt_sched_sim sim;
+    build_ok(&s, PT_SCHED_1F1B, 2, 2, 1);
+    simulate_ok(&s, 1, 1, 0, &sim);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    pt_schedule_print(&s, &sim, f);
+    fclose(f);
+    const char *rows[] = {"|FF.B.B|", "|01 0 1|", "|.FBFB.|", "| 0011 |"};
+    for (int i = 0; i < 4; i++)
+        if (!strstr(text, rows[i])) fail_msg("timeline lacks %s:\n%s", rows[i], text);
+    free(text);
+    pt_sched_sim_free(&sim);
+    pt_schedule_free(&s);
+}
+
+static void test_svg_has_a_rect_per_computation(void **state) {
+    (void)state;
+    pt_schedule s;
+    pt_sched_sim sim;
+    build_ok(&s, PT_SCHED_ZB, 4, 8, 1);
+    simulate_ok(&s, 1, 1, 1, &sim);
+    char path[600];
+    snprintf(path, sizeof path, "%s/zb.svg", tu_tmpdir());
+    assert_int_equal(pt_schedule_svg(&s, &sim, path), PT_OK);
+    char *svg = NULL;
+    size_t len = 0;
+    assert_int_equal(pt_read_file(path, &svg, &len), PT_OK);
+    int rects = 0;
+    for (const char *p = svg; (p = strstr(p, "<rect")); p++) rects++;
+    assert_int_equal(rects, 4 * 8 * 3 + 4); /* F, B, W per micro-batch and rank, and the legend */
+    assert_non_null(strstr(svg, "</svg>"));
+    free(svg);
+    pt_sched_sim_free(&sim);
+    pt_schedule_free(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kind_names_round_trip),
+        cmocka_unit_test(test_built_schedules_pass_the_check),
+        cmocka_unit_test(test_interleaved_wraps_to_rank_zero),
+        cmocka_unit_test(test_bubble_of_afab_and_1f1b),
+        cmocka_unit_test(test_bubble_of_interleaved),
+        cmocka_unit_test(test_interleaved_order_and_peak),
+        cmocka_unit_test(test_zb_bubble_below_1f1b),
+        cmocka_unit_test(test_peak_inflight),
+        cmocka_unit_test(test_dropped_recv_is_rejected),
+        cmocka_unit_test(test_dropped_send_is_rejected),
+        cmocka_unit_test(test_swap_that_deadlocks_is_rejected),
+        cmocka_unit_test(test_order_and_field_errors_are_named),
+        cmocka_unit_test(test_bad_shapes_are_named),
+        cmocka_unit_test(test_text_timeline),
+        cmocka_unit_test(test_svg_has_a_rect_per_computation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
