@@ -3,6 +3,7 @@
 
     compare_runs.py DIR REF NAME [--bytes A B N [--group G]] [--zero Z]
     compare_runs.py --exports A/model.safetensors B/model.safetensors LABEL
+    compare_runs.py --resume DIR REF LABEL RUN...   (the runs' losses, one after another, = REF's)
 
 DIR/REF.{st,jsonl} and DIR/NAME.{st,jsonl} are the step-1 gradients (logging.dump_grads) and the
 metrics of each run. Checks every gradient tensor ‖Δ‖/‖g‖ ≤ 1e-5 and the 10 losses within 1e-4
@@ -43,9 +44,22 @@ def compare_exports(a_path, b_path, label):
     sys.exit(0 if worst <= 1e-5 else 1)
 
 
+def compare_resumed(tmp, ref, label, *runs):
+    """Runs resumed one from another's checkpoint: their losses in sequence equal REF's 10."""
+    want = [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (tmp, ref))]
+    got = []
+    for n in runs:
+        got += [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (tmp, n))]
+    worst = max(abs(a - b) / a for a, b in zip(want, got))
+    print("resume %s: %d steps, worst loss difference %.1e" % (label, len(got), worst))
+    sys.exit(0 if len(got) == 10 and worst <= 1e-4 else 1)
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "--exports":
         compare_exports(*sys.argv[2:])
+    if len(sys.argv) >= 6 and sys.argv[1] == "--resume":
+        compare_resumed(*sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("ref")
