@@ -35,8 +35,10 @@ check 2 pp2_interleaved_m8 ref4 "${L4[@]}" --parallel.pp=2 --parallel.pp_schedul
 check 4 pp4_interleaved_m4 ref8 "${L8[@]}" --parallel.pp=4 --parallel.pp_schedule=interleaved --parallel.pp_virtual=2 --training.micro_batch=2
 check 4 pp4_interleaved_m8 ref8 "${L8[@]}" --parallel.pp=4 --parallel.pp_schedule=interleaved --parallel.pp_virtual=2 --training.micro_batch=1
 # with data and tensor parallelism, and an explicit split
-check 4 pp2_dp2_z1_1f1b ref4 "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=1
-check 4 pp2_tp2_sp_zb ref4 "${L4[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.sp=true --parallel.pp_schedule=zb --training.micro_batch=2
+for s in afab 1f1b zb; do
+  check 4 "pp2_dp2_z1_$s" ref4 "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 --parallel.pp_schedule=$s --training.micro_batch=1
+  check 4 "pp2_tp2_$s" ref4 "${L4[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.sp=$([ $s = zb ] && echo true || echo false) --parallel.pp_schedule=$s --training.micro_batch=2
+done
 check 8 pp2_tp2_dp2_interleaved ref4 "${L4[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --parallel.pp_schedule=interleaved --parallel.pp_virtual=2 --training.micro_batch=2
 check 2 pp2_split_3_1 ref4 "${L4[@]}" --parallel.pp=2 --parallel.pp_layers=3,1 --training.micro_batch=2
 

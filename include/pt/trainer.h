@@ -26,6 +26,8 @@ typedef struct {
     double seconds;    /* wall time of the step */
     double tokens_per_s;
     double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
+    int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */
+    double idle[64];   /* pipeline: each stage's time blocked on its transfers / step time */
 } pt_step_stats;
 
 typedef struct {

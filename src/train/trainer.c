@@ -392,6 +392,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
     int per_rank = G / t->dp_size, n_micro = per_rank / mb;
     double t0 = pt_now();
+    double pp_wait0 = t->pipe.model ? t->mesh->pp->stats.wait_seconds : 0;
 
     /* the whole global batch is read first: its count of valid targets scales every micro-batch
      * on every rank, so any split over ranks and micro-batches gives the same step */
@@ -459,6 +460,13 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->lr = lr;
     s->tokens = (int64_t)G * T;
     s->seconds = pt_now() - t0;
+    s->n_stages = 0;
+    if (t->pipe.model && t->mesh->deg.pp <= 64) {
+        /* each stage's idle share: its time blocked on pipeline transfers, gathered */
+        double mine = (t->mesh->pp->stats.wait_seconds - pp_wait0) / s->seconds;
+        s->n_stages = t->mesh->deg.pp;
+        pt_allgather(t->mesh->pp, &mine, s->idle, 1, PT_DTYPE_F64);
+    }
     s->tokens_per_s = (double)s->tokens / s->seconds;
     /* MFU per rank: the model FLOPs of the tokens over every rank's peak (each rank does its
      * share of them: its data rows, its tensor blocks, its pipeline stages) */
@@ -589,6 +597,11 @@ static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stat
             "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld",
             (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
             s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes());
+    if (s->n_stages) {
+        fprintf(t->metrics, ", \"pp_idle\": [");
+        for (int i = 0; i < s->n_stages; i++) fprintf(t->metrics, "%s%.4f", i ? ", " : "", s->idle[i]);
+        fprintf(t->metrics, "]");
+    }
     int64_t every = t->cfg.logging.comm_every;
     if (t->mesh && (s->step % every == 0 || s->step == t->cfg.training.steps)) {
         pt_comm_stats now;
