@@ -88,6 +88,12 @@ struct pt_backend {
                                const float *dout, const float *lse, float *dq, float *dk,
                                float *dv);
 
+    /* Ring attention: the result of one key/value block (out (B,T,H·hd at ldo), lse (B,H,T))
+     * merged into the running one: lse = log(e^lse_acc + e^lse_blk), out = e^(lse_acc − lse)·out_acc
+     * + e^(lse_blk − lse)·out_blk (a block no query saw, lse = −inf, leaves it unchanged). */
+    void (*attention_merge)(pt_backend *be, float *out_acc, float *lse_acc, const float *out_blk,
+                            const float *lse_blk, int B, int T, int H, int head_dim, int ldo);
+
     /* gu (N, 2F) = [gate | up] -> h (N,F) = silu(gate) · up */
     void (*swiglu_forward)(pt_backend *be, float *h, const float *gu, int N, int F);
     /* dh (N,F), gu (N,2F) -> dgu (N,2F) (overwrites) */

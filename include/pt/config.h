@@ -43,6 +43,7 @@ typedef struct {
         int sp;                 /* sequence parallelism (with tp > 1) */
         char pp_schedule[16];   /* afab | 1f1b | interleaved | zb */
         int pp_virtual;         /* chunks per pipeline rank */
+        char cp_layout[16];     /* zigzag | contiguous */
         char pp_layers[256];    /* layers per stage, "" = balanced */
         int zero;               /* ZeRO stage over the data-parallel group */
         float bucket_mb;        /* gradient bucket size */

@@ -104,7 +104,17 @@ typedef struct {
     int sp;           /* sequence parallelism: the residual stream is split over the tp ranks */
     pt_comm *tp_comm; /* the tensor-parallel group (NULL when tp = 1) */
     pt_comm *kv_comm; /* the ranks sharing this rank's key/value head when tp > n_kv_heads */
+    int cp, cp_rank;  /* context parallelism: the sequence split over cp ranks (1, 0: none) */
+    int cp_zigzag;    /* 2·cp chunks, rank i holding chunks i and 2·cp − 1 − i (else contiguous) */
+    pt_comm *cp_comm;
 } pt_model_parallel;
+
+/* Context parallelism: the global positions of rank r's T_local tokens of a sequence of
+ * T_local · cp tokens (zigzag or contiguous). */
+void pt_cp_positions(const pt_model_parallel *par, int r, int T_local, int32_t *out);
+/* Visible (query, key) pairs of one attention call with these positions (causal): what the
+ * kernel computes, whose tiles with no visible pair it skips. */
+int64_t pt_attn_visible_pairs(const int32_t *q_pos, int Tq, const int32_t *k_pos, int Tk);
 
 /* The per-rank sizes under tensor parallelism: query heads, key/value heads (a replicated one
  * when tp > n_kv_heads), ffn, vocabulary rows (padded to tp·V) and the first global vocabulary
@@ -206,6 +216,7 @@ typedef struct {
     pt_model_view w, g;
     float *rope_cos, *rope_sin; /* (max_seq_len, head_dim/2) device memory */
     pt_model_hooks hooks;
+    int64_t attn_pairs; /* visible (query, key) pairs the attention computed, summed (counter) */
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);

@@ -28,6 +28,8 @@ typedef struct {
     double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
     int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */
     double idle[64];   /* pipeline: each stage's time blocked on its transfers / step time */
+    int n_cp;          /* context parallelism: ranks of the cp group (0 without) */
+    double attn_pairs[64]; /* each cp rank's visible attention (query, key) pairs computed */
 } pt_step_stats;
 
 typedef struct {
@@ -44,6 +46,8 @@ typedef struct {
     pt_acts *acts;                 /* the activations without a pipeline */
     int32_t *h_inputs, *h_targets; /* (global_batch, T) host */
     int32_t *d_inputs, *d_targets, *d_pos;
+    int32_t *l_inputs, *l_targets; /* (rows of this rank, its tokens) host */
+    int32_t *pos;                  /* global positions of this rank's tokens (host) */
     int64_t step;                  /* steps done */
     FILE *metrics;
     int grads_dumped;

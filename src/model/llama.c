@@ -70,6 +70,11 @@ struct pt_acts {
     float *dfull;     /* (N,C) sequence parallelism: the gathered gradient of the residual */
     float *dnorm;     /* (2C) sequence parallelism: this micro-batch's norm weight gradients */
     float *dkv;       /* (2·kv, C) a replicated key/value head's weight gradient */
+    /* context parallelism (ring attention): key/value blocks and their gradients in flight,
+     * one block's attention output and lse, the positions of every rank's tokens */
+    float *kvb[2], *dkvb[2], *outb, *lseb;
+    int32_t *kpos;    /* (cp, T) host; d_kpos device */
+    int32_t *d_kpos;
     int has_targets;
     float *block;     /* the one allocation everything above points into */
 };
@@ -540,7 +545,9 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     size_t rest = R * C + R + N * C + N * C + HR * V + HR + R * C + N * C + N * qkv + N * q +
                   N * 2 * F + N * F + (sp ? N * C : 0) + 2 * C + 2 * (size_t)d->KV * hd * C;
     /* each array is rounded up to 16 floats (64 bytes) */
-    size_t n_arrays = 15 * (size_t)nl + 16;
+    int cp = m->par.cp > 1;
+    rest += cp ? 4 * N * 2 * (size_t)d->KV * hd + N * q + (size_t)B * H * T : 0;
+    size_t n_arrays = 15 * (size_t)nl + 22;
     size_t total = per_layer * nl + rest + 16 * n_arrays;
 
     pt_acts *a = pt_calloc(1, sizeof *a);
@@ -591,6 +598,16 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     a->dfull = sp ? PT_TAKE(N * C) : NULL;
     a->dnorm = PT_TAKE(2 * C);
     a->dkv = PT_TAKE(2 * (size_t)d->KV * hd * C);
+    if (cp) {
+        for (int k = 0; k < 2; k++) {
+            a->kvb[k] = PT_TAKE(N * 2 * (size_t)d->KV * hd);
+            a->dkvb[k] = PT_TAKE(N * 2 * (size_t)d->KV * hd);
+        }
+        a->outb = PT_TAKE(N * q);
+        a->lseb = PT_TAKE((size_t)B * H * T);
+        a->kpos = pt_calloc((size_t)m->par.cp * T, sizeof *a->kpos);
+        a->d_kpos = m->be->alloc(m->be, (size_t)m->par.cp * T * sizeof(int32_t));
+    }
 #undef PT_TAKE
     PT_ASSERT((size_t)(p - a->block) <= total);
     a->bytes = (size_t)(p - a->block) * sizeof(float); /* what the arrays use */
@@ -611,6 +628,8 @@ void pt_acts_free(const pt_model *m, pt_acts *a) {
     free(a->pos);
     m->be->free(m->be, a->d_pos);
     m->be->free(m->be, a->d_rows);
+    if (a->d_kpos) m->be->free(m->be, a->d_kpos);
+    free(a->kpos);
     free(a);
 }
 
@@ -669,6 +688,121 @@ static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
                            .scale = 1.0f / sqrtf((float)hd)};
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* context parallelism: ring attention */
+
+void pt_cp_positions(const pt_model_parallel *par, int r, int Tl, int32_t *out) {
+    int c = par->cp > 1 ? par->cp : 1;
+    if (!par->cp_zigzag || c == 1) {
+        for (int i = 0; i < Tl; i++) out[i] = r * Tl + i;
+        return;
+    }
+    int s = Tl / 2; /* chunk r and chunk 2c − 1 − r of 2c */
+    for (int i = 0; i < s; i++) {
+        out[i] = r * s + i;
+        out[s + i] = (2 * c - 1 - r) * s + i;
+    }
+}
+
+int64_t pt_attn_visible_pairs(const int32_t *qp, int Tq, const int32_t *kp, int Tk) {
+    int64_t n = 0;
+    for (int i = 0; i < Tq; i++)
+        for (int j = 0; j < Tk; j++) n += kp[j] <= qp[i];
+    return n;
+}
+
+/* The (B·T) rows of the key and value columns of qkv packed into kv (rows of 2·kv), or the
+ * reverse added: (un)packing the block that travels. */
+static void pt_kv_pack(pt_model *m, float *kv_rows, const float *qkv, int N, int q, int kv, int qkv_ld) {
+    for (int i = 0; i < N; i++)
+        m->be->copy(m->be, kv_rows + (size_t)i * 2 * kv, qkv + (size_t)i * qkv_ld + q,
+                    (size_t)2 * kv * sizeof(float));
+}
+
+static void pt_kv_unpack_add(pt_model *m, float *dqkv, const float *dkv_rows, int N, int q, int kv,
+                             int qkv_ld) {
+    for (int i = 0; i < N; i++)
+        m->be->add(m->be, dqkv + (size_t)i * qkv_ld + q, dkv_rows + (size_t)i * 2 * kv, (size_t)2 * kv);
+}
+
+/* Every rank's positions (host a->kpos, device a->d_kpos), for the blocks that come round. */
+static void pt_cp_prepare(pt_model *m, pt_acts *a) {
+    for (int r = 0; r < m->par.cp; r++) pt_cp_positions(&m->par, r, a->T, a->kpos + (size_t)r * a->T);
+    m->be->upload(m->be, a->d_kpos, a->kpos, (size_t)m->par.cp * a->T * sizeof(int32_t));
+}
+
+/* Ring attention forward of one layer: this rank's queries against every rank's keys and values,
+ * which travel round the ring (to rank + 1, from rank − 1) while the current block is computed;
+ * the blocks' results merged by their log-sum-exp into la->att, la->lse. */
+static void pt_ring_forward(pt_model *m, pt_acts *a, float *qkv, float *att, float *lse, int layer) {
+    pt_backend *be = m->be;
+    const pt_model_config *c = &m->cfg;
+    int cp = m->par.cp, r = m->par.cp_rank, hd = pt_head_dim(c), N = a->B * a->T;
+    int q = m->loc.H * hd, kv = m->loc.KV * hd, ld = q + 2 * kv;
+    pt_comm *cc = m->par.cp_comm;
+    pt_attn_shape as = pt_attn_shape_for(m, a);
+    as.ldk = as.ldv = 2 * kv;
+    pt_kv_pack(m, a->kvb[0], qkv, N, q, kv, ld);
+    for (int j = 0; j < cp; j++) {
+        int cur = j & 1, src = ((r - j) % cp + cp) % cp;
+        pt_comm_req *sr[2] = {NULL, NULL};
+        if (j + 1 < cp) {
+            int tag = (layer * cp + j) * 4;
+            sr[0] = cc->isend(cc, a->kvb[cur], (size_t)N * 2 * kv, PT_DTYPE_F32, (r + 1) % cp, tag);
+            sr[1] = cc->irecv(cc, a->kvb[!cur], (size_t)N * 2 * kv, PT_DTYPE_F32, (r + cp - 1) % cp, tag);
+        }
+        as.k_pos = a->d_kpos + (size_t)src * a->T;
+        m->attn_pairs += a->B * m->loc.H *
+                         pt_attn_visible_pairs(a->pos, a->T, a->kpos + (size_t)src * a->T, a->T);
+        if (j == 0) {
+            be->attention_forward(be, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, lse);
+        } else {
+            be->attention_forward(be, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, a->outb, a->lseb);
+            be->attention_merge(be, att, lse, a->outb, a->lseb, a->B, a->T, m->loc.H, hd, q);
+        }
+        pt_poll(m);
+        for (int k = 0; k < 2; k++)
+            if (sr[k]) pt_comm_wait(cc, sr[k]);
+    }
+}
+
+/* Ring attention backward: the blocks go round again in the same order, each with the gradient
+ * of its keys and values accumulated by every rank it visits; one more hop takes each
+ * accumulated gradient home, where it joins dqkv. */
+static void pt_ring_backward(pt_model *m, pt_acts *a, float *qkv, const float *att,
+                             const float *datt, const float *lse, float *dqkv, int layer) {
+    pt_backend *be = m->be;
+    const pt_model_config *c = &m->cfg;
+    int cp = m->par.cp, r = m->par.cp_rank, hd = pt_head_dim(c), N = a->B * a->T;
+    int q = m->loc.H * hd, kv = m->loc.KV * hd, ld = q + 2 * kv;
+    size_t n = (size_t)N * 2 * kv;
+    pt_comm *cc = m->par.cp_comm;
+    pt_attn_shape as = pt_attn_shape_for(m, a);
+    as.ldk = as.ldv = 2 * kv;
+    pt_kv_pack(m, a->kvb[0], qkv, N, q, kv, ld);
+    be->zero(be, a->dkvb[0], n * sizeof(float));
+    for (int j = 0; j < cp; j++) {
+        int cur = j & 1, src = ((r - j) % cp + cp) % cp;
+        as.k_pos = a->d_kpos + (size_t)src * a->T;
+        be->attention_backward(be, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, datt, lse, dqkv,
+                               a->dkvb[cur], a->dkvb[cur] + kv);
+        pt_poll(m);
+        /* pass the block on with its gradient (the last hop: the gradient alone, to its owner) */
+        int tag = (layer * cp + j) * 4 + 2, to = (r + 1) % cp, from = (r + cp - 1) % cp;
+        pt_comm_req *sr[4] = {NULL, NULL, NULL, NULL};
+        sr[0] = cc->isend(cc, a->dkvb[cur], n, PT_DTYPE_F32, to, tag);
+        sr[1] = cc->irecv(cc, a->dkvb[!cur], n, PT_DTYPE_F32, from, tag);
+        if (j + 1 < cp) {
+            sr[2] = cc->isend(cc, a->kvb[cur], n, PT_DTYPE_F32, to, tag + 1);
+            sr[3] = cc->irecv(cc, a->kvb[!cur], n, PT_DTYPE_F32, from, tag + 1);
+        }
+        for (int k = 0; k < 4; k++)
+            if (sr[k]) pt_comm_wait(cc, sr[k]);
+    }
+    /* after cp hops this rank holds its own block's gradient */
+    pt_kv_unpack_add(m, dqkv, a->dkvb[cp & 1], N, q, kv, ld);
+}
+
 /* The normed residual rows into their place in full (N,C), then gathered (sequence parallel). */
 static void pt_norm_gather(pt_model *m, float *full, float *rstd, const float *x, const float *w,
                            int N) {
@@ -693,6 +827,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     be->upload(be, a->d_rows, rows, (size_t)N * sizeof *rows);
     free(rows);
     pt_attn_shape as = pt_attn_shape_for(m, a);
+    if (m->par.cp > 1) pt_cp_prepare(m, a);
     float *y = a->dxn; /* (N,C) scratch for the row-parallel outputs (backward's, unused here) */
 
     /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks; a chunk that
@@ -721,7 +856,10 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
         /* rope on q (H heads) and k (KV heads, starting at column q) */
         be->rope(be, la->qkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
         be->rope(be, la->qkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
-        be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
+        if (m->par.cp > 1)
+            pt_ring_forward(m, a, la->qkv, la->att, la->lse, l);
+        else
+            be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
         pt_poll(m);
         /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
         be->copy(be, la->xmid, la->x, RC);
@@ -919,8 +1057,11 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
             be->copy(be, la->z_datt, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
         be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
-        be->attention_backward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, a->datt,
-                               la->lse, a->dqkv, a->dqkv + q, a->dqkv + q + kv);
+        if (m->par.cp > 1)
+            pt_ring_backward(m, a, la->qkv, la->att, a->datt, la->lse, a->dqkv, l);
+        else
+            be->attention_backward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att,
+                                   a->datt, la->lse, a->dqkv, a->dqkv + q, a->dqkv + q + kv);
         pt_poll(m);
         be->rope(be, a->dqkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 1);
         be->rope(be, a->dqkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 1);

@@ -87,7 +87,10 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "model chunks per pipeline rank (the interleaved schedule: >= 2)"),
     PT_K("parallel.pp_layers", PT_CFG_STR, parallel.pp_layers, "", NULL,
          "layers per stage, e.g. \"3,4,4,3\" (\"\" = balanced, the head counting as layers)"),
-    PT_K("parallel.cp", PT_CFG_INT, parallel.cp, "1", NULL, "context-parallel degree"),
+    PT_K("parallel.cp", PT_CFG_INT, parallel.cp, "1", NULL,
+         "context-parallel degree: each sequence split over cp ranks, attention by ring"),
+    PT_K("parallel.cp_layout", PT_CFG_STR, parallel.cp_layout, "zigzag", "zigzag|contiguous",
+         "zigzag: 2·cp chunks, rank i holding i and 2·cp−1−i (balanced causal work)"),
     PT_K("parallel.ep", PT_CFG_INT, parallel.ep, "1", NULL,
          "expert-parallel degree (divides dp·cp; reuses those ranks)"),
     PT_K("parallel.zero", PT_CFG_INT, parallel.zero, "0", NULL,
@@ -329,10 +332,10 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG, "parallel.dp must be >= 1 or -1 (got %d)", p->dp);
     if (p->tp < 1 || p->pp < 1 || p->cp < 1 || p->ep < 1)
         return pt_errorf(PT_ERR_CONFIG, "parallel.tp, pp, cp and ep must be >= 1");
-    if (p->cp > 1 || p->ep > 1)
+    if (p->ep > 1)
         return pt_errorf(PT_ERR_CONFIG,
-                         "parallel.cp/ep > 1: only data, tensor and pipeline parallelism are "
-                         "available in this version (cp=%d ep=%d)", p->cp, p->ep);
+                         "parallel.ep > 1: expert parallelism is not available in this version "
+                         "(ep=%d)", p->ep);
     if (p->pp_virtual < 1) return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual must be >= 1");
     if (p->zero < 0 || p->zero > 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);

@@ -77,7 +77,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
             return st;
         }
         pt_log_set_rank(t->mesh->world_rank, t->mesh->world_size);
-        t->dpc = t->mesh->dp;
+        /* the gradients of the data ranks and of the context ranks are summed together */
+        t->dpc = t->mesh->deg.cp > 1 ? t->mesh->dpcp : t->mesh->dp;
         t->dp_rank = t->mesh->dp_i;
         t->dp_size = t->mesh->deg.dp;
         cfg->parallel.dp = t->dp_size;
@@ -100,8 +101,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     pt_log_info("data: %d shard(s), %lld rows of %d tokens", t->data.n_shards,
                 (long long)t->data.n_rows, cfg->training.seq_len);
 
-    int zero = t->dp_size > 1 ? cfg->parallel.zero : 0;
-    if (cfg->parallel.zero > 0 && t->dp_size == 1)
+    int red = t->dpc ? t->dpc->size : 1; /* ranks that share the gradient reduction */
+    int zero = red > 1 ? cfg->parallel.zero : 0;
+    if (cfg->parallel.zero > 0 && red == 1)
         pt_log_info("parallel.zero = %d with dp = 1: one rank holds every shard (same as ZeRO-0)",
                     cfg->parallel.zero);
     /* tensor parallelism: this rank's blocks of every tensor */
@@ -121,6 +123,18 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
             pt_mesh_make_kv(t->mesh, ld.kv_shared);
             par.kv_comm = t->mesh->kv;
         }
+    }
+    /* context parallelism: this rank's share of every sequence */
+    int cp = t->mesh ? t->mesh->deg.cp : 1;
+    if (cp > 1) {
+        par.cp = cp;
+        par.cp_rank = t->mesh->cp_i;
+        par.cp_comm = t->mesh->cp;
+        par.cp_zigzag = !strcmp(cfg->parallel.cp_layout, "zigzag");
+        int unit = par.cp_zigzag ? 2 * cp : cp;
+        if (cfg->training.seq_len % unit != 0)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d (%s): training.seq_len = %d must be a "
+                             "multiple of %d", cp, cfg->parallel.cp_layout, cfg->training.seq_len, unit);
     }
     /* pipeline parallelism: this rank's stages, as model chunks */
     int pp = t->mesh ? t->mesh->deg.pp : 1;
@@ -164,7 +178,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     pt_param_table_build_tp(&local, &cfg->model, par.tp, par.tp_rank, par.chunk, par.n_chunks);
     size_t total = local.total;
     pt_param_table_free(&local);
-    PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, pt_dp_padded_total(total, t->dp_size, zero),
+    PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, pt_dp_padded_total(total, red, zero),
                             pt_dp_model_flags(zero), &par));
     if (t->dpc)
         PT_TRY(pt_dp_init(&t->dp, t->dpc, &t->model, zero, cfg->parallel.bucket_mb,
@@ -213,27 +227,29 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     }
 
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
-    int per_rank = G / t->dp_size;
+    int per_rank = G / t->dp_size, Tl = T / cp; /* Tl: this rank's tokens of a sequence */
     if (pp > 1) {
         PT_TRY(pt_pipe_init(&t->pipe, &t->model, t->mesh->pp, sched, cfg->parallel.pp_virtual,
-                            per_rank / mb, mb, T));
+                            per_rank / mb, mb, Tl));
         pt_log_info("pipeline: %d stages, schedule %s, %d micro-batches; this rank's layers %d-%d%s",
                     pp * cfg->parallel.pp_virtual, pt_schedule_kind_name(sched), per_rank / mb,
                     par.chunk[0].l0, par.chunk[0].l1 - 1, par.n_chunks > 1 ? " (first chunk)" : "");
     } else {
-        t->acts = pt_acts_create(&t->model, mb, T);
+        t->acts = pt_acts_create(&t->model, mb, Tl);
     }
     t->h_inputs = pt_malloc((size_t)G * T * sizeof(int32_t));
     t->h_targets = pt_malloc((size_t)G * T * sizeof(int32_t));
     /* this rank's rows of the global batch: every micro-batch, since a pipeline has several in
      * flight */
-    t->d_inputs = t->be->alloc(t->be, (size_t)per_rank * T * sizeof(int32_t));
-    t->d_targets = t->be->alloc(t->be, (size_t)per_rank * T * sizeof(int32_t));
-    t->d_pos = t->be->alloc(t->be, (size_t)T * sizeof(int32_t));
-    int32_t *pos = pt_malloc((size_t)T * sizeof(int32_t));
-    for (int i = 0; i < T; i++) pos[i] = i;
-    t->be->upload(t->be, t->d_pos, pos, (size_t)T * sizeof(int32_t));
-    free(pos);
+    t->d_inputs = t->be->alloc(t->be, (size_t)per_rank * Tl * sizeof(int32_t));
+    t->d_targets = t->be->alloc(t->be, (size_t)per_rank * Tl * sizeof(int32_t));
+    t->l_inputs = pt_malloc((size_t)per_rank * Tl * sizeof(int32_t));
+    t->l_targets = pt_malloc((size_t)per_rank * Tl * sizeof(int32_t));
+    /* the global positions of this rank's tokens (all of them without context parallelism) */
+    t->d_pos = t->be->alloc(t->be, (size_t)Tl * sizeof(int32_t));
+    t->pos = pt_malloc((size_t)Tl * sizeof(int32_t));
+    pt_cp_positions(&t->model.par, t->model.par.cp_rank, Tl, t->pos);
+    t->be->upload(t->be, t->d_pos, t->pos, (size_t)Tl * sizeof(int32_t));
 
     if (cfg->logging.metrics[0] && (!t->mesh || t->mesh->world_rank == 0)) {
         t->metrics = fopen(cfg->logging.metrics, "a");
@@ -375,6 +391,9 @@ void pt_trainer_free(pt_trainer *t) {
     t->be->free(t->be, t->d_inputs);
     t->be->free(t->be, t->d_targets);
     t->be->free(t->be, t->d_pos);
+    free(t->pos);
+    free(t->l_inputs);
+    free(t->l_targets);
     free(t->h_inputs);
     free(t->h_targets);
     if (t->opt.m) pt_optim_free(&t->opt, &t->model);
@@ -391,8 +410,10 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     pt_backend *be = t->be;
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
     int per_rank = G / t->dp_size, n_micro = per_rank / mb;
+    int cp = t->model.par.cp > 1 ? t->model.par.cp : 1, Tl = T / cp;
     double t0 = pt_now();
     double pp_wait0 = t->pipe.model ? t->mesh->pp->stats.wait_seconds : 0;
+    int64_t pairs0 = t->model.attn_pairs;
 
     /* the whole global batch is read first: its count of valid targets scales every micro-batch
      * on every rank, so any split over ranks and micro-batches gives the same step */
@@ -406,10 +427,18 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     else
         pt_model_zero_grads(&t->model);
     double loss_sum = 0;
-    /* this rank's rows of the global batch: [dp_rank·per_rank, (dp_rank+1)·per_rank) */
-    size_t off = (size_t)t->dp_rank * per_rank * T, bytes = (size_t)per_rank * T * sizeof(int32_t);
-    be->upload(be, t->d_inputs, t->h_inputs + off, bytes);
-    be->upload(be, t->d_targets, t->h_targets + off, bytes);
+    /* this rank's rows of the global batch, [dp_rank·per_rank, (dp_rank+1)·per_rank), and of
+     * each row its tokens (context parallelism: those at its positions) */
+    for (int b = 0; b < per_rank; b++) {
+        size_t row = ((size_t)t->dp_rank * per_rank + b) * T;
+        for (int i = 0; i < Tl; i++) {
+            t->l_inputs[(size_t)b * Tl + i] = t->h_inputs[row + t->pos[i]];
+            t->l_targets[(size_t)b * Tl + i] = t->h_targets[row + t->pos[i]];
+        }
+    }
+    size_t bytes = (size_t)per_rank * Tl * sizeof(int32_t);
+    be->upload(be, t->d_inputs, t->l_inputs, bytes);
+    be->upload(be, t->d_targets, t->l_targets, bytes);
     if (t->pipe.model) {
         /* the schedule runs every micro-batch; the data-parallel reduction follows it */
         if (t->dpc) pt_dp_begin_micro(&t->dp, 0);
@@ -421,7 +450,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         pt_allreduce_sum(t->mesh->pp, &loss_sum, 1, PT_DTYPE_F64); /* the last stage's */
     }
     for (int k = 0; k < n_micro && !t->pipe.model; k++) {
-        size_t at = (size_t)k * mb * T;
+        size_t at = (size_t)k * mb * Tl;
         int last = k == n_micro - 1;
         if (t->dpc) pt_dp_begin_micro(&t->dp, last);
         loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs + at, t->d_targets + at,
@@ -461,6 +490,13 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->tokens = (int64_t)G * T;
     s->seconds = pt_now() - t0;
     s->n_stages = 0;
+    s->n_cp = 0;
+    if (t->model.par.cp > 1 && t->model.par.cp <= 64) {
+        /* each context rank's attention work, to see the balance of the layouts */
+        double mine = (double)(t->model.attn_pairs - pairs0);
+        s->n_cp = t->model.par.cp;
+        pt_allgather(t->model.par.cp_comm, &mine, s->attn_pairs, 1, PT_DTYPE_F64);
+    }
     if (t->pipe.model && t->mesh->deg.pp <= 64) {
         /* each stage's idle share: its time blocked on pipeline transfers, gathered */
         double mine = (t->mesh->pp->stats.wait_seconds - pp_wait0) / s->seconds;
@@ -600,6 +636,11 @@ static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stat
     if (s->n_stages) {
         fprintf(t->metrics, ", \"pp_idle\": [");
         for (int i = 0; i < s->n_stages; i++) fprintf(t->metrics, "%s%.4f", i ? ", " : "", s->idle[i]);
+        fprintf(t->metrics, "]");
+    }
+    if (s->n_cp) {
+        fprintf(t->metrics, ", \"cp_attn_pairs\": [");
+        for (int i = 0; i < s->n_cp; i++) fprintf(t->metrics, "%s%.0f", i ? ", " : "", s->attn_pairs[i]);
         fprintf(t->metrics, "]");
     }
     int64_t every = t->cfg.logging.comm_every;

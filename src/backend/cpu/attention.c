@@ -384,3 +384,29 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
         }
     }
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Ring attention: merging the blocks' results */
+
+void pt_cpu_attention_merge(pt_backend *be, float *out, float *lse, const float *ob,
+                            const float *lb, int B, int T, int H, int hd, int ldo) {
+    (void)be;
+#pragma omp parallel for schedule(static) if ((int64_t)B * T * H * hd >= 1 << 16)
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        int b = (int)(bt / T), t = (int)(bt % T);
+        for (int h = 0; h < H; h++) {
+            float *la = &lse[((size_t)b * H + h) * T + t];
+            float l2 = lb[((size_t)b * H + h) * T + t];
+            if (l2 == -INFINITY) continue;
+            float *o = out + (size_t)bt * ldo + (size_t)h * hd;
+            const float *o2 = ob + (size_t)bt * ldo + (size_t)h * hd;
+            float l1 = *la, mx = l1 > l2 ? l1 : l2;
+            /* in double: the weights of two close log-sum-exps */
+            double e1 = l1 == -INFINITY ? 0.0 : exp((double)l1 - mx), e2 = exp((double)l2 - mx);
+            double l = mx + log(e1 + e2);
+            float w1 = (float)(e1 / (e1 + e2)), w2 = (float)(e2 / (e1 + e2));
+            for (int d = 0; d < hd; d++) o[d] = w1 * o[d] + w2 * o2[d];
+            *la = (float)l;
+        }
+    }
+}

@@ -79,6 +79,7 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
         .rope = pt_cpu_rope,
         .attention_forward = pt_cpu_attention_forward,
         .attention_backward = pt_cpu_attention_backward,
+        .attention_merge = pt_cpu_attention_merge,
         .swiglu_forward = pt_cpu_swiglu_forward,
         .swiglu_backward = pt_cpu_swiglu_backward,
         .softmax_xent = pt_cpu_softmax_xent,

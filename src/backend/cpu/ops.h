@@ -41,6 +41,8 @@ void pt_cpu_swiglu_forward(pt_backend *be, float *h, const float *gu, int N, int
 void pt_cpu_swiglu_backward(pt_backend *be, float *dgu, const float *dh, const float *gu, int N,
                             int F);
 
+void pt_cpu_attention_merge(pt_backend *be, float *out, float *lse, const float *ob,
+                            const float *lb, int B, int T, int H, int hd, int ldo);
 void pt_cpu_xent_stats(pt_backend *be, const float *logits, const int32_t *targets, int n, int V,
                        int ld, int v0, float *stats);
 void pt_cpu_xent_grad(pt_backend *be, float *logits, const int32_t *targets, int n, int V, int ld,
