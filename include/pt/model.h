@@ -106,6 +106,7 @@ typedef struct {
     pt_comm *kv_comm; /* the ranks sharing this rank's key/value head when tp > n_kv_heads */
     int cp, cp_rank;  /* context parallelism: the sequence split over cp ranks (1, 0: none) */
     int cp_zigzag;    /* 2·cp chunks, rank i holding chunks i and 2·cp − 1 − i (else contiguous) */
+    int cp_overlap;   /* the next block's transfer overlaps this block's compute */
     pt_comm *cp_comm;
 } pt_model_parallel;
 

@@ -750,6 +750,8 @@ static void pt_ring_forward(pt_model *m, pt_acts *a, float *qkv, float *att, flo
             int tag = (layer * cp + j) * 4;
             sr[0] = cc->isend(cc, a->kvb[cur], (size_t)N * 2 * kv, PT_DTYPE_F32, (r + 1) % cp, tag);
             sr[1] = cc->irecv(cc, a->kvb[!cur], (size_t)N * 2 * kv, PT_DTYPE_F32, (r + cp - 1) % cp, tag);
+            if (!m->par.cp_overlap) /* the transfer before the compute: to measure the overlap */
+                for (int k = 0; k < 2; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
         }
         as.k_pos = a->d_kpos + (size_t)src * a->T;
         m->attn_pairs += a->B * m->loc.H *
@@ -783,19 +785,22 @@ static void pt_ring_backward(pt_model *m, pt_acts *a, float *qkv, const float *a
     be->zero(be, a->dkvb[0], n * sizeof(float));
     for (int j = 0; j < cp; j++) {
         int cur = j & 1, src = ((r - j) % cp + cp) % cp;
+        int tag = (layer * cp + j) * 4 + 2, to = (r + 1) % cp, from = (r + cp - 1) % cp;
+        pt_comm_req *sr[4] = {NULL, NULL, NULL, NULL};
+        /* the keys and values go on at once (they do not change); their gradient after */
+        if (j + 1 < cp) {
+            sr[2] = cc->isend(cc, a->kvb[cur], n, PT_DTYPE_F32, to, tag + 1);
+            sr[3] = cc->irecv(cc, a->kvb[!cur], n, PT_DTYPE_F32, from, tag + 1);
+            if (!m->par.cp_overlap)
+                for (int k = 2; k < 4; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
+        }
         as.k_pos = a->d_kpos + (size_t)src * a->T;
         be->attention_backward(be, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, datt, lse, dqkv,
                                a->dkvb[cur], a->dkvb[cur] + kv);
         pt_poll(m);
-        /* pass the block on with its gradient (the last hop: the gradient alone, to its owner) */
-        int tag = (layer * cp + j) * 4 + 2, to = (r + 1) % cp, from = (r + cp - 1) % cp;
-        pt_comm_req *sr[4] = {NULL, NULL, NULL, NULL};
+        /* the block's accumulated gradient on (the last hop takes it to its owner) */
         sr[0] = cc->isend(cc, a->dkvb[cur], n, PT_DTYPE_F32, to, tag);
         sr[1] = cc->irecv(cc, a->dkvb[!cur], n, PT_DTYPE_F32, from, tag);
-        if (j + 1 < cp) {
-            sr[2] = cc->isend(cc, a->kvb[cur], n, PT_DTYPE_F32, to, tag + 1);
-            sr[3] = cc->irecv(cc, a->kvb[!cur], n, PT_DTYPE_F32, from, tag + 1);
-        }
         for (int k = 0; k < 4; k++)
             if (sr[k]) pt_comm_wait(cc, sr[k]);
     }

@@ -99,8 +99,9 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("parallel.bucket_mb", PT_CFG_FLOAT, parallel.bucket_mb, "25", NULL,
          "gradient bucket size in MiB; each bucket is reduced as soon as backward finishes it"),
     PT_K("parallel.overlap", PT_CFG_BOOL, parallel.overlap, "true", NULL,
-         "start each gradient bucket's reduction during backward (false: all after backward, "
-         "to measure how much communication the overlap hides)"),
+         "start each gradient bucket's reduction during backward, and each ring-attention "
+         "transfer before the block it follows is computed (false: after, to measure how much "
+         "communication the overlap hides)"),
     PT_K("parallel.timeout_s", PT_CFG_FLOAT, parallel.timeout_s, "300", NULL,
          "a collective not complete after this many seconds aborts the job (0 = never)"),
     PT_K("checkpoint.dir", PT_CFG_STR, checkpoint.dir, "", NULL,

@@ -131,6 +131,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         par.cp_rank = t->mesh->cp_i;
         par.cp_comm = t->mesh->cp;
         par.cp_zigzag = !strcmp(cfg->parallel.cp_layout, "zigzag");
+        par.cp_overlap = cfg->parallel.overlap;
         int unit = par.cp_zigzag ? 2 * cp : cp;
         if (cfg->training.seq_len % unit != 0)
             return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d (%s): training.seq_len = %d must be a "
