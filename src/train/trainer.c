@@ -617,13 +617,15 @@ static void pt_print_step(const pt_trainer *t, const pt_step_stats *s, const cha
 /* One JSON line per step; every logging.comm_every steps (and at the last) it adds this rank's
  * communication since the previous report, by operation (calls, bus-bandwidth bytes), and its
  * model-state memory. */
-/* Bytes of every group so far (bus-bandwidth convention), in pt_mesh_groups order. */
+/* Bytes of every group so far (bus-bandwidth convention), and microseconds blocked waiting on it,
+ * in pt_mesh_groups order (out[i], out[PT_MESH_MAX_GROUPS + i]). */
 static void pt_group_bytes(const pt_trainer *t, uint64_t *out) {
     const pt_comm *g[PT_MESH_MAX_GROUPS];
     int n = pt_mesh_groups(t->mesh, g);
     for (int i = 0; i < n; i++) {
         out[i] = 0;
         for (int op = 0; op < PT_COMM_OP_COUNT; op++) out[i] += g[i]->stats.bytes[op];
+        out[PT_MESH_MAX_GROUPS + i] = (uint64_t)(g[i]->stats.wait_seconds * 1e6);
     }
 }
 
@@ -663,23 +665,28 @@ static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stat
         pt_dp_memory m = pt_trainer_memory(t);
         /* per group: {"tp": bytes, ...} */
         const pt_comm *g[PT_MESH_MAX_GROUPS];
-        uint64_t gnow[PT_MESH_MAX_GROUPS];
+        uint64_t gnow[2 * PT_MESH_MAX_GROUPS];
         int ng = pt_mesh_groups(t->mesh, g);
         pt_group_bytes(t, gnow);
-        char groups[512] = "";
-        size_t gu = 0;
-        for (int i = 0; i < ng && gu < sizeof groups; i++)
+        char groups[512] = "", waits[512] = "";
+        size_t gu = 0, wu = 0;
+        for (int i = 0; i < ng && gu < sizeof groups && wu < sizeof waits; i++) {
             if (gnow[i] != group_since[i])
                 gu += (size_t)snprintf(groups + gu, sizeof groups - gu, "%s\"%s\": %llu", gu ? ", " : "",
                                        g[i]->name, (unsigned long long)(gnow[i] - group_since[i]));
+            uint64_t w = gnow[PT_MESH_MAX_GROUPS + i] - group_since[PT_MESH_MAX_GROUPS + i];
+            if (w)
+                wu += (size_t)snprintf(waits + wu, sizeof waits - wu, "%s\"%s\": %.6f", wu ? ", " : "",
+                                       g[i]->name, (double)w / 1e6);
+        }
         memcpy(group_since, gnow, sizeof gnow);
         fprintf(t->metrics,
                 ", \"comm_steps\": %lld, \"comm_bytes\": %llu, \"comm_wait_s\": %.6f, \"comm\": {%s}, "
-                "\"comm_groups\": {%s}, "
+                "\"comm_groups\": {%s}, \"comm_wait_groups\": {%s}, "
                 "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"params_transient\": %zu, "
                 "\"grads_transient\": %zu, \"activations\": %zu}",
                 (long long)steps, (unsigned long long)sent, now.wait_seconds - since->wait_seconds,
-                ops, groups, m.params, m.grads, m.optim, m.params_transient, m.grads_transient,
+                ops, groups, waits, m.params, m.grads, m.optim, m.params_transient, m.grads_transient,
                 pt_trainer_act_bytes(t));
         *since = now;
     }
@@ -696,7 +703,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
     int live = cfg->logging.progress && isatty(STDOUT_FILENO) && cfg->logging.every > 1 &&
                (!t->mesh || t->mesh->world_size == 1);
     pt_comm_stats since = {0}; /* communication counters at the last metrics report */
-    uint64_t group_since[PT_MESH_MAX_GROUPS] = {0};
+    uint64_t group_since[2 * PT_MESH_MAX_GROUPS] = {0};
     if (t->mesh) {
         pt_mesh_stats(t->mesh, &since);
         pt_group_bytes(t, group_since);
