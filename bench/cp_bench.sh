@@ -6,17 +6,10 @@
 # transfers hidden: 1 − wait(overlap) / wait(no overlap), wait being the time blocked on the cp
 # group in a step (the gradient reduction over dp × cp not counted).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps="${1:-4}"
-out="${BENCH_OUT:-/tmp/pentatron_cp_bench}"
-mkdir -p "$out"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-PY=/usr/bin/python3
-bin="$root/build/pentatron"
-[[ -x $bin ]] || "$root/scripts/build.sh" >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" cp
 T=8192
-shard="$out/synthetic_000.bin"
-[[ -f $shard ]] || "$PY" "$root/bench/make_data.py" --out "$shard" --tokens $((steps * T + 1)) --vocab 8192 --seed 0
+shard="$(synthetic_shard 8192 $((steps * T + 1)))"
 cfg=(--model.vocab_size=8192 --model.dim=256 --model.n_layers=4 --model.n_heads=4 --model.n_kv_heads=4
      --model.ffn_dim=688 --model.max_seq_len=$T --training.seq_len=$T --training.global_batch=1
      --training.micro_batch=1 --data.train="$shard" --training.steps="$steps" --logging.every=1000

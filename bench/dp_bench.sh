@@ -8,14 +8,8 @@
 # hidden = 1 − wait(overlap) / wait(no overlap). The embedding's gradient is final only when
 # backward ends, so its share of the bytes can never hide behind backward.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps="${1:-10}"
-out="${BENCH_OUT:-/tmp/pentatron_dp_bench}"
-mkdir -p "$out"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-PY=/usr/bin/python3
-bin="$root/build/pentatron"
-[[ -x $bin ]] || "$root/scripts/build.sh" >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" dp
 common=(--model.n_kv_heads=4 --model.max_seq_len=256 --training.seq_len=256 --training.global_batch=8
         --training.steps="$steps" --logging.every=1000 --logging.progress=false)
 for model in wide deep; do
@@ -23,8 +17,7 @@ for model in wide deep; do
     wide) vocab=50257; arch=(--model.dim=256 --model.n_layers=4 --model.n_heads=4 --model.ffn_dim=688);;
     deep) vocab=8192; arch=(--model.dim=512 --model.n_layers=8 --model.n_heads=8 --model.n_kv_heads=8 --model.ffn_dim=1376);;
   esac
-  shard="$out/synthetic_${vocab}_000.bin"
-  [[ -f $shard ]] || "$PY" "$root/bench/make_data.py" --out "$shard" --tokens $((steps * 8 * 256 + 1)) --vocab $vocab --seed 0
+  shard="$(synthetic_shard $vocab $((steps * 8 * 256 + 1)))"
   cfg=("${common[@]}" --model.vocab_size=$vocab "${arch[@]}" --data.train="$shard")
   "$bin" train "${cfg[@]}" --training.threads=2 --training.micro_batch=8 --logging.metrics="$out/${model}_dp1.jsonl" >/dev/null
   for z in 0 1 2 3; do

@@ -5,16 +5,9 @@
 # to pp = 1, each stage's measured idle fraction (time blocked on pipeline transfers / step time)
 # and the schedule's predicted bubble (pentatron schedule, unit costs).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps="${1:-8}"
-out="${BENCH_OUT:-/tmp/pentatron_pp_bench}"
-mkdir -p "$out"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-PY=/usr/bin/python3
-bin="$root/build/pentatron"
-[[ -x $bin ]] || "$root/scripts/build.sh" >/dev/null
-shard="$out/synthetic_000.bin"
-[[ -f $shard ]] || "$PY" "$root/bench/make_data.py" --out "$shard" --tokens $((steps * 8 * 256 + 1)) --vocab 8192 --seed 0
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" pp
+shard="$(synthetic_shard 8192 $((steps * 8 * 256 + 1)))"
 cfg=(--model.vocab_size=8192 --model.dim=512 --model.n_layers=8 --model.n_heads=8 --model.n_kv_heads=8
      --model.ffn_dim=1376 --model.max_seq_len=256 --training.seq_len=256 --training.global_batch=8
      --training.micro_batch=1 --data.train="$shard" --training.steps="$steps" --logging.every=1000

@@ -5,16 +5,9 @@
 # (median after 2 warm-up steps), the ratio to tp = 1, and the share of the step spent in tensor-
 # parallel communication (every tp collective is blocking: the time in pt_comm_wait is all of it).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps="${1:-8}"
-out="${BENCH_OUT:-/tmp/pentatron_tp_bench}"
-mkdir -p "$out"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-PY=/usr/bin/python3
-bin="$root/build/pentatron"
-[[ -x $bin ]] || "$root/scripts/build.sh" >/dev/null
-shard="$out/synthetic_000.bin"
-[[ -f $shard ]] || "$PY" "$root/bench/make_data.py" --out "$shard" --tokens $((steps * 4 * 256 + 1)) --vocab 50257 --seed 0
+source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" tp
+shard="$(synthetic_shard 50257 $((steps * 4 * 256 + 1)))"
 cfg=(--model.vocab_size=50257 --model.dim=768 --model.n_layers=12 --model.n_heads=12 --model.n_kv_heads=12
      --model.ffn_dim=2048 --model.max_seq_len=256 --training.seq_len=256 --training.global_batch=4
      --training.micro_batch=4 --data.train="$shard" --training.steps="$steps" --logging.every=1000
