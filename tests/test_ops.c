@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "pt/model.h"
 #include "testutil.h"
 
 #define TOL_FWD 1e-5  /* float kernel vs double reference */
@@ -924,6 +925,137 @@ static void test_attention_blocks_merge_like_ring_attention(void **state) {
     attn_data_free(&a);
 }
 
+
+/* Rows of a (B, T, w) array picked by positions: out (B, n, w) = in[b, pos[i]] (gather), or the
+ * reverse added (scatter). */
+static void pick_rows(float *sub, float *full, int B, int T, const int32_t *pos, int n, int w, int gather) {
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n; i++) {
+            float *x = sub + ((size_t)b * n + i) * w, *y = full + ((size_t)b * T + pos[i]) * w;
+            if (gather)
+                memcpy(x, y, sizeof(float) * w);
+            else
+                for (int d = 0; d < w; d++) y[d] += x[d];
+        }
+}
+
+/* Context parallelism on one process: c "ranks" hold the zigzag chunks of the sequence; each runs
+ * its queries against every rank's keys and values block by block, merged by the backend's
+ * attention_merge, and the backward per block with the merged output; the assembled output and
+ * the summed input gradients must be those of full attention, for c = 2 and 4 with GQA. */
+static void test_ring_attention_zigzag_equals_full_attention(void **state) {
+    (void)state;
+    enum { B = 2, T = 96, H = 4, HKV = 2, HD = 8 };
+    int32_t *pos = positions(T, 0);
+    attn_ctx c = {B, T, T, H, HKV, HD, pos, pos};
+    attn_data a;
+    attn_data_init(&a, &c, 0, 500);
+    const size_t nq = nq_of(&c), nk = nk_of(&c);
+    const int kw = HKV * HD, qw = H * HD;
+    float *dq = fvec(nq, 0, 0.0f), *dk = fvec(nk, 0, 0.0f), *dv = fvec(nk, 0, 0.0f);
+    pt_cpu_attention_forward(&be, &a.s, a.q, a.k, a.v, a.out, a.lse);
+    pt_cpu_attention_backward(&be, &a.s, a.q, a.k, a.v, a.out, a.dout, a.lse, dq, dk, dv);
+    for (int cp = 2; cp <= 4; cp += 2) {
+        const int Tl = T / cp;
+        pt_model_parallel par = {.cp = cp, .cp_zigzag = 1};
+        int32_t *rp[4];
+        float *q[4], *k[4], *v[4], *o[4], *l[4], *dout[4], *dqr[4], *dkr[4], *dvr[4];
+        for (int r = 0; r < cp; r++) {
+            rp[r] = malloc(sizeof(int32_t) * Tl);
+            pt_cp_positions(&par, r, Tl, rp[r]);
+            q[r] = fvec((size_t)B * Tl * qw, 0, 0.0f), dout[r] = fvec((size_t)B * Tl * qw, 0, 0.0f);
+            k[r] = fvec((size_t)B * Tl * kw, 0, 0.0f), v[r] = fvec((size_t)B * Tl * kw, 0, 0.0f);
+            pick_rows(q[r], a.q, B, T, rp[r], Tl, qw, 1);
+            pick_rows(dout[r], a.dout, B, T, rp[r], Tl, qw, 1);
+            pick_rows(k[r], a.k, B, T, rp[r], Tl, kw, 1);
+            pick_rows(v[r], a.v, B, T, rp[r], Tl, kw, 1);
+            o[r] = fvec((size_t)B * Tl * qw, 0, 0.0f), l[r] = fvec((size_t)B * H * Tl, 0, 0.0f);
+            dqr[r] = fvec((size_t)B * Tl * qw, 0, 0.0f);
+            dkr[r] = fvec((size_t)B * Tl * kw, 0, 0.0f), dvr[r] = fvec((size_t)B * Tl * kw, 0, 0.0f);
+        }
+        float *ob = fvec((size_t)B * Tl * qw, 0, 0.0f), *lb = fvec((size_t)B * H * Tl, 0, 0.0f);
+        for (int r = 0; r < cp; r++)
+            for (int j = 0; j < cp; j++) { /* the ring's order: rank r − j's block at step j */
+                int src = (r - j + cp) % cp;
+                pt_attn_shape s = a.s;
+                s.Tq = s.Tk = Tl, s.q_pos = rp[r], s.k_pos = rp[src];
+                pt_cpu_attention_forward(&be, &s, q[r], k[src], v[src], j ? ob : o[r], j ? lb : l[r]);
+                if (j) pt_cpu_attention_merge(&be, o[r], l[r], ob, lb, B, Tl, H, HD, qw);
+            }
+        float *out = fvec(nq, 0, 0.0f), *dq2 = fvec(nq, 0, 0.0f), *dk2 = fvec(nk, 0, 0.0f), *dv2 = fvec(nk, 0, 0.0f);
+        for (int r = 0; r < cp; r++) {
+            pick_rows(o[r], out, B, T, rp[r], Tl, qw, 0);
+            for (int j = 0; j < cp; j++) {
+                int src = (r - j + cp) % cp;
+                pt_attn_shape s = a.s;
+                s.Tq = s.Tk = Tl, s.q_pos = rp[r], s.k_pos = rp[src];
+                pt_cpu_attention_backward(&be, &s, q[r], k[src], v[src], o[r], dout[r], l[r], dqr[r],
+                                          dkr[src], dvr[src]);
+            }
+        }
+        for (int r = 0; r < cp; r++) {
+            pick_rows(dqr[r], dq2, B, T, rp[r], Tl, qw, 0);
+            pick_rows(dkr[r], dk2, B, T, rp[r], Tl, kw, 0);
+            pick_rows(dvr[r], dv2, B, T, rp[r], Tl, kw, 0);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "cp %d zigzag ring: out", cp);
+        tu_check_rel(name, tu_rel_err(out, a.out, nq), 1e-5);
+        snprintf(name, sizeof name, "cp %d zigzag ring: dq", cp);
+        tu_check_rel(name, tu_rel_err(dq2, dq, nq), 1e-5);
+        snprintf(name, sizeof name, "cp %d zigzag ring: dk", cp);
+        tu_check_rel(name, tu_rel_err(dk2, dk, nk), 1e-5);
+        snprintf(name, sizeof name, "cp %d zigzag ring: dv", cp);
+        tu_check_rel(name, tu_rel_err(dv2, dv, nk), 1e-5);
+        for (int r = 0; r < cp; r++)
+            free(rp[r]), free(q[r]), free(k[r]), free(v[r]), free(o[r]), free(l[r]), free(dout[r]),
+                free(dqr[r]), free(dkr[r]), free(dvr[r]);
+        free(ob), free(lb), free(out), free(dq2), free(dk2), free(dv2);
+    }
+    free(dq), free(dk), free(dv), free(pos);
+    attn_data_free(&a);
+}
+
+/* Vocabulary-parallel cross-entropy: the rows' vocabulary cut into blocks (the last padded), each
+ * block's statistics combined as the model does, then each block's gradient: equal to the fused
+ * softmax cross-entropy over the whole row. */
+static void test_vocab_parallel_xent_equals_fused(void **state) {
+    (void)state;
+    enum { n = 5, V = 37, TP = 4, VL = (V + TP - 1) / TP };
+    const int32_t tgt[n] = {3, -1, 36, 10, 27};
+    const float dscale = 0.5f;
+    float *full = fvec(n * V, 60, 4.0f), *ref = malloc(sizeof(float) * n * V), losses[n];
+    memcpy(ref, full, sizeof(float) * n * V);
+    pt_cpu_softmax_xent(&be, ref, losses, tgt, n, V, V, dscale);
+    float *blk[TP], st[TP][3 * n], M[n], S[n];
+    for (int r = 0; r < TP; r++) {
+        int v0 = r * VL, valid = V - v0 < VL ? V - v0 : VL;
+        blk[r] = fvec(n * VL, 0, 0.0f);
+        for (int i = 0; i < n; i++) memcpy(blk[r] + i * VL, full + i * V + v0, sizeof(float) * valid);
+        pt_cpu_xent_stats(&be, blk[r], tgt, n, valid, VL, v0, st[r]);
+    }
+    for (int i = 0; i < n; i++) {
+        float mx = -INFINITY;
+        double sum = 0, xt = 0;
+        for (int r = 0; r < TP; r++) mx = st[r][3 * i] > mx ? st[r][3 * i] : mx;
+        for (int r = 0; r < TP; r++) sum += st[r][3 * i + 1] * exp((double)st[r][3 * i] - mx), xt += st[r][3 * i + 2];
+        M[i] = mx, S[i] = (float)sum;
+        if (tgt[i] >= 0) assert_float_equal((float)(mx + log(sum) - xt), losses[i], 1e-5f * (1 + fabsf(losses[i])));
+    }
+    float *got = fvec(n * V, 0, 0.0f);
+    for (int r = 0; r < TP; r++) {
+        int v0 = r * VL, valid = V - v0 < VL ? V - v0 : VL;
+        pt_cpu_xent_grad(&be, blk[r], tgt, n, valid, VL, v0, M, S, dscale);
+        for (int i = 0; i < n; i++) {
+            memcpy(got + i * V + v0, blk[r] + i * VL, sizeof(float) * valid);
+            for (int j = valid; j < VL; j++) assert_float_equal(blk[r][i * VL + j], 0.0f, 0.0f);
+        }
+        free(blk[r]);
+    }
+    tu_check_rel("vocabulary-parallel xent gradient", tu_rel_err(got, ref, n * V), 1e-6);
+    free(full), free(ref), free(got);
+}
+
 int main(void) {
     default_threads = omp_get_max_threads();
     const struct CMUnitTest tests[] = {
@@ -945,6 +1077,8 @@ int main(void) {
         cmocka_unit_test(test_attention_rows_without_visible_keys),
         cmocka_unit_test(test_attention_is_thread_count_independent),
         cmocka_unit_test(test_attention_blocks_merge_like_ring_attention),
+        cmocka_unit_test(test_ring_attention_zigzag_equals_full_attention),
+        cmocka_unit_test(test_vocab_parallel_xent_equals_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
