@@ -72,6 +72,7 @@ static void check_model(const char *extra, int tied) {
     r.clip = meta_f(ex, "clip");
     int B = r.B, T = r.T, V = mc.vocab_size, S = r.steps;
     size_t BT = (size_t)B * T;
+    m.aux_scale = 1.0 / B; /* MoE balancing losses: a mean over the batch's sequences */
 
     int32_t *tokens = malloc((size_t)S * BT * sizeof *tokens);
     int32_t *targets = malloc((size_t)S * BT * sizeof *targets);
@@ -198,11 +199,26 @@ static void test_gqa_untied_accumulation(void **state) {
     check_model("--tied 0 --seed 3 --batch 4 --micro-batch 1 --seq 23 --layers 3", 0);
 }
 
+/* Mixture of experts: 4 experts, top-2, the aux and z losses on */
+static void test_moe(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 5 --experts 4 --topk 2 --moe-ffn 24 --aux 0.05 --zloss 0.01", 0);
+}
+
+/* with a shared expert, top-1, and accumulation over micro-batches of one sequence */
+static void test_moe_shared_accumulation(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 11 --experts 3 --topk 1 --moe-ffn 16 --shared 1 --aux 0.02 "
+                "--batch 3 --micro-batch 1", 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gqa_untied),
         cmocka_unit_test(test_gqa_tied),
         cmocka_unit_test(test_gqa_untied_accumulation),
+        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_moe_shared_accumulation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -118,6 +118,14 @@ struct pt_backend {
     void (*xent_grad)(pt_backend *be, float *logits, const int32_t *targets, int n, int V, int ld,
                       int v0, const float *M, const float *S, float dscale);
 
+    /* Mixture of experts, rows of C floats: dst[i] = scale[i] · src[idx[i]] (gather), and
+     * dst[idx[i]] += scale[i] · src[i] (scatter-add; rows with the same idx added in order);
+     * scale = NULL means 1. idx and scale are device arrays of n. */
+    void (*rows_gather)(pt_backend *be, float *dst, const float *src, const int32_t *idx,
+                        const float *scale, int n, int C);
+    void (*rows_scatter_add)(pt_backend *be, float *dst, const float *src, const int32_t *idx,
+                             const float *scale, int n, int C);
+
     /* y += x (n) */
     void (*add)(pt_backend *be, float *y, const float *x, size_t n);
     /* x *= s (n) */

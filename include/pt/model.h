@@ -27,7 +27,17 @@ typedef struct {
     float norm_eps;
     int tied_embeddings;
     float init_std;
+    /* Mixture of experts (n_experts = 0: every layer dense). Layer l is MoE when l ≥
+     * moe_first_dense and (l − moe_first_dense) is a multiple of moe_every. */
+    int n_experts, top_k, moe_ffn_dim, moe_every, moe_first_dense, n_shared_experts;
+    float aux_loss_coef, z_loss_coef;
 } pt_model_config;
+
+/* Whether layer l of c is a mixture-of-experts layer. */
+static inline int pt_layer_is_moe(const pt_model_config *c, int l) {
+    return c->n_experts > 0 && l >= c->moe_first_dense &&
+           (l - c->moe_first_dense) % (c->moe_every > 0 ? c->moe_every : 1) == 0;
+}
 
 /* How tensor parallelism splits a tensor (used from the tensor-parallel issue on). */
 typedef enum {
@@ -57,6 +67,10 @@ typedef enum {
     PT_KIND_WDOWN,
     PT_KIND_FINAL_NORM,
     PT_KIND_HEAD,
+    PT_KIND_ROUTER,    /* MoE: the gate (E, C) */
+    PT_KIND_EXPERT_W1, /* MoE: expert gate projection (F_e, C); w1, w3, w2 adjacent per expert */
+    PT_KIND_EXPERT_W3, /* MoE: expert up projection (F_e, C) */
+    PT_KIND_EXPERT_W2, /* MoE: expert down projection (C, F_e) */
     PT_KIND_COUNT
 } pt_param_kind;
 
@@ -165,8 +179,10 @@ typedef struct {
     float *wqkv;      /* (q_dim + 2·kv_dim, C): q_proj, k_proj, v_proj stacked */
     float *wo;        /* (C, q_dim) */
     float *mlp_norm;  /* (C) */
-    float *wgu;       /* (2F, C): gate_proj, up_proj stacked */
-    float *wdown;     /* (C, F) */
+    float *wgu;       /* (2F, C): gate_proj, up_proj stacked; MoE: the shared experts' (or NULL) */
+    float *wdown;     /* (C, F); MoE: the shared experts' */
+    float *router;    /* MoE: (E, C) */
+    float *experts;   /* MoE: expert e's w1, w3 (2F_e, C) then w2 (C, F_e) at e · 3·F_e·C */
 } pt_layer_view;
 
 typedef struct {
@@ -218,6 +234,9 @@ typedef struct {
     float *rope_cos, *rope_sin; /* (max_seq_len, head_dim/2) device memory */
     pt_model_hooks hooks;
     int64_t attn_pairs; /* visible (query, key) pairs the attention computed, summed (counter) */
+    /* mixture of experts: the balancing losses' weight (1 / sequences of the global batch, set by
+     * the trainer) and their sums since the trainer last cleared them (objective units) */
+    double aux_scale, aux_loss, z_loss;
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);

@@ -21,6 +21,7 @@ typedef struct {
     int64_t step;      /* from 1 */
     double loss;       /* mean loss of this step's batch before its update */
     double grad_norm;  /* before clipping */
+    double aux_loss, z_loss; /* mixture of experts: the balancing losses (in the objective) */
     float lr;
     int64_t tokens;    /* tokens in the batch */
     double seconds;    /* wall time of the step */

@@ -63,7 +63,8 @@ static pt_status get_bool(const char *path, json_t *root, const char *key, int d
     return PT_OK;
 }
 
-/* model_type and architectures: at least one present, each that is present says Llama. */
+/* model_type and architectures: at least one present, each that is present says Llama (or
+ * Mixtral, Llama's mixture-of-experts sibling). */
 static pt_status check_model_kind(const char *path, json_t *root) {
     json_t *mt = value_of(root, "model_type"), *arch = value_of(root, "architectures");
     if (!mt && !arch)
@@ -71,8 +72,10 @@ static pt_status check_model_kind(const char *path, json_t *root) {
                          "%s: neither \"model_type\" nor \"architectures\" is present "
                          "(expected \"llama\" / [\"LlamaForCausalLM\"])",
                          path);
-    if (mt && (!json_is_string(mt) || strcmp(json_string_value(mt), "llama") != 0))
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"model_type\" must be \"llama\"", path);
+    if (mt && (!json_is_string(mt) || (strcmp(json_string_value(mt), "llama") != 0 &&
+                                       strcmp(json_string_value(mt), "mixtral") != 0)))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"model_type\" must be \"llama\" or \"mixtral\"",
+                         path);
     if (arch) {
         int found = 0;
         size_t i;
@@ -84,11 +87,13 @@ static pt_status check_model_kind(const char *path, json_t *root) {
             if (!json_is_string(a))
                 return pt_errorf(PT_ERR_CONFIG,
                                  "%s: key \"architectures\" must be an array of strings", path);
-            found |= strcmp(json_string_value(a), "LlamaForCausalLM") == 0;
+            found |= strcmp(json_string_value(a), "LlamaForCausalLM") == 0 ||
+                     strcmp(json_string_value(a), "MixtralForCausalLM") == 0;
         }
         if (!found)
             return pt_errorf(PT_ERR_CONFIG,
-                             "%s: key \"architectures\" does not list \"LlamaForCausalLM\"", path);
+                             "%s: key \"architectures\" lists neither \"LlamaForCausalLM\" nor "
+                             "\"MixtralForCausalLM\"", path);
     }
     return PT_OK;
 }
@@ -134,6 +139,19 @@ static pt_status parse(const char *path, json_t *root, pt_model_config *c) {
     PT_TRY(get_float(path, root, "rms_norm_eps", 1e-6f, &c->norm_eps));
     PT_TRY(get_bool(path, root, "tie_word_embeddings", 0, &c->tied_embeddings));
     PT_TRY(get_float(path, root, "initializer_range", 0.02f, &c->init_std));
+    /* mixture of experts (Mixtral names; the rest as DeepSeek's configs call them) */
+    PT_TRY(get_int(path, root, "num_local_experts", 0, 0, &c->n_experts));
+    PT_TRY(get_int(path, root, "num_experts_per_tok", 0, 2, &c->top_k));
+    PT_TRY(get_int(path, root, "moe_intermediate_size", 0, c->ffn_dim, &c->moe_ffn_dim));
+    PT_TRY(get_int(path, root, "moe_layer_freq", 0, 1, &c->moe_every));
+    c->moe_first_dense = 0;
+    c->n_shared_experts = 0;
+    json_t *fd = value_of(root, "first_k_dense_replace"), *ns = value_of(root, "n_shared_experts");
+    if (fd && json_is_integer(fd)) c->moe_first_dense = (int)json_integer_value(fd);
+    if (ns && json_is_integer(ns)) c->n_shared_experts = (int)json_integer_value(ns);
+    json_t *ac = value_of(root, "router_aux_loss_coef"), *zc = value_of(root, "router_z_loss_coef");
+    c->aux_loss_coef = ac && json_is_number(ac) ? (float)json_number_value(ac) : 0.0f;
+    c->z_loss_coef = zc && json_is_number(zc) ? (float)json_number_value(zc) : 0.0f;
     if (c->dim % c->n_heads != 0)
         return pt_errorf(
             PT_ERR_CONFIG,
@@ -247,6 +265,19 @@ pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
     set_key(root, "rope_theta", short_real(c->rope_theta));
     set_key(root, "tie_word_embeddings", json_boolean(c->tied_embeddings));
     set_key(root, "torch_dtype", json_string("float32"));
+    if (c->n_experts > 0) {
+        /* Mixtral's keys, and DeepSeek's for what Mixtral does not have */
+        json_array_set_new(arch, 0, json_string("MixtralForCausalLM"));
+        set_key(root, "model_type", json_string("mixtral"));
+        set_key(root, "num_local_experts", json_integer(c->n_experts));
+        set_key(root, "num_experts_per_tok", json_integer(c->top_k));
+        set_key(root, "moe_intermediate_size", json_integer(c->moe_ffn_dim));
+        set_key(root, "moe_layer_freq", json_integer(c->moe_every));
+        set_key(root, "first_k_dense_replace", json_integer(c->moe_first_dense));
+        set_key(root, "n_shared_experts", json_integer(c->n_shared_experts));
+        set_key(root, "router_aux_loss_coef", short_real(c->aux_loss_coef));
+        set_key(root, "router_z_loss_coef", short_real(c->z_loss_coef));
+    }
     set_key(root, "use_cache", json_true());
     set_key(root, "vocab_size", json_integer(c->vocab_size));
     char *s = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));

@@ -16,6 +16,8 @@
 
 #include "pt/model.h"
 
+#include "model/moe.h"
+
 /* Rows of logits processed at a time by the fused head + loss: enough rows that the head's
  * weight-gradient GEMM (K = rows) runs near peak (128 rows: ~200 GFLOP/s, 512: ~245 on 2 cores),
  * few enough that the chunk's logits stay small (512 × 50257 floats = 98 MiB). */
@@ -39,6 +41,7 @@ typedef struct {
     float *xn2;    /* (N,C) */
     float *gu;     /* (N,2F) */
     float *h;      /* (N,F) */
+    struct pt_moe_acts *moe; /* a mixture-of-experts layer's routing and experts' activations */
     /* zero bubble: what the deferred weight gradients need */
     float *z_dmlp, *z_dgu, *z_datt, *z_dqkv; /* (N,C), (N,2F), (N,C), (N, q+2kv) */
 } pt_layer_acts;
@@ -103,6 +106,18 @@ pt_status pt_model_config_check(const pt_model_config *c) {
                          "model.n_heads (%d) must be divisible by model.n_kv_heads (%d)", c->n_heads,
                          c->n_kv_heads);
     if (!(c->rope_theta > 0)) return pt_errorf(PT_ERR_CONFIG, "model.rope_theta must be > 0");
+    if (c->n_experts < 0) return pt_errorf(PT_ERR_CONFIG, "model.n_experts must be >= 0");
+    if (c->n_experts > 0) {
+        if (c->top_k < 1 || c->top_k > c->n_experts)
+            return pt_errorf(PT_ERR_CONFIG, "model.top_k = %d must be in [1, model.n_experts = %d]",
+                             c->top_k, c->n_experts);
+        if (c->moe_ffn_dim < 1) return pt_errorf(PT_ERR_CONFIG, "model.moe_ffn_dim must be > 0");
+        if (c->moe_every < 1) return pt_errorf(PT_ERR_CONFIG, "model.moe_every must be >= 1");
+        if (c->moe_first_dense < 0 || c->n_shared_experts < 0)
+            return pt_errorf(PT_ERR_CONFIG, "model.moe_first_dense and n_shared_experts must be >= 0");
+        if (!(c->aux_loss_coef >= 0) || !(c->z_loss_coef >= 0))
+            return pt_errorf(PT_ERR_CONFIG, "model.aux_loss_coef and z_loss_coef must be >= 0");
+    }
     if (!(c->norm_eps > 0)) return pt_errorf(PT_ERR_CONFIG, "model.norm_eps must be > 0");
     if (c->vocab_size > 65536)
         return pt_errorf(PT_ERR_CONFIG, "model.vocab_size %d exceeds 65536 (tokens are stored as uint16)",
@@ -255,11 +270,45 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
     head.kind = PT_KIND_HEAD;
     char name[96];
     pt_table_add(t, &cap, &embed, "model.embed_tokens.weight", -1, PT_PP_FIRST);
-    for (int l = 0; l < c->n_layers; l++)
-        for (size_t k = 0; k < sizeof layer / sizeof *layer; k++) {
+    int Fe = c->moe_ffn_dim, Fs = c->n_shared_experts * c->moe_ffn_dim;
+    const pt_tensor_spec moe[] = {
+        {PT_KIND_ROUTER, "block_sparse_moe.gate.weight", c->n_experts, C, c->n_experts, C, 0, 0,
+         c->n_experts, first, PT_TP_REPLICATED},
+        {PT_KIND_WGATE, "block_sparse_moe.shared_experts.gate_proj.weight", Fs, C, Fs, C, 0, 0, Fs,
+         first, PT_TP_REPLICATED},
+        {PT_KIND_WUP, "block_sparse_moe.shared_experts.up_proj.weight", Fs, C, Fs, C, 0, 0, Fs, first,
+         PT_TP_REPLICATED},
+        {PT_KIND_WDOWN, "block_sparse_moe.shared_experts.down_proj.weight", C, Fs, C, Fs, 0, 0, C,
+         first, PT_TP_REPLICATED},
+    };
+    const pt_tensor_spec expert[] = {
+        {PT_KIND_EXPERT_W1, "w1", Fe, C, Fe, C, 0, 0, Fe, first, PT_TP_REPLICATED},
+        {PT_KIND_EXPERT_W3, "w3", Fe, C, Fe, C, 0, 0, Fe, first, PT_TP_REPLICATED},
+        {PT_KIND_EXPERT_W2, "w2", C, Fe, C, Fe, 0, 0, C, first, PT_TP_REPLICATED},
+    };
+    for (int l = 0; l < c->n_layers; l++) {
+        int is_moe = pt_layer_is_moe(c, l);
+        /* a MoE layer: attention and its norm as usual (the first 6), then router, shared
+         * experts (when there are any) and the experts */
+        size_t n_dense = is_moe ? 6 : sizeof layer / sizeof *layer;
+        for (size_t k = 0; k < n_dense; k++) {
             snprintf(name, sizeof name, "model.layers.%d.%s", l, layer[k].suffix);
             pt_table_add(t, &cap, &layer[k], name, l, PT_PP_LAYER);
         }
+        if (!is_moe) continue;
+        for (size_t k = 0; k < 4; k++) {
+            if (k > 0 && Fs == 0) break;
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, moe[k].suffix);
+            pt_table_add(t, &cap, &moe[k], name, l, PT_PP_LAYER);
+        }
+        for (int e = 0; e < c->n_experts; e++)
+            for (size_t k = 0; k < 3; k++) {
+                snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l,
+                         e, expert[k].suffix);
+                pt_table_add(t, &cap, &expert[k], name, l, PT_PP_LAYER);
+                t->p[t->n - 1].expert = e;
+            }
+    }
     pt_table_add(t, &cap, &norm, "model.norm.weight", -1, PT_PP_LAST);
     if (!c->tied_embeddings) pt_table_add(t, &cap, &head, "lm_head.weight", -1, PT_PP_LAST);
     for (int i = 0; i < t->n; i++)
@@ -388,6 +437,12 @@ static void pt_view_set(pt_model_view *v, const pt_param *p, float *ptr, int tie
     case PT_KIND_WGATE: lv->wgu = ptr; break;
     case PT_KIND_WUP: break; /* adjacent to gate */
     case PT_KIND_WDOWN: lv->wdown = ptr; break;
+    case PT_KIND_ROUTER: lv->router = ptr; break;
+    case PT_KIND_EXPERT_W1:
+        if (p->expert == 0) lv->experts = ptr;
+        break;
+    case PT_KIND_EXPERT_W3:
+    case PT_KIND_EXPERT_W2: break; /* adjacent to expert 0's w1, in order */
     default: PT_ASSERT(0);
     }
 }
@@ -575,6 +630,7 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
         la->xn2 = PT_TAKE(N * C);
         la->gu = PT_TAKE(N * 2 * F);
         la->h = PT_TAKE(N * F);
+        if (pt_layer_is_moe(c, ch.l0 + l)) la->moe = pt_moe_acts_create(m, (int)N);
         if (zb) {
             la->z_dmlp = PT_TAKE(N * C);
             la->z_dgu = PT_TAKE(N * 2 * F);
@@ -611,6 +667,7 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
 #undef PT_TAKE
     PT_ASSERT((size_t)(p - a->block) <= total);
     a->bytes = (size_t)(p - a->block) * sizeof(float); /* what the arrays use */
+    for (int l = 0; l < nl; l++) a->bytes += pt_moe_acts_bytes(a->layers[l].moe);
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
@@ -624,6 +681,7 @@ float *pt_acts_grad(pt_acts *a) { return a->dx; }
 void pt_acts_free(const pt_model *m, pt_acts *a) {
     if (!a) return;
     m->be->free(m->be, a->block);
+    for (int l = 0; l < a->l1 - a->l0; l++) pt_moe_acts_free(m, a->layers[l].moe);
     free(a->layers);
     free(a->pos);
     m->be->free(m->be, a->d_pos);
@@ -877,6 +935,12 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
                      C);
         }
         pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
+        if (la->moe) { /* xnext = xmid + the experts' output */
+            be->copy(be, xnext, la->xmid, RC);
+            pt_moe_forward(m, la->moe, w, la->xn2, xnext, a->B, a->T);
+            pt_release(m, l + 1, PT_USE_PARAMS, 0);
+            continue;
+        }
         /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F) -> h (N,F) */
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, 2 * F, C, 1.0f, la->xn2, C, w->wgu, C, 0.0f, la->gu,
                  2 * F);
@@ -1023,17 +1087,26 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
     const pt_layer_view *g = &m->g.layers[l];
     int now = part == PT_BWD_ALL;
     if (part == PT_BWD_WEIGHT) {
-        /* the four weight gradients from the kept operands */
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, la->z_dmlp, C, la->h, F, 1.0f, g->wdown, F);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, la->z_dgu, 2 * F, la->xn2, C, 1.0f,
-                 g->wgu, C);
+        /* the weight gradients from the kept operands (a MoE layer's ran with its input part) */
+        if (!la->moe) {
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, la->z_dmlp, C, la->h, F, 1.0f, g->wdown, F);
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, la->z_dgu, 2 * F, la->xn2, C, 1.0f,
+                     g->wgu, C);
+        }
         be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, la->z_datt, C, la->att, q, 1.0f, g->wo, q);
     }
     pt_attn_shape as = pt_attn_shape_for(m, a);
     const float *dqkv = a->dqkv;
+    if (part != PT_BWD_WEIGHT && la->moe) {
+        be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
+        pt_moe_backward(m, la->moe, w, g, la->xn2, a->dx, a->dxn, a->B, a->T);
+        float *dw2 = pt_norm_dw(m, a, g->mlp_norm, 0);
+        be->rmsnorm_backward(be, a->dx, dw2, a->dxn, la->xmid, w->mlp_norm, la->rstd2, R, C);
+    }
     if (part != PT_BWD_WEIGHT) {
         /* MLP: dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
-        const float *dfull = pt_full_grad(m, a, N);
+        const float *dfull = la->moe ? NULL : pt_full_grad(m, a, N);
+        if (la->moe) goto attention;
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, F, C, 1.0f, dfull, C, w->wdown, F, 0.0f, a->dh, F);
         if (now)
             be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, dfull, C, la->h, F, 1.0f, g->wdown, F);
@@ -1053,6 +1126,7 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
         pt_tp_reduce(m, a->dxn, N, C);
         float *dw2 = pt_norm_dw(m, a, g->mlp_norm, 0);
         be->rmsnorm_backward(be, a->dx, dw2, a->dxn, la->xmid, w->mlp_norm, la->rstd2, R, C);
+    attention:
         /* attention output: datt (N,q) = dx · Wo; dWo (C,q) += dxᵀ · att */
         dfull = pt_full_grad(m, a, N);
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, q, C, 1.0f, dfull, C, w->wo, q, 0.0f, a->datt, q);
@@ -1161,8 +1235,13 @@ double pt_model_flops_per_token(const pt_model_config *c, int T) {
      * forward per head, the backward 2x the forward. Embedding lookups are not FLOPs. */
     int hd = c->dim / c->n_heads;
     double q = (double)c->n_heads * hd, kv = (double)c->n_kv_heads * hd;
-    double per_layer = (double)c->dim * (q + 2 * kv) + q * c->dim + 3.0 * c->dim * c->ffn_dim;
-    double matrices = per_layer * c->n_layers + (double)c->vocab_size * c->dim;
+    double attn_mats = (double)c->dim * (q + 2 * kv) + q * c->dim, matrices = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        matrices += attn_mats + (pt_layer_is_moe(c, l)
+                                     ? (double)c->dim * c->n_experts + 3.0 * c->dim * c->moe_ffn_dim *
+                                                                         (c->top_k + c->n_shared_experts)
+                                     : 3.0 * c->dim * c->ffn_dim); /* active parameters */
+    matrices += (double)c->vocab_size * c->dim;
     double attn = c->n_layers * c->n_heads * (2.0 * 2.0 * hd * (T / 2.0));
     return 6.0 * matrices + 3.0 * attn;
 }

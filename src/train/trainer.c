@@ -58,6 +58,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         PT_TRY(pt_hf_config_read(path, &hf));
         cfg->model = hf;
     }
+    if (cfg->model.n_experts > 0 && cfg->model.moe_ffn_dim == 0)
+        cfg->model.moe_ffn_dim = cfg->model.ffn_dim;
     if (cfg->training.seq_len > cfg->model.max_seq_len)
         return pt_errorf(PT_ERR_CONFIG, "training.seq_len (%d) exceeds model.max_seq_len (%d)",
                          cfg->training.seq_len, cfg->model.max_seq_len);
@@ -124,6 +126,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
             par.kv_comm = t->mesh->kv;
         }
     }
+    if (cfg->model.n_experts > 0 && (cfg->parallel.tp > 1 || cfg->parallel.cp > 1))
+        return pt_errorf(PT_ERR_CONFIG, "model.n_experts > 0 with parallel.tp or cp > 1: this version "
+                         "runs mixture-of-experts models with data and pipeline parallelism only");
     /* context parallelism: this rank's share of every sequence */
     int cp = t->mesh ? t->mesh->deg.cp : 1;
     if (cp > 1) {
@@ -428,6 +433,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     else
         pt_model_zero_grads(&t->model);
     double loss_sum = 0;
+    t->model.aux_scale = 1.0 / G; /* the balancing losses: a mean over the batch's sequences */
+    t->model.aux_loss = t->model.z_loss = 0;
     /* this rank's rows of the global batch, [dp_rank·per_rank, (dp_rank+1)·per_rank), and of
      * each row its tokens (context parallelism: those at its positions) */
     for (int b = 0; b < per_rank; b++) {
@@ -462,12 +469,15 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     /* Σ g² over what this rank owns (replicas counted once); with ZeRO the data ranks own
      * disjoint parts, the tp ranks always do: each sums over its group */
     double sumsq = pt_grad_sumsq_owned(&t->opt, &t->model);
+    double aux[2] = {t->model.aux_loss, t->model.z_loss};
     if (t->dpc) {
-        double red[2] = {loss_sum, t->dp.zero ? sumsq : 0.0};
-        pt_allreduce_sum(t->dpc, red, 2, PT_DTYPE_F64);
+        double red[4] = {loss_sum, t->dp.zero ? sumsq : 0.0, aux[0], aux[1]};
+        pt_allreduce_sum(t->dpc, red, 4, PT_DTYPE_F64);
         loss_sum = red[0];
         if (t->dp.zero) sumsq = red[1];
+        aux[0] = red[2], aux[1] = red[3];
     }
+    if (t->pipe.model) pt_allreduce_sum(t->mesh->pp, aux, 2, PT_DTYPE_F64); /* per stage */
     if (t->model.par.tp > 1) pt_allreduce_sum(t->model.par.tp_comm, &sumsq, 1, PT_DTYPE_F64);
     if (t->pipe.model) pt_allreduce_sum(t->mesh->pp, &sumsq, 1, PT_DTYPE_F64);
     double norm = sqrt(sumsq);
@@ -487,6 +497,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->step = t->step;
     s->loss = n_valid > 0 ? loss_sum / (double)n_valid : 0.0;
     s->grad_norm = norm;
+    s->aux_loss = aux[0];
+    s->z_loss = aux[1];
     s->lr = lr;
     s->tokens = (int64_t)G * T;
     s->seconds = pt_now() - t0;
@@ -636,6 +648,8 @@ static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stat
             "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld",
             (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
             s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes());
+    if (t->cfg.model.n_experts > 0)
+        fprintf(t->metrics, ", \"aux_loss\": %.9g, \"z_loss\": %.9g", s->aux_loss, s->z_loss);
     if (s->n_stages) {
         fprintf(t->metrics, ", \"pp_idle\": [");
         for (int i = 0; i < s->n_stages; i++) fprintf(t->metrics, "%s%.4f", i ? ", " : "", s->idle[i]);

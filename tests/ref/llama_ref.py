@@ -118,6 +118,10 @@ class Cfg:
         self.hd = dim // heads
         if self.hd % 2:
             raise ValueError("head dim must be even")
+        # mixture of experts (Mixtral layout, every layer; 0 experts = dense)
+        self.experts, self.topk, self.moe_ffn, self.shared = 0, 2, ffn, 0
+        self.aux, self.zloss = 0.0, 0.0
+        self.aux_sum = 0.0  # the last forward's balancing losses, summed over its sequences
 
 
 def param_names(cfg):
@@ -131,10 +135,16 @@ def param_names(cfg):
             p + "self_attn.v_proj.weight",
             p + "self_attn.o_proj.weight",
             p + "post_attention_layernorm.weight",
-            p + "mlp.gate_proj.weight",
-            p + "mlp.up_proj.weight",
-            p + "mlp.down_proj.weight",
         ]
+        if not cfg.experts:
+            names += [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight"]
+            continue
+        m = p + "block_sparse_moe."
+        names.append(m + "gate.weight")
+        if cfg.shared:
+            names += [m + "shared_experts.%s_proj.weight" % w for w in ("gate", "up", "down")]
+        for e in range(cfg.experts):
+            names += [m + "experts.%d.%s.weight" % (e, w) for w in ("w1", "w3", "w2")]
     names.append("model.norm.weight")
     if not cfg.tied:
         names.append("lm_head.weight")
@@ -153,6 +163,13 @@ def param_shape(cfg, name):
         return (cfg.kv_heads * hd, C)
     if name.endswith("o_proj.weight"):
         return (C, cfg.heads * hd)
+    if name.endswith("block_sparse_moe.gate.weight"):
+        return (cfg.experts, C)
+    if "shared_experts" in name:
+        Fs = cfg.shared * cfg.moe_ffn
+        return (C, Fs) if name.endswith("down_proj.weight") else (Fs, C)
+    if ".experts." in name:
+        return (C, cfg.moe_ffn) if name.endswith("w2.weight") else (cfg.moe_ffn, C)
     if name.endswith("gate_proj.weight") or name.endswith("up_proj.weight"):
         return (F_, C)
     if name.endswith("down_proj.weight"):
@@ -195,9 +212,41 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def moe_block(params, m, h, cfg):
+    """Mixtral's sparse MoE block (softmax router, top-k renormalised), shared experts, and the
+    balancing losses per sequence (added to cfg.aux_sum): aux = coef·E·Σ_e f_e·P_e, f_e the
+    sequence's share of token-slots routed to e, P_e its mean probability of e; z = coef·mean
+    logsumexp(logits)²."""
+    B, T, C = h.shape
+    E, k = cfg.experts, cfg.topk
+    logits = F.linear(h, params[m + "gate.weight"])  # (B, T, E)
+    probs = torch.softmax(logits, dim=-1)
+    wsel, sel = torch.topk(probs, k, dim=-1)  # (B, T, k); the test data has no ties
+    wsel = wsel / wsel.sum(-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(E):
+        w1 = params[m + "experts.%d.w1.weight" % e]
+        w3 = params[m + "experts.%d.w3.weight" % e]
+        w2 = params[m + "experts.%d.w2.weight" % e]
+        y = F.linear(F.silu(F.linear(h, w1)) * F.linear(h, w3), w2)  # every token (dense, exact)
+        gate = (wsel * (sel == e).to(h.dtype)).sum(-1, keepdim=True)  # 0 where e is not chosen
+        out = out + gate * y
+    if cfg.shared:
+        s = F.silu(F.linear(h, params[m + "shared_experts.gate_proj.weight"])) * F.linear(
+            h, params[m + "shared_experts.up_proj.weight"])
+        out = out + F.linear(s, params[m + "shared_experts.down_proj.weight"])
+    f = F.one_hot(sel, E).to(h.dtype).sum(2).mean(1) / k  # (B, E): detached by construction
+    P = probs.mean(1)  # (B, E)
+    cfg.aux_sum = cfg.aux_sum + cfg.aux * E * (f * P).sum()
+    cfg.aux_sum = cfg.aux_sum + cfg.zloss * (torch.logsumexp(logits, -1) ** 2).mean(1).sum()
+    return out
+
+
 def forward(params, tokens, cfg):
-    """tokens (B, T) int64 -> logits (B, T, V) in the parameters' dtype."""
+    """tokens (B, T) int64 -> logits (B, T, V) in the parameters' dtype. A MoE model's balancing
+    losses, summed over the sequences, are left in cfg.aux_sum."""
     B, T = tokens.shape
+    cfg.aux_sum = 0.0
     H, KV, hd = cfg.heads, cfg.kv_heads, cfg.hd
     dtype = params["model.embed_tokens.weight"].dtype
     x = F.embedding(tokens, params["model.embed_tokens.weight"])
@@ -221,6 +270,9 @@ def forward(params, tokens, cfg):
         y = torch.matmul(att, v).transpose(1, 2).reshape(B, T, H * hd)
         x = x + F.linear(y, params[p + "self_attn.o_proj.weight"])
         h = rms_norm(x, params[p + "post_attention_layernorm.weight"], cfg.eps)
+        if cfg.experts:
+            x = x + moe_block(params, p + "block_sparse_moe.", h, cfg)
+            continue
         m = F.silu(F.linear(h, params[p + "mlp.gate_proj.weight"])) * F.linear(
             h, params[p + "mlp.up_proj.weight"])
         x = x + F.linear(m, params[p + "mlp.down_proj.weight"])
@@ -250,7 +302,7 @@ def loss_and_grads(params0, tokens, targets, cfg, dtype, micro=None):
     for b0 in range(0, B, micro):
         lg = forward(P, tokens[b0:b0 + micro], cfg)
         l = loss_sum(lg, targets[b0:b0 + micro]) / nvalid
-        l.backward()
+        (l + cfg.aux_sum / B).backward()  # the balancing losses: a mean over the sequences
         total += l.detach()
         logits_all.append(lg.detach())
     return torch.cat(logits_all, 0), total, {k: v.grad.detach().clone() for k, v in P.items()}
@@ -293,7 +345,7 @@ def train(params0, tokens, targets, cfg, a):
         for b0 in range(0, B, micro):
             lg = forward(P, tk[b0:b0 + micro], cfg)
             l = loss_sum(lg, tg[b0:b0 + micro]) / nvalid
-            l.backward()
+            (l + cfg.aux_sum / B).backward()
             tot += float(l.detach())
         if a.clip > 0:
             gn = torch.nn.utils.clip_grad_norm_(plist, a.clip)
@@ -487,6 +539,12 @@ def parse_args(argv):
     ap.add_argument("--ignore-frac", type=float, default=0.1)
     ap.add_argument("--micro-batch", type=int, default=0,
                     help="micro-batch size (0 or >= batch: no accumulation)")
+    ap.add_argument("--experts", type=int, default=0, help="MoE: experts per layer (0 = dense)")
+    ap.add_argument("--topk", type=int, default=2)
+    ap.add_argument("--moe-ffn", type=int, default=0)
+    ap.add_argument("--shared", type=int, default=0, help="MoE: shared experts")
+    ap.add_argument("--aux", type=float, default=0.0, help="MoE: aux loss coefficient")
+    ap.add_argument("--zloss", type=float, default=0.0, help="MoE: z-loss coefficient")
     ap.add_argument("--selfcheck", action="store_true")
     a = ap.parse_args(argv)
     if not a.out and not a.selfcheck:
@@ -502,6 +560,8 @@ def parse_args(argv):
 
 def generate(a):
     cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied)
+    cfg.experts, cfg.topk, cfg.moe_ffn, cfg.shared = a.experts, a.topk, a.moe_ffn or a.ffn, a.shared
+    cfg.aux, cfg.zloss = a.aux, a.zloss
     params = init_params(cfg, a.seed)
     tokens, targets = make_data(cfg, a.steps, a.batch, a.seq, a.seed, a.ignore_frac)
 
@@ -531,6 +591,11 @@ def generate(a):
         "bos_token_id": 1,
         "eos_token_id": 2,
     }
+    if cfg.experts:
+        config.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+                       "num_local_experts": cfg.experts, "num_experts_per_tok": cfg.topk,
+                       "moe_intermediate_size": cfg.moe_ffn, "n_shared_experts": cfg.shared,
+                       "router_aux_loss_coef": cfg.aux, "router_z_loss_coef": cfg.zloss})
     cfg_path = os.path.join(mdir, "config.json")
     with open(cfg_path, "w") as f:
         json.dump(config, f, indent=2)

@@ -258,6 +258,28 @@ void pt_cpu_xent_grad(pt_backend *be, float *logits, const int32_t *targets, int
     }
 }
 
+void pt_cpu_rows_gather(pt_backend *be, float *dst, const float *src, const int32_t *idx,
+                        const float *scale, int n, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static) if ((int64_t)n * C >= PAR_MIN)
+    for (int i = 0; i < n; i++) {
+        const float *x = src + (size_t)idx[i] * C;
+        float *y = dst + (size_t)i * C, sc = scale ? scale[i] : 1.0f;
+        for (int c = 0; c < C; c++) y[c] = sc * x[c];
+    }
+}
+
+void pt_cpu_rows_scatter_add(pt_backend *be, float *dst, const float *src, const int32_t *idx,
+                             const float *scale, int n, int C) {
+    (void)be;
+    /* sequential over rows: several rows may add into one (deterministic order) */
+    for (int i = 0; i < n; i++) {
+        float *y = dst + (size_t)idx[i] * C, sc = scale ? scale[i] : 1.0f;
+        const float *x = src + (size_t)i * C;
+        for (int c = 0; c < C; c++) y[c] += sc * x[c];
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Vector helpers */
 

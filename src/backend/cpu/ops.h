@@ -43,6 +43,10 @@ void pt_cpu_swiglu_backward(pt_backend *be, float *dgu, const float *dh, const f
 
 void pt_cpu_attention_merge(pt_backend *be, float *out, float *lse, const float *ob,
                             const float *lb, int B, int T, int H, int hd, int ldo);
+void pt_cpu_rows_gather(pt_backend *be, float *dst, const float *src, const int32_t *idx,
+                        const float *scale, int n, int C);
+void pt_cpu_rows_scatter_add(pt_backend *be, float *dst, const float *src, const int32_t *idx,
+                             const float *scale, int n, int C);
 void pt_cpu_xent_stats(pt_backend *be, const float *logits, const int32_t *targets, int n, int V,
                        int ld, int v0, float *stats);
 void pt_cpu_xent_grad(pt_backend *be, float *logits, const int32_t *targets, int n, int V, int ld,

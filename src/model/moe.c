@@ -1,0 +1,260 @@
+/* moe.c: the mixture-of-experts MLP of a layer (Mixtral convention), forward and backward.
+ *
+ * Router: logits = xn · Gᵀ (N, E), p = softmax(logits), each token's top_k experts (ties to the
+ * lower index), weights p / Σ p over the chosen (renormalised). The token-slots are sorted by
+ * expert, their rows gathered, and each expert runs one grouped SwiGLU over its rows; the results
+ * are added back, weighted, into the residual stream. Shared experts (a dense SwiGLU every token
+ * passes through) are added too.
+ *
+ * Load-balancing losses, computed per sequence so that any split of a batch over micro-batches
+ * and ranks gives the same step (a batch's statistics would not split), each averaged over the
+ * sequences of the global batch (m->aux_scale = 1/sequences):
+ *   aux = aux_loss_coef · E · Σₑ fₑ·Pₑ, fₑ the sequence's share of token-slots routed to e, Pₑ
+ *         its mean router probability of e (gradient through P only);
+ *   z   = z_loss_coef · mean over the sequence's tokens of logsumexp(logits)².
+ * Routing decisions are made on the host (the router's probabilities are downloaded).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/moe.h"
+
+struct pt_moe_acts {
+    int N, k, E, Fe;
+    float *probs;          /* (N, E) host */
+    float *zlse;           /* (N) host: logsumexp of each token's logits */
+    int32_t *sel;          /* (N, k) host: chosen experts */
+    float *w;              /* (N, k) host: their renormalised weights */
+    int32_t *off;          /* (E + 1) host: first sorted slot of each expert */
+    int32_t *slot_tok;     /* (N·k) host: token of each sorted slot; slot_j: its place in the top-k */
+    int32_t *slot_j;
+    int32_t *d_tok;        /* (N·k) device copies */
+    float *d_w;
+    float *logits;         /* (N, E) device */
+    float *xg, *gu, *h, *y; /* sorted slots: gathered inputs (C), [gate|up] (2Fe), hidden (Fe), out (C) */
+    float *gu_s, *h_s;     /* shared experts (N, 2Fs), (N, Fs) */
+    float *dy, *dh, *dgu, *dxg; /* backward scratch */
+    size_t bytes;
+};
+
+static float *pt_dev(pt_backend *be, size_t n, size_t *bytes) {
+    *bytes += (n ? n : 1) * sizeof(float);
+    return be->alloc(be, (n ? n : 1) * sizeof(float));
+}
+
+pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
+    const pt_model_config *c = &m->cfg;
+    pt_backend *be = m->be;
+    pt_moe_acts *a = pt_calloc(1, sizeof *a);
+    int k = c->top_k, E = c->n_experts, Fe = c->moe_ffn_dim, C = c->dim;
+    size_t Fs = (size_t)c->n_shared_experts * Fe, S = (size_t)N * k;
+    a->N = N, a->k = k, a->E = E, a->Fe = Fe;
+    a->probs = pt_calloc((size_t)N * E, sizeof(float));
+    a->zlse = pt_calloc((size_t)N, sizeof(float));
+    a->sel = pt_calloc(S, sizeof(int32_t));
+    a->w = pt_calloc(S, sizeof(float));
+    a->off = pt_calloc((size_t)E + 1, sizeof(int32_t));
+    a->slot_tok = pt_calloc(S, sizeof(int32_t));
+    a->slot_j = pt_calloc(S, sizeof(int32_t));
+    a->d_tok = be->alloc(be, S * sizeof(int32_t));
+    a->d_w = pt_dev(be, S, &a->bytes);
+    a->logits = pt_dev(be, (size_t)N * E, &a->bytes);
+    a->xg = pt_dev(be, S * C, &a->bytes);
+    a->gu = pt_dev(be, S * 2 * Fe, &a->bytes);
+    a->h = pt_dev(be, S * Fe, &a->bytes);
+    a->y = pt_dev(be, S * C, &a->bytes);
+    a->gu_s = pt_dev(be, (size_t)N * 2 * Fs, &a->bytes);
+    a->h_s = pt_dev(be, (size_t)N * Fs, &a->bytes);
+    a->dy = pt_dev(be, S * C, &a->bytes);
+    a->dh = pt_dev(be, S * Fe + (size_t)N * Fs, &a->bytes);
+    a->dgu = pt_dev(be, S * 2 * Fe + (size_t)N * 2 * Fs, &a->bytes);
+    a->dxg = pt_dev(be, S * C, &a->bytes);
+    return a;
+}
+
+void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
+    if (!a) return;
+    pt_backend *be = m->be;
+    float *dev[] = {a->d_w, a->logits, a->xg, a->gu, a->h, a->y, a->gu_s, a->h_s, a->dy, a->dh,
+                    a->dgu, a->dxg};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) be->free(be, dev[i]);
+    be->free(be, a->d_tok);
+    free(a->probs), free(a->zlse), free(a->sel), free(a->w), free(a->off), free(a->slot_tok);
+    free(a->slot_j);
+    free(a);
+}
+
+size_t pt_moe_acts_bytes(const pt_moe_acts *a) { return a ? a->bytes : 0; }
+
+/* softmax, logsumexp and the top-k of each token, on the host */
+static void pt_route(pt_moe_acts *a, const float *logits) {
+    int N = a->N, E = a->E, k = a->k;
+    for (int t = 0; t < N; t++) {
+        const float *x = logits + (size_t)t * E;
+        float *p = a->probs + (size_t)t * E, mx = -INFINITY;
+        for (int e = 0; e < E; e++) mx = x[e] > mx ? x[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < E; e++) sum += p[e] = expf(x[e] - mx);
+        for (int e = 0; e < E; e++) p[e] = (float)(p[e] / sum);
+        a->zlse[t] = (float)(mx + log(sum));
+        /* top-k by repeated selection: the largest not yet chosen, the lower index on ties */
+        double s = 0;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++) taken |= a->sel[(size_t)t * k + i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            a->sel[(size_t)t * k + j] = best;
+            s += p[best];
+        }
+        for (int j = 0; j < k; j++) a->w[(size_t)t * k + j] = (float)(p[a->sel[(size_t)t * k + j]] / s);
+    }
+    /* the slots sorted by expert (stable: by token within an expert) */
+    memset(a->off, 0, (size_t)(E + 1) * sizeof *a->off);
+    for (int i = 0; i < N * k; i++) a->off[a->sel[i] + 1]++;
+    for (int e = 0; e < E; e++) a->off[e + 1] += a->off[e];
+    int32_t *fill = pt_malloc((size_t)E * sizeof *fill);
+    memcpy(fill, a->off, (size_t)E * sizeof *fill);
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < k; j++) {
+            int at = fill[a->sel[(size_t)t * k + j]]++;
+            a->slot_tok[at] = t;
+            a->slot_j[at] = j;
+        }
+    free(fill);
+}
+
+double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
+                      float *out, int B, int T) {
+    pt_backend *be = m->be;
+    const pt_model_config *c = &m->cfg;
+    int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim, S = N * k;
+    int Fs = c->n_shared_experts * Fe;
+    /* router */
+    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, E, C, 1.0f, xn, C, w->router, C, 0.0f, a->logits, E);
+    float *hl = pt_malloc((size_t)N * E * sizeof(float));
+    be->download(be, hl, a->logits, (size_t)N * E * sizeof(float));
+    pt_route(a, hl);
+    free(hl);
+    float *sw = pt_malloc((size_t)S * sizeof(float));
+    for (int i = 0; i < S; i++) sw[i] = a->w[(size_t)a->slot_tok[i] * k + a->slot_j[i]];
+    be->upload(be, a->d_tok, a->slot_tok, (size_t)S * sizeof(int32_t));
+    be->upload(be, a->d_w, sw, (size_t)S * sizeof(float));
+    free(sw);
+    /* each expert's rows: one grouped SwiGLU */
+    be->rows_gather(be, a->xg, xn, a->d_tok, NULL, S, C);
+    for (int e = 0; e < E; e++) {
+        int o = a->off[e], n = a->off[e + 1] - o;
+        if (n == 0) continue; /* an expert no token chose */
+        const float *w13 = w->experts + (size_t)e * 3 * Fe * C, *w2 = w13 + (size_t)2 * Fe * C;
+        be->gemm(be, PT_NO_TRANS, PT_TRANS, n, 2 * Fe, C, 1.0f, a->xg + (size_t)o * C, C, w13, C, 0.0f,
+                 a->gu + (size_t)o * 2 * Fe, 2 * Fe);
+        be->swiglu_forward(be, a->h + (size_t)o * Fe, a->gu + (size_t)o * 2 * Fe, n, Fe);
+        be->gemm(be, PT_NO_TRANS, PT_TRANS, n, C, Fe, 1.0f, a->h + (size_t)o * Fe, Fe, w2, Fe, 0.0f,
+                 a->y + (size_t)o * C, C);
+    }
+    be->rows_scatter_add(be, out, a->y, a->d_tok, a->d_w, S, C);
+    if (Fs > 0) {
+        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, 2 * Fs, C, 1.0f, xn, C, w->wgu, C, 0.0f, a->gu_s, 2 * Fs);
+        be->swiglu_forward(be, a->h_s, a->gu_s, N, Fs);
+        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, Fs, 1.0f, a->h_s, Fs, w->wdown, Fs, 1.0f, out, C);
+    }
+    /* the balancing losses of this micro-batch's sequences, in units of the objective */
+    double aux = 0, z = 0;
+    for (int b = 0; b < B; b++) {
+        for (int e = 0; e < E; e++) {
+            double f = 0, P = 0;
+            for (int t = b * T; t < (b + 1) * T; t++) {
+                P += a->probs[(size_t)t * E + e];
+                for (int j = 0; j < k; j++) f += a->sel[(size_t)t * k + j] == e;
+            }
+            aux += (f / ((double)T * k)) * (P / T);
+        }
+        for (int t = b * T; t < (b + 1) * T; t++) z += (double)a->zlse[t] * a->zlse[t] / T;
+    }
+    m->aux_loss += c->aux_loss_coef * E * aux * m->aux_scale;
+    m->z_loss += c->z_loss_coef * z * m->aux_scale;
+    return 0;
+}
+
+void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const pt_layer_view *g,
+                     const float *xn, const float *dout, float *dxn, int B, int T) {
+    pt_backend *be = m->be;
+    const pt_model_config *c = &m->cfg;
+    int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim, S = N * k;
+    int Fs = c->n_shared_experts * Fe;
+    /* experts: dY = w · dout of each slot's token */
+    be->rows_gather(be, a->dy, dout, a->d_tok, a->d_w, S, C);
+    be->zero(be, a->dxg, (size_t)S * C * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int o = a->off[e], n = a->off[e + 1] - o;
+        if (n == 0) continue;
+        const float *w13 = w->experts + (size_t)e * 3 * Fe * C, *w2 = w13 + (size_t)2 * Fe * C;
+        float *g13 = g->experts + (size_t)e * 3 * Fe * C, *g2 = g13 + (size_t)2 * Fe * C;
+        const float *dy = a->dy + (size_t)o * C, *h = a->h + (size_t)o * Fe;
+        float *dh = a->dh + (size_t)o * Fe, *dgu = a->dgu + (size_t)o * 2 * Fe;
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, Fe, n, 1.0f, dy, C, h, Fe, 1.0f, g2, Fe);
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, Fe, C, 1.0f, dy, C, w2, Fe, 0.0f, dh, Fe);
+        be->swiglu_backward(be, dgu, dh, a->gu + (size_t)o * 2 * Fe, n, Fe);
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * Fe, C, n, 1.0f, dgu, 2 * Fe, a->xg + (size_t)o * C, C,
+                 1.0f, g13, C);
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * Fe, 1.0f, dgu, 2 * Fe, w13, C, 0.0f,
+                 a->dxg + (size_t)o * C, C);
+    }
+    be->rows_scatter_add(be, dxn, a->dxg, a->d_tok, NULL, S, C);
+    if (Fs > 0) {
+        float *dh = a->dh + (size_t)S * Fe, *dgu = a->dgu + (size_t)S * 2 * Fe;
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, Fs, C, 1.0f, dout, C, w->wdown, Fs, 0.0f, dh, Fs);
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, Fs, N, 1.0f, dout, C, a->h_s, Fs, 1.0f, g->wdown, Fs);
+        be->swiglu_backward(be, dgu, dh, a->gu_s, N, Fs);
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * Fs, 1.0f, dgu, 2 * Fs, w->wgu, C, 1.0f, dxn, C);
+        be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * Fs, C, N, 1.0f, dgu, 2 * Fs, xn, C, 1.0f, g->wgu, C);
+    }
+    /* the router: the weights' gradient (dout · y of each slot), through the renormalisation, the
+     * balancing losses and the softmax */
+    float *hd = pt_malloc((size_t)N * C * sizeof(float)), *hy = pt_malloc((size_t)S * C * sizeof(float));
+    be->download(be, hd, dout, (size_t)N * C * sizeof(float));
+    be->download(be, hy, a->y, (size_t)S * C * sizeof(float));
+    double *dw = pt_calloc((size_t)S, sizeof(double));
+    for (int i = 0; i < S; i++) {
+        const float *x = hd + (size_t)a->slot_tok[i] * C, *y = hy + (size_t)i * C;
+        double s = 0;
+        for (int d = 0; d < C; d++) s += (double)x[d] * y[d];
+        dw[(size_t)a->slot_tok[i] * k + a->slot_j[i]] = s;
+    }
+    float *dl = pt_malloc((size_t)N * E * sizeof(float));
+    double *dp = pt_malloc((size_t)E * sizeof(double));
+    double aux_c = c->aux_loss_coef * E * m->aux_scale, z_c = c->z_loss_coef * m->aux_scale;
+    for (int b = 0; b < B; b++) {
+        /* fₑ of this sequence */
+        double *f = pt_calloc((size_t)E, sizeof(double));
+        for (int t = b * T; t < (b + 1) * T; t++)
+            for (int j = 0; j < k; j++) f[a->sel[(size_t)t * k + j]] += 1.0 / ((double)T * k);
+        for (int t = b * T; t < (b + 1) * T; t++) {
+            const float *p = a->probs + (size_t)t * E;
+            const int32_t *sel = a->sel + (size_t)t * k;
+            const float *wt = a->w + (size_t)t * k;
+            double ssel = 0, wdw = 0;
+            for (int j = 0; j < k; j++) ssel += p[sel[j]], wdw += wt[j] * dw[(size_t)t * k + j];
+            for (int e = 0; e < E; e++) dp[e] = aux_c * f[e] / T;
+            for (int j = 0; j < k; j++) dp[sel[j]] += (dw[(size_t)t * k + j] - wdw) / ssel;
+            double pdp = 0;
+            for (int e = 0; e < E; e++) pdp += p[e] * dp[e];
+            for (int e = 0; e < E; e++)
+                dl[(size_t)t * E + e] =
+                    (float)(p[e] * (dp[e] - pdp) + z_c * 2.0 * a->zlse[t] * p[e] / T);
+        }
+        free(f);
+    }
+    be->upload(be, a->logits, dl, (size_t)N * E * sizeof(float)); /* the logits' gradient */
+    be->gemm(be, PT_TRANS, PT_NO_TRANS, E, C, N, 1.0f, a->logits, E, xn, C, 1.0f, g->router, C);
+    be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, E, 1.0f, a->logits, E, w->router, C, 1.0f, dxn, C);
+    free(hd), free(hy), free(dw), free(dl), free(dp);
+}
+
+void pt_moe_load(const pt_moe_acts *a, int *counts) {
+    for (int e = 0; e < a->E; e++) counts[e] = a->off[e + 1] - a->off[e];
+}

@@ -1,0 +1,24 @@
+/* moe.h: the mixture-of-experts MLP of a layer (see moe.c), used by llama.c. */
+#ifndef PT_MODEL_MOE_H
+#define PT_MODEL_MOE_H
+
+#include "pt/model.h"
+
+typedef struct pt_moe_acts pt_moe_acts;
+
+/* What one MoE layer keeps of a micro-batch of N tokens from its forward to its backward. */
+pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N);
+void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a);
+size_t pt_moe_acts_bytes(const pt_moe_acts *a);
+/* out (N,C) += the experts' (and shared experts') output for the normed input xn (N,C) of B
+ * sequences of T tokens; adds the layer's balancing losses to m->aux_loss and m->z_loss. */
+double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
+                      float *out, int B, int T);
+/* dxn (N,C) += the input gradient for dout (N,C); the router's, experts' and shared experts'
+ * weight gradients accumulate into g, the balancing losses' included. */
+void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const pt_layer_view *g,
+                     const float *xn, const float *dout, float *dxn, int B, int T);
+/* Tokens routed to each expert in the last forward (E counts). */
+void pt_moe_load(const pt_moe_acts *a, int *counts);
+
+#endif
