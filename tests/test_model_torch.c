@@ -212,6 +212,13 @@ static void test_moe_shared_accumulation(void **state) {
                 "--batch 3 --micro-batch 1", 0);
 }
 
+/* 24 experts, top-1, micro-batches of 11 tokens: most experts receive no token in a micro-batch */
+static void test_moe_experts_without_tokens(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 13 --experts 24 --topk 1 --moe-ffn 8 --aux 0.01 --batch 2 --seq 11 "
+                "--micro-batch 1", 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gqa_untied),
@@ -219,6 +226,7 @@ int main(void) {
         cmocka_unit_test(test_gqa_untied_accumulation),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_shared_accumulation),
+        cmocka_unit_test(test_moe_experts_without_tokens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

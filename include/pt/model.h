@@ -237,6 +237,7 @@ typedef struct {
     /* mixture of experts: the balancing losses' weight (1 / sequences of the global batch, set by
      * the trainer) and their sums since the trainer last cleared them (objective units) */
     double aux_scale, aux_loss, z_loss;
+    double *expert_load; /* (n_layers, n_experts): token-slots routed to each expert (counter) */
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);

@@ -474,6 +474,8 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     pt_param_table_build_tp(&m->table, cfg, tp, m->par.tp_rank, m->par.chunk,
                             m->par.n_chunks ? m->par.n_chunks : 1);
     pt_param_table_build(&m->gtable, cfg);
+    if (cfg->n_experts > 0)
+        m->expert_load = pt_calloc((size_t)cfg->n_layers * cfg->n_experts, sizeof *m->expert_load);
     m->alloc_total = alloc_total > m->table.total ? alloc_total : m->table.total;
     m->w.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->w.layers);
     m->g.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->g.layers);
@@ -515,6 +517,7 @@ void pt_model_free(pt_model *m) {
     free(m->g.layers);
     pt_param_table_free(&m->table);
     pt_param_table_free(&m->gtable);
+    free(m->expert_load);
     memset(m, 0, sizeof *m);
 }
 
@@ -937,7 +940,8 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
         pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
         if (la->moe) { /* xnext = xmid + the experts' output */
             be->copy(be, xnext, la->xmid, RC);
-            pt_moe_forward(m, la->moe, w, la->xn2, xnext, a->B, a->T);
+            pt_moe_forward(m, la->moe, w, la->xn2, xnext, a->B, a->T,
+                           m->expert_load + (size_t)l * c->n_experts);
             pt_release(m, l + 1, PT_USE_PARAMS, 0);
             continue;
         }

@@ -128,7 +128,7 @@ static void pt_route(pt_moe_acts *a, const float *logits) {
 }
 
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
-                      float *out, int B, int T) {
+                      float *out, int B, int T, double *load) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim, S = N * k;
@@ -139,6 +139,7 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
     be->download(be, hl, a->logits, (size_t)N * E * sizeof(float));
     pt_route(a, hl);
     free(hl);
+    for (int e = 0; e < E; e++) load[e] += a->off[e + 1] - a->off[e];
     float *sw = pt_malloc((size_t)S * sizeof(float));
     for (int i = 0; i < S; i++) sw[i] = a->w[(size_t)a->slot_tok[i] * k + a->slot_j[i]];
     be->upload(be, a->d_tok, a->slot_tok, (size_t)S * sizeof(int32_t));

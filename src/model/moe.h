@@ -11,9 +11,10 @@ pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N);
 void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a);
 size_t pt_moe_acts_bytes(const pt_moe_acts *a);
 /* out (N,C) += the experts' (and shared experts') output for the normed input xn (N,C) of B
- * sequences of T tokens; adds the layer's balancing losses to m->aux_loss and m->z_loss. */
+ * sequences of T tokens; adds the layer's balancing losses to m->aux_loss and m->z_loss and
+ * each expert's token-slots to load (E). */
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
-                      float *out, int B, int T);
+                      float *out, int B, int T, double *load);
 /* dxn (N,C) += the input gradient for dout (N,C); the router's, experts' and shared experts'
  * weight gradients accumulate into g, the balancing losses' included. */
 void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const pt_layer_view *g,

@@ -435,6 +435,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     double loss_sum = 0;
     t->model.aux_scale = 1.0 / G; /* the balancing losses: a mean over the batch's sequences */
     t->model.aux_loss = t->model.z_loss = 0;
+    size_t n_load = t->model.expert_load ? (size_t)cfg->model.n_layers * cfg->model.n_experts : 0;
+    if (n_load) memset(t->model.expert_load, 0, n_load * sizeof(double));
     /* this rank's rows of the global batch, [dp_rank·per_rank, (dp_rank+1)·per_rank), and of
      * each row its tokens (context parallelism: those at its positions) */
     for (int b = 0; b < per_rank; b++) {
@@ -478,6 +480,9 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         aux[0] = red[2], aux[1] = red[3];
     }
     if (t->pipe.model) pt_allreduce_sum(t->mesh->pp, aux, 2, PT_DTYPE_F64); /* per stage */
+    /* expert load over the whole step: every data rank's tokens, every stage's layers */
+    if (n_load && t->dpc) pt_allreduce_sum(t->dpc, t->model.expert_load, n_load, PT_DTYPE_F64);
+    if (n_load && t->pipe.model) pt_allreduce_sum(t->mesh->pp, t->model.expert_load, n_load, PT_DTYPE_F64);
     if (t->model.par.tp > 1) pt_allreduce_sum(t->model.par.tp_comm, &sumsq, 1, PT_DTYPE_F64);
     if (t->pipe.model) pt_allreduce_sum(t->mesh->pp, &sumsq, 1, PT_DTYPE_F64);
     double norm = sqrt(sumsq);
@@ -648,8 +653,27 @@ static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stat
             "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld",
             (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
             s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes());
-    if (t->cfg.model.n_experts > 0)
-        fprintf(t->metrics, ", \"aux_loss\": %.9g, \"z_loss\": %.9g", s->aux_loss, s->z_loss);
+    if (t->cfg.model.n_experts > 0) {
+        /* per MoE layer: token-slots per expert min, max, mean, max/mean */
+        const pt_model_config *mc = &t->cfg.model;
+        fprintf(t->metrics, ", \"aux_loss\": %.9g, \"z_loss\": %.9g, \"expert_load\": {", s->aux_loss,
+                s->z_loss);
+        int first = 1;
+        for (int l = 0; l < mc->n_layers; l++) {
+            if (!pt_layer_is_moe(mc, l)) continue;
+            const double *ld = t->model.expert_load + (size_t)l * mc->n_experts;
+            double mn = ld[0], mx = ld[0], sum = 0;
+            for (int e = 0; e < mc->n_experts; e++) {
+                mn = ld[e] < mn ? ld[e] : mn, mx = ld[e] > mx ? ld[e] : mx;
+                sum += ld[e];
+            }
+            double mean = sum / mc->n_experts;
+            fprintf(t->metrics, "%s\"%d\": [%.0f, %.0f, %.2f, %.4f]", first ? "" : ", ", l, mn, mx,
+                    mean, mean > 0 ? mx / mean : 0.0);
+            first = 0;
+        }
+        fprintf(t->metrics, "}");
+    }
     if (s->n_stages) {
         fprintf(t->metrics, ", \"pp_idle\": [");
         for (int i = 0; i < s->n_stages; i++) fprintf(t->metrics, "%s%.4f", i ? ", " : "", s->idle[i]);

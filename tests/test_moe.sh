@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# test_moe.sh PENTATRON: mixture-of-experts models under data and pipeline parallelism, against
+# one process (the single-process MoE itself is held to PyTorch by test_model_torch):
+#   - dp 2 (ZeRO-1 and ZeRO-3, with accumulation), pp 2 (zb) and dp 2 × pp 2: step-1 gradients
+#     per tensor ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4, with the aux and z losses on (they are per
+#     sequence, so every split of the batch gives the same step);
+#   - the metrics' expert load sums to tokens × top_k per MoE layer;
+#   - MoE with tensor or context parallelism (not in this version) fails fast with one message.
+set -u
+source "$(dirname "$0")/parallel_common.sh" "$1"
+moe=(--model.n_layers=4 --model.n_experts=4 --model.top_k=2 --model.moe_ffn_dim=24
+     --model.moe_first_dense=1 --model.n_shared_experts=1 --model.aux_loss_coef=0.05
+     --model.z_loss_coef=0.01)
+run 1 ref "${moe[@]}" --training.micro_batch=8 || bad "reference failed: $(tail -3 "$tmp/ref.log")"
+check() { # NP NAME ARGS...
+  local np="$1" name="$2"; shift 2
+  if run "$np" "$name" "${moe[@]}" "$@"; then
+    if compare ref "$name"; then ok; else bad "$name differs from the single-process run"; fi
+  else
+    bad "$name failed: $(tail -3 "$tmp/$name.log")"
+  fi
+}
+check 2 moe_dp2_z1_a2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=2
+check 2 moe_dp2_z3 --parallel.dp=2 --parallel.zero=3 --training.micro_batch=4
+check 2 moe_pp2_zb --parallel.pp=2 --parallel.pp_schedule=zb --training.micro_batch=2
+check 4 moe_dp2_pp2 --parallel.dp=2 --parallel.pp=2 --training.micro_batch=1
+
+"$PY" - "$tmp" <<'PY' && ok || bad "expert load does not add up"
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1] + "/moe_dp2_pp2.jsonl")]
+load = m[0]["expert_load"]
+want = 8 * 16 * 2 / 4  # tokens × top_k / experts: the mean
+print("expert load per MoE layer (min, max, mean, max/mean):", load, "aux", m[0]["aux_loss"])
+ok = sorted(load) == ["1", "2", "3"] and all(abs(v[2] - want) < 1e-9 for v in load.values())
+sys.exit(0 if ok else 1)
+PY
+
+expect_fail 2 "data and pipeline parallelism only" "${moe[@]}" --parallel.tp=2 --training.micro_batch=8
+expect_fail 2 "data and pipeline parallelism only" "${moe[@]}" --parallel.cp=2 --training.micro_batch=8
+expect_fail 1 "model.top_k = 5" --model.n_experts=4 --model.top_k=5 --training.micro_batch=8
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
