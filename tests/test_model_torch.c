@@ -219,6 +219,12 @@ static void test_moe_experts_without_tokens(void **state) {
                 "--micro-batch 1", 0);
 }
 
+/* a capacity of 0.5: every over-subscribed expert drops the token-slots past its capacity */
+static void test_moe_capacity_drops(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 17 --experts 4 --topk 2 --moe-ffn 16 --capacity 0.5 --aux 0.01", 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gqa_untied),
@@ -227,6 +233,7 @@ int main(void) {
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_moe_shared_accumulation),
         cmocka_unit_test(test_moe_experts_without_tokens),
+        cmocka_unit_test(test_moe_capacity_drops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,8 @@ typedef struct {
      * moe_first_dense and (l − moe_first_dense) is a multiple of moe_every. */
     int n_experts, top_k, moe_ffn_dim, moe_every, moe_first_dense, n_shared_experts;
     float aux_loss_coef, z_loss_coef;
+    float capacity_factor; /* > 0: an expert takes at most ⌈factor·N·top_k/E⌉ token-slots of a
+                            * micro-batch of N tokens, in token order; the rest are dropped */
 } pt_model_config;
 
 /* Whether layer l of c is a mixture-of-experts layer. */

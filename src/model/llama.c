@@ -115,6 +115,8 @@ pt_status pt_model_config_check(const pt_model_config *c) {
         if (c->moe_every < 1) return pt_errorf(PT_ERR_CONFIG, "model.moe_every must be >= 1");
         if (c->moe_first_dense < 0 || c->n_shared_experts < 0)
             return pt_errorf(PT_ERR_CONFIG, "model.moe_first_dense and n_shared_experts must be >= 0");
+        if (!(c->capacity_factor >= 0))
+            return pt_errorf(PT_ERR_CONFIG, "model.capacity_factor must be >= 0 (0 = dropless)");
         if (!(c->aux_loss_coef >= 0) || !(c->z_loss_coef >= 0))
             return pt_errorf(PT_ERR_CONFIG, "model.aux_loss_coef and z_loss_coef must be >= 0");
     }

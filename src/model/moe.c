@@ -87,8 +87,9 @@ void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
 
 size_t pt_moe_acts_bytes(const pt_moe_acts *a) { return a ? a->bytes : 0; }
 
-/* softmax, logsumexp and the top-k of each token, on the host */
-static void pt_route(pt_moe_acts *a, const float *logits) {
+/* softmax, logsumexp and the top-k of each token, on the host; with a capacity, each expert
+ * keeps its first cap token-slots (in token order) and the others are dropped */
+static void pt_route(pt_moe_acts *a, const float *logits, int cap) {
     int N = a->N, E = a->E, k = a->k;
     for (int t = 0; t < N; t++) {
         const float *x = logits + (size_t)t * E;
@@ -125,20 +126,32 @@ static void pt_route(pt_moe_acts *a, const float *logits) {
             a->slot_j[at] = j;
         }
     free(fill);
+    if (cap <= 0) return;
+    int kept = 0;
+    for (int e = 0; e < E; e++) {
+        int o = a->off[e], n = a->off[e + 1] - o, keep = n < cap ? n : cap;
+        memmove(a->slot_tok + kept, a->slot_tok + o, (size_t)keep * sizeof *a->slot_tok);
+        memmove(a->slot_j + kept, a->slot_j + o, (size_t)keep * sizeof *a->slot_j);
+        a->off[e] = kept;
+        kept += keep;
+    }
+    a->off[E] = kept;
 }
 
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
                       float *out, int B, int T, double *load) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
-    int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim, S = N * k;
+    int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim;
     int Fs = c->n_shared_experts * Fe;
+    int cap = c->capacity_factor > 0 ? (int)ceil(c->capacity_factor * N * k / E) : 0;
     /* router */
     be->gemm(be, PT_NO_TRANS, PT_TRANS, N, E, C, 1.0f, xn, C, w->router, C, 0.0f, a->logits, E);
     float *hl = pt_malloc((size_t)N * E * sizeof(float));
     be->download(be, hl, a->logits, (size_t)N * E * sizeof(float));
-    pt_route(a, hl);
+    pt_route(a, hl, cap);
     free(hl);
+    int S = a->off[E]; /* the token-slots kept */
     for (int e = 0; e < E; e++) load[e] += a->off[e + 1] - a->off[e];
     float *sw = pt_malloc((size_t)S * sizeof(float));
     for (int i = 0; i < S; i++) sw[i] = a->w[(size_t)a->slot_tok[i] * k + a->slot_j[i]];
@@ -185,9 +198,9 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
                      const float *xn, const float *dout, float *dxn, int B, int T) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
-    int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim, S = N * k;
+    int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim, S = a->off[E];
     int Fs = c->n_shared_experts * Fe;
-    /* experts: dY = w · dout of each slot's token */
+    /* experts: dY = w · dout of each slot's token (dropped slots have none) */
     be->rows_gather(be, a->dy, dout, a->d_tok, a->d_w, S, C);
     be->zero(be, a->dxg, (size_t)S * C * sizeof(float));
     for (int e = 0; e < E; e++) {
@@ -219,7 +232,7 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
     float *hd = pt_malloc((size_t)N * C * sizeof(float)), *hy = pt_malloc((size_t)S * C * sizeof(float));
     be->download(be, hd, dout, (size_t)N * C * sizeof(float));
     be->download(be, hy, a->y, (size_t)S * C * sizeof(float));
-    double *dw = pt_calloc((size_t)S, sizeof(double));
+    double *dw = pt_calloc((size_t)N * k, sizeof(double));
     for (int i = 0; i < S; i++) {
         const float *x = hd + (size_t)a->slot_tok[i] * C, *y = hy + (size_t)i * C;
         double s = 0;

@@ -53,6 +53,9 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "load-balancing loss E·Σ f·P per MoE layer and sequence (0 = off)"),
     PT_K("model.z_loss_coef", PT_CFG_FLOAT, model.z_loss_coef, "0", NULL,
          "router z-loss: mean logsumexp(logits)² (0 = off)"),
+    PT_K("model.capacity_factor", PT_CFG_FLOAT, model.capacity_factor, "0", NULL,
+         "MoE: an expert takes at most factor·tokens·top_k/experts token-slots per micro-batch, "
+         "the rest dropped (0 = dropless)"),
     PT_K("model.tied_embeddings", PT_CFG_BOOL, model.tied_embeddings, "false", NULL,
          "output head shares the embedding matrix"),
     PT_K("model.init_std", PT_CFG_FLOAT, model.init_std, "0.02", NULL,

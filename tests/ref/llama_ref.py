@@ -120,7 +120,7 @@ class Cfg:
             raise ValueError("head dim must be even")
         # mixture of experts (Mixtral layout, every layer; 0 experts = dense)
         self.experts, self.topk, self.moe_ffn, self.shared = 0, 2, ffn, 0
-        self.aux, self.zloss = 0.0, 0.0
+        self.aux, self.zloss, self.capacity = 0.0, 0.0, 0.0
         self.aux_sum = 0.0  # the last forward's balancing losses, summed over its sequences
 
 
@@ -223,13 +223,20 @@ def moe_block(params, m, h, cfg):
     probs = torch.softmax(logits, dim=-1)
     wsel, sel = torch.topk(probs, k, dim=-1)  # (B, T, k); the test data has no ties
     wsel = wsel / wsel.sum(-1, keepdim=True)
+    keep = torch.ones_like(wsel)
+    if cfg.capacity > 0:
+        # each expert keeps its first ⌈factor·N·k/E⌉ token-slots of the micro-batch, in token order
+        cap = math.ceil(cfg.capacity * B * T * k / E)
+        oh = F.one_hot(sel.reshape(-1), E)  # (N·k, E), slots in (token, j) order
+        pos = ((oh.cumsum(0) - 1) * oh).sum(-1)
+        keep = (pos < cap).to(h.dtype).reshape(sel.shape)
     out = torch.zeros_like(h)
     for e in range(E):
         w1 = params[m + "experts.%d.w1.weight" % e]
         w3 = params[m + "experts.%d.w3.weight" % e]
         w2 = params[m + "experts.%d.w2.weight" % e]
         y = F.linear(F.silu(F.linear(h, w1)) * F.linear(h, w3), w2)  # every token (dense, exact)
-        gate = (wsel * (sel == e).to(h.dtype)).sum(-1, keepdim=True)  # 0 where e is not chosen
+        gate = (wsel * keep * (sel == e).to(h.dtype)).sum(-1, keepdim=True)  # 0: not chosen/dropped
         out = out + gate * y
     if cfg.shared:
         s = F.silu(F.linear(h, params[m + "shared_experts.gate_proj.weight"])) * F.linear(
@@ -545,6 +552,7 @@ def parse_args(argv):
     ap.add_argument("--shared", type=int, default=0, help="MoE: shared experts")
     ap.add_argument("--aux", type=float, default=0.0, help="MoE: aux loss coefficient")
     ap.add_argument("--zloss", type=float, default=0.0, help="MoE: z-loss coefficient")
+    ap.add_argument("--capacity", type=float, default=0.0, help="MoE: capacity factor (0 = dropless)")
     ap.add_argument("--selfcheck", action="store_true")
     a = ap.parse_args(argv)
     if not a.out and not a.selfcheck:
@@ -561,7 +569,7 @@ def parse_args(argv):
 def generate(a):
     cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied)
     cfg.experts, cfg.topk, cfg.moe_ffn, cfg.shared = a.experts, a.topk, a.moe_ffn or a.ffn, a.shared
-    cfg.aux, cfg.zloss = a.aux, a.zloss
+    cfg.aux, cfg.zloss, cfg.capacity = a.aux, a.zloss, a.capacity
     params = init_params(cfg, a.seed)
     tokens, targets = make_data(cfg, a.steps, a.batch, a.seq, a.seed, a.ignore_frac)
 
@@ -595,7 +603,8 @@ def generate(a):
         config.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
                        "num_local_experts": cfg.experts, "num_experts_per_tok": cfg.topk,
                        "moe_intermediate_size": cfg.moe_ffn, "n_shared_experts": cfg.shared,
-                       "router_aux_loss_coef": cfg.aux, "router_z_loss_coef": cfg.zloss})
+                       "router_aux_loss_coef": cfg.aux, "router_z_loss_coef": cfg.zloss,
+                       "capacity_factor": cfg.capacity})
     cfg_path = os.path.join(mdir, "config.json")
     with open(cfg_path, "w") as f:
         json.dump(config, f, indent=2)
