@@ -225,6 +225,13 @@ static void test_moe_capacity_drops(void **state) {
     check_model("--tied 0 --seed 17 --experts 4 --topk 2 --moe-ffn 16 --capacity 0.5 --aux 0.01", 0);
 }
 
+/* the sigmoid router with a selection bias (DeepSeek-V3), aux and z losses on */
+static void test_moe_sigmoid_router(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 19 --experts 6 --topk 2 --moe-ffn 16 --sigmoid 1 --aux 0.03 "
+                "--zloss 0.01", 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gqa_untied),
@@ -234,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_moe_shared_accumulation),
         cmocka_unit_test(test_moe_experts_without_tokens),
         cmocka_unit_test(test_moe_capacity_drops),
+        cmocka_unit_test(test_moe_sigmoid_router),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,8 @@
 #     per tensor ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4, with the aux and z losses on (they are per
 #     sequence, so every split of the batch gives the same step);
 #   - the metrics' expert load sums to tokens × top_k per MoE layer;
+#   - on a skewed toy task the auxiliary-loss-free bias update and the aux loss bring the busiest
+#     expert below 1.2 × the mean load where no balancing stays above it;
 #   - MoE with tensor or context parallelism (not in this version) fails fast with one message.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
@@ -32,6 +34,30 @@ load = m[0]["expert_load"]
 want = 8 * 16 * 2 / 4  # tokens × top_k / experts: the mean
 print("expert load per MoE layer (min, max, mean, max/mean):", load, "aux", m[0]["aux_loss"])
 ok = sorted(load) == ["1", "2", "3"] and all(abs(v[2] - want) < 1e-9 for v in load.values())
+sys.exit(0 if ok else 1)
+PY
+
+# balancing on a skewed toy task: 4 experts, top-1, a decisive router (init_std 0.3) that a small
+# learning rate barely moves; 60 steps of 32 × 32 tokens. Without balancing the busiest expert
+# stays above 1.2 × the mean every step; the bias update and the aux loss bring the median of
+# the last 20 steps below 1.2, the first step below 1.2 is reported.
+skew=(--model.n_experts=4 --model.top_k=1 --model.moe_ffn_dim=16 --model.router_sigmoid=true
+      --model.init_std=0.3 --model.z_loss_coef=0 --training.steps=60 --training.global_batch=32
+      --training.micro_batch=32 --training.seq_len=32 --optimizer.lr=1e-4)
+run 1 skew_none "${skew[@]}" --model.aux_loss_coef=0 &&
+run 1 skew_bias "${skew[@]}" --model.aux_loss_coef=0 --model.bias_rate=0.005 &&
+run 1 skew_aux "${skew[@]}" --model.aux_loss_coef=1 --optimizer.lr=3e-3 || bad "skewed runs failed"
+"$PY" - "$tmp" <<'PY' && ok || bad "balancing does not bring the expert load below 1.2 × mean"
+import json, statistics, sys
+def ratios(n):
+    m = [json.loads(l) for l in open("%s/%s.jsonl" % (sys.argv[1], n))]
+    return [max(v[3] for v in x["expert_load"].values()) for x in m]
+none, bias, aux = ratios("skew_none"), ratios("skew_bias"), ratios("skew_aux")
+first = lambda r: next((i + 1 for i, x in enumerate(r) if x < 1.2), None)
+for n, r in (("none", none), ("bias update", bias), ("aux loss", aux)):
+    print("%-11s max/mean: step 1 %.2f, min %.2f, median of steps 41-60 %.3f, first step < 1.2: %s" % (
+        n, r[0], min(r), statistics.median(r[40:]), first(r)))
+ok = min(none) > 1.2 and statistics.median(bias[40:]) < 1.2 and statistics.median(aux[40:]) < 1.2
 sys.exit(0 if ok else 1)
 PY
 

@@ -33,6 +33,10 @@ typedef struct {
     float aux_loss_coef, z_loss_coef;
     float capacity_factor; /* > 0: an expert takes at most ⌈factor·N·top_k/E⌉ token-slots of a
                             * micro-batch of N tokens, in token order; the rest are dropped */
+    int router_sigmoid;    /* DeepSeek-V3: sigmoid scores, chosen by score + bias, weights the
+                            * chosen scores renormalised (else Mixtral's softmax) */
+    float bias_rate;       /* auxiliary-loss-free balancing: after each step every expert's bias
+                            * moves by rate toward balance (0 = off; sigmoid router) */
 } pt_model_config;
 
 /* Whether layer l of c is a mixture-of-experts layer. */
@@ -70,6 +74,7 @@ typedef enum {
     PT_KIND_FINAL_NORM,
     PT_KIND_HEAD,
     PT_KIND_ROUTER,    /* MoE: the gate (E, C) */
+    PT_KIND_ROUTER_BIAS, /* MoE, sigmoid router: the selection bias (E), not trained by gradient */
     PT_KIND_EXPERT_W1, /* MoE: expert gate projection (F_e, C); w1, w3, w2 adjacent per expert */
     PT_KIND_EXPERT_W3, /* MoE: expert up projection (F_e, C) */
     PT_KIND_EXPERT_W2, /* MoE: expert down projection (C, F_e) */
@@ -184,6 +189,7 @@ typedef struct {
     float *wgu;       /* (2F, C): gate_proj, up_proj stacked; MoE: the shared experts' (or NULL) */
     float *wdown;     /* (C, F); MoE: the shared experts' */
     float *router;    /* MoE: (E, C) */
+    float *router_bias; /* MoE, sigmoid router: (E) */
     float *experts;   /* MoE: expert e's w1, w3 (2F_e, C) then w2 (C, F_e) at e · 3·F_e·C */
 } pt_layer_view;
 

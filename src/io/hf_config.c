@@ -152,6 +152,9 @@ static pt_status parse(const char *path, json_t *root, pt_model_config *c) {
     json_t *ac = value_of(root, "router_aux_loss_coef"), *zc = value_of(root, "router_z_loss_coef");
     c->aux_loss_coef = ac && json_is_number(ac) ? (float)json_number_value(ac) : 0.0f;
     c->z_loss_coef = zc && json_is_number(zc) ? (float)json_number_value(zc) : 0.0f;
+    json_t *sf = value_of(root, "scoring_func"), *br = value_of(root, "bias_update_rate");
+    c->router_sigmoid = sf && json_is_string(sf) && !strcmp(json_string_value(sf), "sigmoid");
+    c->bias_rate = br && json_is_number(br) ? (float)json_number_value(br) : 0.0f;
     json_t *cf = value_of(root, "capacity_factor");
     c->capacity_factor = cf && json_is_number(cf) ? (float)json_number_value(cf) : 0.0f;
     if (c->dim % c->n_heads != 0)
@@ -280,6 +283,8 @@ pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
         set_key(root, "router_aux_loss_coef", short_real(c->aux_loss_coef));
         set_key(root, "router_z_loss_coef", short_real(c->z_loss_coef));
         set_key(root, "capacity_factor", short_real(c->capacity_factor));
+        set_key(root, "scoring_func", json_string(c->router_sigmoid ? "sigmoid" : "softmax"));
+        set_key(root, "bias_update_rate", short_real(c->bias_rate));
     }
     set_key(root, "use_cache", json_true());
     set_key(root, "vocab_size", json_integer(c->vocab_size));

@@ -113,6 +113,10 @@ pt_status pt_model_config_check(const pt_model_config *c) {
                              c->top_k, c->n_experts);
         if (c->moe_ffn_dim < 1) return pt_errorf(PT_ERR_CONFIG, "model.moe_ffn_dim must be > 0");
         if (c->moe_every < 1) return pt_errorf(PT_ERR_CONFIG, "model.moe_every must be >= 1");
+        if (c->bias_rate > 0 && !c->router_sigmoid)
+            return pt_errorf(PT_ERR_CONFIG, "model.bias_rate needs model.router = sigmoid (the "
+                             "bias is the sigmoid router's)");
+        if (!(c->bias_rate >= 0)) return pt_errorf(PT_ERR_CONFIG, "model.bias_rate must be >= 0");
         if (c->moe_first_dense < 0 || c->n_shared_experts < 0)
             return pt_errorf(PT_ERR_CONFIG, "model.moe_first_dense and n_shared_experts must be >= 0");
         if (!(c->capacity_factor >= 0))
@@ -273,6 +277,9 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
     char name[96];
     pt_table_add(t, &cap, &embed, "model.embed_tokens.weight", -1, PT_PP_FIRST);
     int Fe = c->moe_ffn_dim, Fs = c->n_shared_experts * c->moe_ffn_dim;
+    const pt_tensor_spec bias = {PT_KIND_ROUTER_BIAS, "block_sparse_moe.gate.e_score_correction_bias",
+                                 c->n_experts, 0, c->n_experts, 0, 0, 0, c->n_experts, first,
+                                 PT_TP_REPLICATED};
     const pt_tensor_spec moe[] = {
         {PT_KIND_ROUTER, "block_sparse_moe.gate.weight", c->n_experts, C, c->n_experts, C, 0, 0,
          c->n_experts, first, PT_TP_REPLICATED},
@@ -302,6 +309,10 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
             if (k > 0 && Fs == 0) break;
             snprintf(name, sizeof name, "model.layers.%d.%s", l, moe[k].suffix);
             pt_table_add(t, &cap, &moe[k], name, l, PT_PP_LAYER);
+            if (k == 0 && c->router_sigmoid) {
+                snprintf(name, sizeof name, "model.layers.%d.%s", l, bias.suffix);
+                pt_table_add(t, &cap, &bias, name, l, PT_PP_LAYER);
+            }
         }
         for (int e = 0; e < c->n_experts; e++)
             for (size_t k = 0; k < 3; k++) {
@@ -440,6 +451,7 @@ static void pt_view_set(pt_model_view *v, const pt_param *p, float *ptr, int tie
     case PT_KIND_WUP: break; /* adjacent to gate */
     case PT_KIND_WDOWN: lv->wdown = ptr; break;
     case PT_KIND_ROUTER: lv->router = ptr; break;
+    case PT_KIND_ROUTER_BIAS: lv->router_bias = ptr; break;
     case PT_KIND_EXPERT_W1:
         if (p->expert == 0) lv->experts = ptr;
         break;
@@ -540,8 +552,8 @@ void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host) {
     for (int i = 0; i < m->gtable.n; i++) {
         const pt_param *p = &m->gtable.p[i];
         float *dst = host + p->offset;
-        if (p->ndim == 1) {
-            for (size_t j = 0; j < p->numel; j++) dst[j] = 1.0f;
+        if (p->ndim == 1) { /* norm weights 1, a router's selection bias 0 */
+            for (size_t j = 0; j < p->numel; j++) dst[j] = p->kind == PT_KIND_ROUTER_BIAS ? 0.0f : 1.0f;
             continue;
         }
         /* blocks of 2^20 values, each its own stream: parallel, and the same on any thread count */

@@ -22,7 +22,9 @@
 
 struct pt_moe_acts {
     int N, k, E, Fe;
-    float *probs;          /* (N, E) host */
+    float *probs;          /* (N, E) host: router probabilities (softmax, or sigmoid scores normalised) */
+    float *score;          /* (N, E) host: sigmoid router: the scores */
+    float *hlog;           /* (N, E) host: the logits */
     float *zlse;           /* (N) host: logsumexp of each token's logits */
     int32_t *sel;          /* (N, k) host: chosen experts */
     float *w;              /* (N, k) host: their renormalised weights */
@@ -51,6 +53,8 @@ pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
     size_t Fs = (size_t)c->n_shared_experts * Fe, S = (size_t)N * k;
     a->N = N, a->k = k, a->E = E, a->Fe = Fe;
     a->probs = pt_calloc((size_t)N * E, sizeof(float));
+    a->score = pt_calloc((size_t)N * E, sizeof(float));
+    a->hlog = pt_calloc((size_t)N * E, sizeof(float));
     a->zlse = pt_calloc((size_t)N, sizeof(float));
     a->sel = pt_calloc(S, sizeof(int32_t));
     a->w = pt_calloc(S, sizeof(float));
@@ -80,25 +84,37 @@ void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
                     a->dgu, a->dxg};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) be->free(be, dev[i]);
     be->free(be, a->d_tok);
-    free(a->probs), free(a->zlse), free(a->sel), free(a->w), free(a->off), free(a->slot_tok);
+    free(a->probs), free(a->score), free(a->hlog), free(a->zlse), free(a->sel), free(a->w), free(a->off), free(a->slot_tok);
     free(a->slot_j);
     free(a);
 }
 
 size_t pt_moe_acts_bytes(const pt_moe_acts *a) { return a ? a->bytes : 0; }
 
-/* softmax, logsumexp and the top-k of each token, on the host; with a capacity, each expert
- * keeps its first cap token-slots (in token order) and the others are dropped */
-static void pt_route(pt_moe_acts *a, const float *logits, int cap) {
+/* The router's probabilities, logsumexp and the top-k of each token, on the host. Softmax:
+ * chosen by probability, weights the chosen probabilities renormalised. Sigmoid (bias non-NULL):
+ * scores s = sigmoid(x), chosen by s + bias, weights the chosen scores renormalised; the balancing
+ * loss's probabilities are s / Σ s. With a capacity, each expert keeps its first cap token-slots
+ * (in token order) and the others are dropped. */
+static void pt_route(pt_moe_acts *a, const float *logits, int cap, const float *bias) {
     int N = a->N, E = a->E, k = a->k;
+    float *choose = pt_malloc((size_t)E * sizeof *choose);
     for (int t = 0; t < N; t++) {
         const float *x = logits + (size_t)t * E;
-        float *p = a->probs + (size_t)t * E, mx = -INFINITY;
+        float *p = a->probs + (size_t)t * E, *sc = a->score + (size_t)t * E, mx = -INFINITY;
         for (int e = 0; e < E; e++) mx = x[e] > mx ? x[e] : mx;
         double sum = 0;
         for (int e = 0; e < E; e++) sum += p[e] = expf(x[e] - mx);
         for (int e = 0; e < E; e++) p[e] = (float)(p[e] / sum);
         a->zlse[t] = (float)(mx + log(sum));
+        if (bias) {
+            double ss = 0;
+            for (int e = 0; e < E; e++) ss += sc[e] = 1.0f / (1.0f + expf(-x[e]));
+            for (int e = 0; e < E; e++) p[e] = (float)(sc[e] / ss), choose[e] = sc[e] + bias[e];
+        } else {
+            for (int e = 0; e < E; e++) choose[e] = p[e];
+        }
+        const float *val = bias ? sc : p; /* what the weights renormalise */
         /* top-k by repeated selection: the largest not yet chosen, the lower index on ties */
         double s = 0;
         for (int j = 0; j < k; j++) {
@@ -106,13 +122,15 @@ static void pt_route(pt_moe_acts *a, const float *logits, int cap) {
             for (int e = 0; e < E; e++) {
                 int taken = 0;
                 for (int i = 0; i < j; i++) taken |= a->sel[(size_t)t * k + i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+                if (!taken && (best < 0 || choose[e] > choose[best])) best = e;
             }
             a->sel[(size_t)t * k + j] = best;
-            s += p[best];
+            s += val[best];
         }
-        for (int j = 0; j < k; j++) a->w[(size_t)t * k + j] = (float)(p[a->sel[(size_t)t * k + j]] / s);
+        for (int j = 0; j < k; j++)
+            a->w[(size_t)t * k + j] = (float)(val[a->sel[(size_t)t * k + j]] / s);
     }
+    free(choose);
     /* the slots sorted by expert (stable: by token within an expert) */
     memset(a->off, 0, (size_t)(E + 1) * sizeof *a->off);
     for (int i = 0; i < N * k; i++) a->off[a->sel[i] + 1]++;
@@ -147,10 +165,14 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
     int cap = c->capacity_factor > 0 ? (int)ceil(c->capacity_factor * N * k / E) : 0;
     /* router */
     be->gemm(be, PT_NO_TRANS, PT_TRANS, N, E, C, 1.0f, xn, C, w->router, C, 0.0f, a->logits, E);
-    float *hl = pt_malloc((size_t)N * E * sizeof(float));
-    be->download(be, hl, a->logits, (size_t)N * E * sizeof(float));
-    pt_route(a, hl, cap);
-    free(hl);
+    be->download(be, a->hlog, a->logits, (size_t)N * E * sizeof(float));
+    float *bias = NULL;
+    if (c->router_sigmoid) {
+        bias = pt_malloc((size_t)E * sizeof *bias);
+        be->download(be, bias, w->router_bias, (size_t)E * sizeof *bias);
+    }
+    pt_route(a, a->hlog, cap, bias);
+    free(bias);
     int S = a->off[E]; /* the token-slots kept */
     for (int e = 0; e < E; e++) load[e] += a->off[e + 1] - a->off[e];
     float *sw = pt_malloc((size_t)S * sizeof(float));
@@ -248,18 +270,30 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
         for (int t = b * T; t < (b + 1) * T; t++)
             for (int j = 0; j < k; j++) f[a->sel[(size_t)t * k + j]] += 1.0 / ((double)T * k);
         for (int t = b * T; t < (b + 1) * T; t++) {
-            const float *p = a->probs + (size_t)t * E;
+            const float *p = a->probs + (size_t)t * E, *sc = a->score + (size_t)t * E;
             const int32_t *sel = a->sel + (size_t)t * k;
             const float *wt = a->w + (size_t)t * k;
-            double ssel = 0, wdw = 0;
-            for (int j = 0; j < k; j++) ssel += p[sel[j]], wdw += wt[j] * dw[(size_t)t * k + j];
-            for (int e = 0; e < E; e++) dp[e] = aux_c * f[e] / T;
+            const float *val = c->router_sigmoid ? sc : p; /* what the weights renormalise */
+            double ssel = 0, wdw = 0, pdp = 0;
+            for (int j = 0; j < k; j++) ssel += val[sel[j]], wdw += wt[j] * dw[(size_t)t * k + j];
+            /* the balancing loss through P (probabilities p) */
+            for (int e = 0; e < E; e++) dp[e] = aux_c * f[e] / T, pdp += p[e] * dp[e];
+            double sden = 0;
+            if (c->router_sigmoid) {
+                /* p = s / Σ s: back to the scores, then the weights' renormalisation */
+                for (int e = 0; e < E; e++) sden += sc[e];
+                for (int e = 0; e < E; e++) dp[e] = (dp[e] - pdp) / sden;
+            }
             for (int j = 0; j < k; j++) dp[sel[j]] += (dw[(size_t)t * k + j] - wdw) / ssel;
-            double pdp = 0;
-            for (int e = 0; e < E; e++) pdp += p[e] * dp[e];
-            for (int e = 0; e < E; e++)
-                dl[(size_t)t * E + e] =
-                    (float)(p[e] * (dp[e] - pdp) + z_c * 2.0 * a->zlse[t] * p[e] / T);
+            /* to the logits: the softmax's Jacobian, or the sigmoid's; plus the z-loss */
+            double q = 0;
+            if (!c->router_sigmoid)
+                for (int e = 0; e < E; e++) q += p[e] * dp[e];
+            for (int e = 0; e < E; e++) {
+                double soft = exp((double)a->hlog[(size_t)t * E + e] - a->zlse[t]);
+                double d = c->router_sigmoid ? dp[e] * sc[e] * (1.0 - sc[e]) : p[e] * (dp[e] - q);
+                dl[(size_t)t * E + e] = (float)(d + z_c * 2.0 * a->zlse[t] * soft / T);
+            }
         }
         free(f);
     }

@@ -56,6 +56,11 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("model.capacity_factor", PT_CFG_FLOAT, model.capacity_factor, "0", NULL,
          "MoE: an expert takes at most factor·tokens·top_k/experts token-slots per micro-batch, "
          "the rest dropped (0 = dropless)"),
+    PT_K("model.router_sigmoid", PT_CFG_BOOL, model.router_sigmoid, "false", NULL,
+         "MoE router: sigmoid scores chosen by score + a per-expert bias (DeepSeek-V3); false: softmax"),
+    PT_K("model.bias_rate", PT_CFG_FLOAT, model.bias_rate, "0", NULL,
+         "auxiliary-loss-free balancing: after each step each expert's bias moves by this toward "
+         "balance (0 = off; with router_sigmoid)"),
     PT_K("model.tied_embeddings", PT_CFG_BOOL, model.tied_embeddings, "false", NULL,
          "output head shares the embedding matrix"),
     PT_K("model.init_std", PT_CFG_FLOAT, model.init_std, "0.02", NULL,

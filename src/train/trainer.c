@@ -126,6 +126,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
             par.kv_comm = t->mesh->kv;
         }
     }
+    if (cfg->model.bias_rate > 0 && cfg->parallel.zero >= 3)
+        return pt_errorf(PT_ERR_CONFIG, "model.bias_rate with parallel.zero = 3: the selection bias "
+                         "is updated in place, which this version does only on unsharded parameters");
     if (cfg->model.n_experts > 0 && (cfg->parallel.tp > 1 || cfg->parallel.cp > 1))
         return pt_errorf(PT_ERR_CONFIG, "model.n_experts > 0 with parallel.tp or cp > 1: this version "
                          "runs mixture-of-experts models with data and pipeline parallelism only");
@@ -411,6 +414,26 @@ void pt_trainer_free(pt_trainer *t) {
 
 static pt_status pt_dump_grads(pt_trainer *t, const char *path);
 
+/* Auxiliary-loss-free balancing (DeepSeek-V3): each MoE layer's selection bias moves by the rate
+ * toward balance, up for the experts that got fewer token-slots than the mean in this step, down
+ * for those that got more (the load is the whole step's, the same on every rank). */
+static void pt_trainer_bias_update(pt_trainer *t) {
+    const pt_model_config *mc = &t->cfg.model;
+    float *b = pt_malloc((size_t)mc->n_experts * sizeof *b);
+    for (int i = 0; i < t->model.table.n; i++) {
+        const pt_param *p = &t->model.table.p[i];
+        if (p->kind != PT_KIND_ROUTER_BIAS) continue;
+        const double *ld = t->model.expert_load + (size_t)p->layer * mc->n_experts;
+        double mean = 0;
+        for (int e = 0; e < mc->n_experts; e++) mean += ld[e] / mc->n_experts;
+        t->be->download(t->be, b, t->model.params + p->offset, p->numel * sizeof *b);
+        for (int e = 0; e < mc->n_experts; e++)
+            b[e] += mc->bias_rate * (ld[e] < mean ? 1.0f : ld[e] > mean ? -1.0f : 0.0f);
+        t->be->upload(t->be, t->model.params + p->offset, b, p->numel * sizeof *b);
+    }
+    free(b);
+}
+
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     const pt_config *cfg = &t->cfg;
     pt_backend *be = t->be;
@@ -496,6 +519,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     float lr = pt_lr_at(&t->opt.cfg, t->step);
     pt_optim_step(&t->opt, &t->model, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
     if (t->dpc) pt_dp_gather_params(&t->dp);
+    if (cfg->model.bias_rate > 0) pt_trainer_bias_update(t);
     be->synchronize(be);
     t->step++;
 

@@ -120,7 +120,7 @@ class Cfg:
             raise ValueError("head dim must be even")
         # mixture of experts (Mixtral layout, every layer; 0 experts = dense)
         self.experts, self.topk, self.moe_ffn, self.shared = 0, 2, ffn, 0
-        self.aux, self.zloss, self.capacity = 0.0, 0.0, 0.0
+        self.aux, self.zloss, self.capacity, self.sigmoid = 0.0, 0.0, 0.0, False
         self.aux_sum = 0.0  # the last forward's balancing losses, summed over its sequences
 
 
@@ -141,6 +141,8 @@ def param_names(cfg):
             continue
         m = p + "block_sparse_moe."
         names.append(m + "gate.weight")
+        if cfg.sigmoid:
+            names.append(m + "gate.e_score_correction_bias")
         if cfg.shared:
             names += [m + "shared_experts.%s_proj.weight" % w for w in ("gate", "up", "down")]
         for e in range(cfg.experts):
@@ -165,6 +167,8 @@ def param_shape(cfg, name):
         return (C, cfg.heads * hd)
     if name.endswith("block_sparse_moe.gate.weight"):
         return (cfg.experts, C)
+    if name.endswith("e_score_correction_bias"):
+        return (cfg.experts,)
     if "shared_experts" in name:
         Fs = cfg.shared * cfg.moe_ffn
         return (C, Fs) if name.endswith("down_proj.weight") else (Fs, C)
@@ -184,7 +188,9 @@ def init_params(cfg, seed):
     for name in param_names(cfg):
         shape = param_shape(cfg, name)
         r = torch.randn(shape, generator=g, dtype=torch.float32)
-        if len(shape) == 1:
+        if name.endswith("e_score_correction_bias"):
+            params[name] = 0.05 * r  # a selection bias that changes some choices
+        elif len(shape) == 1:
             params[name] = 1.0 + 0.1 * r
         else:
             params[name] = 0.05 * r
@@ -220,8 +226,14 @@ def moe_block(params, m, h, cfg):
     B, T, C = h.shape
     E, k = cfg.experts, cfg.topk
     logits = F.linear(h, params[m + "gate.weight"])  # (B, T, E)
-    probs = torch.softmax(logits, dim=-1)
-    wsel, sel = torch.topk(probs, k, dim=-1)  # (B, T, k); the test data has no ties
+    if cfg.sigmoid:  # DeepSeek-V3: chosen by score + bias (no gradient), weights the scores
+        scores = torch.sigmoid(logits)
+        _, sel = torch.topk(scores + params[m + "gate.e_score_correction_bias"].detach(), k, dim=-1)
+        wsel = torch.gather(scores, -1, sel)
+        probs = scores / scores.sum(-1, keepdim=True)
+    else:
+        probs = torch.softmax(logits, dim=-1)
+        wsel, sel = torch.topk(probs, k, dim=-1)  # (B, T, k); the test data has no ties
     wsel = wsel / wsel.sum(-1, keepdim=True)
     keep = torch.ones_like(wsel)
     if cfg.capacity > 0:
@@ -312,7 +324,10 @@ def loss_and_grads(params0, tokens, targets, cfg, dtype, micro=None):
         (l + cfg.aux_sum / B).backward()  # the balancing losses: a mean over the sequences
         total += l.detach()
         logits_all.append(lg.detach())
-    return torch.cat(logits_all, 0), total, {k: v.grad.detach().clone() for k, v in P.items()}
+    # a parameter no gradient reaches (a router's selection bias) has a zero gradient
+    return torch.cat(logits_all, 0), total, {
+        k: v.grad.detach().clone() if v.grad is not None else torch.zeros_like(v.detach())
+        for k, v in P.items()}
 
 
 # --------------------------------------------------------------------------
@@ -553,6 +568,7 @@ def parse_args(argv):
     ap.add_argument("--aux", type=float, default=0.0, help="MoE: aux loss coefficient")
     ap.add_argument("--zloss", type=float, default=0.0, help="MoE: z-loss coefficient")
     ap.add_argument("--capacity", type=float, default=0.0, help="MoE: capacity factor (0 = dropless)")
+    ap.add_argument("--sigmoid", type=int, default=0, choices=(0, 1), help="MoE: sigmoid router")
     ap.add_argument("--selfcheck", action="store_true")
     a = ap.parse_args(argv)
     if not a.out and not a.selfcheck:
@@ -569,7 +585,7 @@ def parse_args(argv):
 def generate(a):
     cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied)
     cfg.experts, cfg.topk, cfg.moe_ffn, cfg.shared = a.experts, a.topk, a.moe_ffn or a.ffn, a.shared
-    cfg.aux, cfg.zloss, cfg.capacity = a.aux, a.zloss, a.capacity
+    cfg.aux, cfg.zloss, cfg.capacity, cfg.sigmoid = a.aux, a.zloss, a.capacity, bool(a.sigmoid)
     params = init_params(cfg, a.seed)
     tokens, targets = make_data(cfg, a.steps, a.batch, a.seq, a.seed, a.ignore_frac)
 
@@ -604,7 +620,8 @@ def generate(a):
                        "num_local_experts": cfg.experts, "num_experts_per_tok": cfg.topk,
                        "moe_intermediate_size": cfg.moe_ffn, "n_shared_experts": cfg.shared,
                        "router_aux_loss_coef": cfg.aux, "router_z_loss_coef": cfg.zloss,
-                       "capacity_factor": cfg.capacity})
+                       "capacity_factor": cfg.capacity,
+                       "scoring_func": "sigmoid" if cfg.sigmoid else "softmax"})
     cfg_path = os.path.join(mdir, "config.json")
     with open(cfg_path, "w") as f:
         json.dump(config, f, indent=2)
