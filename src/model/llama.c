@@ -1092,6 +1092,42 @@ static const float *pt_full_grad(pt_model *m, pt_acts *a, int N) {
     return a->dfull;
 }
 
+/* The backward of a layer's MLP (dense, or the experts) and its norm: a->dx becomes the gradient
+ * of the residual after attention. now = 0 keeps the dense weight-gradient operands for later. */
+static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
+    pt_backend *be = m->be;
+    int N = a->B * a->T, C = m->cfg.dim, F = m->loc.F, R = pt_res_rows(m, N);
+    pt_layer_acts *la = &a->layers[l - a->l0];
+    const pt_layer_view *w = &m->w.layers[l];
+    const pt_layer_view *g = &m->g.layers[l];
+    if (la->moe) {
+        be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
+        pt_moe_backward(m, la->moe, w, g, la->xn2, a->dx, a->dxn, a->B, a->T);
+    } else {
+        /* dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
+        const float *dfull = pt_full_grad(m, a, N);
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, F, C, 1.0f, dfull, C, w->wdown, F, 0.0f, a->dh, F);
+        if (now)
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, dfull, C, la->h, F, 1.0f, g->wdown, F);
+        else
+            be->copy(be, la->z_dmlp, dfull, (size_t)N * C * sizeof(float));
+        pt_poll(m);
+        be->swiglu_backward(be, a->dgu, a->dh, la->gu, N, F);
+        /* dxn2 (N,C) = dgu · Wgu, summed over the tp ranks; dWgu (2F,C) += dguᵀ · xn2 */
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, 1.0f, a->dgu, 2 * F, w->wgu, C, 0.0f,
+                 a->dxn, C);
+        if (now)
+            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, a->dgu, 2 * F, la->xn2, C, 1.0f,
+                     g->wgu, C);
+        else
+            be->copy(be, la->z_dgu, a->dgu, (size_t)N * 2 * F * sizeof(float));
+        pt_poll(m);
+        pt_tp_reduce(m, a->dxn, N, C);
+    }
+    float *dw2 = pt_norm_dw(m, a, g->mlp_norm, 0);
+    be->rmsnorm_backward(be, a->dx, dw2, a->dxn, la->xmid, w->mlp_norm, la->rstd2, R, C);
+}
+
 /* One layer's backward: with part = PT_BWD_INPUT the weight-gradient GEMMs are left for
  * PT_BWD_WEIGHT, their operands kept in the layer's z_* arrays; PT_BWD_ALL does both at once. */
 static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
@@ -1115,38 +1151,10 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
     }
     pt_attn_shape as = pt_attn_shape_for(m, a);
     const float *dqkv = a->dqkv;
-    if (part != PT_BWD_WEIGHT && la->moe) {
-        be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
-        pt_moe_backward(m, la->moe, w, g, la->xn2, a->dx, a->dxn, a->B, a->T);
-        float *dw2 = pt_norm_dw(m, a, g->mlp_norm, 0);
-        be->rmsnorm_backward(be, a->dx, dw2, a->dxn, la->xmid, w->mlp_norm, la->rstd2, R, C);
-    }
     if (part != PT_BWD_WEIGHT) {
-        /* MLP: dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
-        const float *dfull = la->moe ? NULL : pt_full_grad(m, a, N);
-        if (la->moe) goto attention;
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, F, C, 1.0f, dfull, C, w->wdown, F, 0.0f, a->dh, F);
-        if (now)
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, dfull, C, la->h, F, 1.0f, g->wdown, F);
-        else
-            be->copy(be, la->z_dmlp, dfull, (size_t)N * C * sizeof(float));
-        pt_poll(m);
-        be->swiglu_backward(be, a->dgu, a->dh, la->gu, N, F);
-        /* dxn2 (N,C) = dgu · Wgu, summed over the tp ranks; dWgu (2F,C) += dguᵀ · xn2 */
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, 1.0f, a->dgu, 2 * F, w->wgu, C, 0.0f,
-                 a->dxn, C);
-        if (now)
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, a->dgu, 2 * F, la->xn2, C, 1.0f,
-                     g->wgu, C);
-        else
-            be->copy(be, la->z_dgu, a->dgu, (size_t)N * 2 * F * sizeof(float));
-        pt_poll(m);
-        pt_tp_reduce(m, a->dxn, N, C);
-        float *dw2 = pt_norm_dw(m, a, g->mlp_norm, 0);
-        be->rmsnorm_backward(be, a->dx, dw2, a->dxn, la->xmid, w->mlp_norm, la->rstd2, R, C);
-    attention:
+        pt_mlp_backward(m, a, l, now);
         /* attention output: datt (N,q) = dx · Wo; dWo (C,q) += dxᵀ · att */
-        dfull = pt_full_grad(m, a, N);
+        const float *dfull = pt_full_grad(m, a, N);
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, q, C, 1.0f, dfull, C, w->wo, q, 0.0f, a->datt, q);
         if (now)
             be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, dfull, C, la->att, q, 1.0f, g->wo, q);
