@@ -7,6 +7,8 @@
 #   - the metrics' expert load sums to tokens × top_k per MoE layer;
 #   - on a skewed toy task the auxiliary-loss-free bias update and the aux loss bring the busiest
 #     expert below 1.2 × the mean load where no balancing stays above it;
+#   - expert parallelism (ep 2 and 4, and ep 2 inside dp 4) equal to one process, and the
+#     all-to-all bytes equal to what the routing implies;
 #   - MoE with tensor or context parallelism (not in this version) fails fast with one message.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
@@ -26,6 +28,25 @@ check 2 moe_dp2_z1_a2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=2
 check 2 moe_dp2_z3 --parallel.dp=2 --parallel.zero=3 --training.micro_batch=4
 check 2 moe_pp2_zb --parallel.pp=2 --parallel.pp_schedule=zb --training.micro_batch=2
 check 4 moe_dp2_pp2 --parallel.dp=2 --parallel.pp=2 --training.micro_batch=1
+# expert parallelism: each rank holds E/ep experts; tokens dispatched and combined by all-to-all
+check 2 moe_ep2 --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
+check 4 moe_ep4 --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
+check 4 moe_ep2_dp4 --parallel.dp=4 --parallel.ep=2 --training.micro_batch=1
+
+# all-to-all bytes of rank 0 = what its routing implies: per MoE layer and micro-batch the counts
+# (E/ep int64 to each peer), then rows of C floats: dispatch (the rows it sends) and combine (the
+# rows it received, returned), forward and backward again
+"$PY" - "$tmp" <<'PY' && ok || bad "all-to-all bytes differ from the routing"
+import json, sys
+for name, ep, micro in (("moe_ep2", 2, 1), ("moe_ep4", 4, 1)):  # one micro-batch per rank
+    m = [json.loads(l) for l in open("%s/%s.jsonl" % (sys.argv[1], name))][1]
+    sent, recv = m["ep_rows"]
+    C, E, moe_layers = 32, 4, 3
+    want = 2 * (sent + recv) * C * 4 + moe_layers * micro * (E // ep) * (ep - 1) * 8
+    got = m["comm"]["all-to-all"][1]
+    print("%s: all-to-all %d bytes; routing: %d rows out, %d in -> %d" % (name, got, sent, recv, want))
+    if got != want: sys.exit(1)
+PY
 
 "$PY" - "$tmp" <<'PY' && ok || bad "expert load does not add up"
 import json, sys
@@ -64,6 +85,7 @@ PY
 expect_fail 2 "data and pipeline parallelism only" "${moe[@]}" --parallel.tp=2 --training.micro_batch=8
 expect_fail 2 "data and pipeline parallelism only" "${moe[@]}" --parallel.cp=2 --training.micro_batch=8
 expect_fail 1 "model.top_k = 5" --model.n_experts=4 --model.top_k=5 --training.micro_batch=8
+expect_fail 2 "must divide model.n_experts" --model.n_experts=3 --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

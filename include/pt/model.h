@@ -129,6 +129,8 @@ typedef struct {
     int cp_zigzag;    /* 2·cp chunks, rank i holding chunks i and 2·cp − 1 − i (else contiguous) */
     int cp_overlap;   /* the next block's transfer overlaps this block's compute */
     pt_comm *cp_comm;
+    int ep, ep_rank;  /* expert parallelism: each MoE layer's experts spread over ep ranks */
+    pt_comm *ep_comm;
 } pt_model_parallel;
 
 /* Context parallelism: the global positions of rank r's T_local tokens of a sequence of
@@ -152,10 +154,11 @@ pt_status pt_model_check_tp(const pt_model_config *c, int tp);
 pt_local_dims pt_model_local_dims(const pt_model_config *c, int tp, int tp_rank);
 /* Builds the table for a config (caller frees with pt_param_table_free). */
 void pt_param_table_build(pt_param_table *t, const pt_model_config *c);
-/* The table of tensor-parallel rank tp_rank of tp (tp = 1: the same as above), holding only the
- * tensors of the given chunks (n_chunks = 0: all). */
-void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp, int tp_rank,
-                             const pt_chunk *chunks, int n_chunks);
+/* The table of one rank of a layout (par NULL: the same as above): its tensor-parallel blocks,
+ * the tensors of its pipeline chunks only, its experts only (expert parallelism; they then come
+ * after all the other tensors, which the first rank of the expert group owns). */
+void pt_param_table_build_local(pt_param_table *t, const pt_model_config *c,
+                                const pt_model_parallel *par);
 /* Copies each local block from a host array of the global table (single-process layout) into a
  * host array of the local table (padding rows zero); and back, each owned block into its place
  * in the global array (others untouched). */
@@ -246,6 +249,7 @@ typedef struct {
      * the trainer) and their sums since the trainer last cleared them (objective units) */
     double aux_scale, aux_loss, z_loss;
     double *expert_load; /* (n_layers, n_experts): token-slots routed to each expert (counter) */
+    int64_t a2a_sent, a2a_recv; /* expert parallelism: rows dispatched to / from other ranks (counter) */
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);

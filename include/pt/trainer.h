@@ -42,6 +42,7 @@ typedef struct {
     pt_mesh *mesh;                 /* NULL when MPI is not initialised (one process) */
     pt_comm *dpc;                  /* the data-parallel group (NULL without a mesh) */
     pt_dp dp;
+    pt_dp dpe;                     /* expert parallelism: the experts' reduction (dpe.model NULL without) */
     int dp_rank, dp_size;
     pt_pipe pipe;                  /* pipeline parallelism (pipe.model NULL without) */
     pt_acts *acts;                 /* the activations without a pipeline */

@@ -222,23 +222,32 @@ static int pt_in_chunks(const pt_chunk *ch, int n, int layer, int L) {
     return 0;
 }
 
-void pt_param_table_build_tp(pt_param_table *t, const pt_model_config *c, int tp, int r,
-                             const pt_chunk *chunks, int n_chunks) {
+void pt_param_table_build_local(pt_param_table *t, const pt_model_config *c,
+                                const pt_model_parallel *par) {
+    int tp = par && par->tp > 1 ? par->tp : 1, r = par ? par->tp_rank : 0;
+    int n_chunks = par && par->n_chunks ? par->n_chunks : 0;
+    int ep = par && par->ep > 1 ? par->ep : 1, er = par ? par->ep_rank : 0;
+    int el = c->n_experts / ep; /* experts per rank */
     pt_param_table all;
     pt_param_table_build_tp_all(&all, c, tp, r);
-    /* keep the tensors of the chunks, renumbering the local offsets */
+    /* keep the tensors of the chunks (and this rank's experts), renumbering the local offsets;
+     * with expert parallelism the experts go last, so that they form one region of their own */
     memset(t, 0, sizeof *t);
     t->p = pt_calloc((size_t)all.n, sizeof *t->p);
     int L = c->n_layers;
-    for (int i = 0; i < all.n; i++) {
-        const pt_param *p = &all.p[i];
-        int where = p->layer >= 0 ? p->layer : p->kind == PT_KIND_EMBED ? -1 : L;
-        if (!pt_in_chunks(chunks, n_chunks, where, L)) continue;
-        t->p[t->n] = *p;
-        t->p[t->n].offset = t->total;
-        t->total += p->numel;
-        t->n++;
-    }
+    for (int pass = 0; pass < (ep > 1 ? 2 : 1); pass++)
+        for (int i = 0; i < all.n; i++) {
+            const pt_param *p = &all.p[i];
+            int where = p->layer >= 0 ? p->layer : p->kind == PT_KIND_EMBED ? -1 : L;
+            if (!pt_in_chunks(n_chunks ? par->chunk : NULL, n_chunks, where, L)) continue;
+            if (ep > 1 && (p->expert >= 0) != pass) continue;
+            if (ep > 1 && p->expert >= 0 && p->expert / el != er) continue;
+            t->p[t->n] = *p;
+            t->p[t->n].offset = t->total;
+            if (ep > 1 && p->expert < 0) t->p[t->n].owner &= er == 0; /* replicated over ep */
+            t->total += p->numel;
+            t->n++;
+        }
     pt_param_table_free(&all);
 }
 
@@ -336,7 +345,7 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
 }
 
 void pt_param_table_build(pt_param_table *t, const pt_model_config *c) {
-    pt_param_table_build_tp(t, c, 1, 0, NULL, 0);
+    pt_param_table_build_local(t, c, NULL);
 }
 
 /* Row i of a local block <-> its place in the global array: cols elements each. */
@@ -432,7 +441,8 @@ const pt_param *pt_param_find(const pt_param_table *t, const char *name) {
 }
 
 /* Points one tensor's entry of a view at ptr. */
-static void pt_view_set(pt_model_view *v, const pt_param *p, float *ptr, int tied) {
+static void pt_view_set(pt_model_view *v, const pt_param *p, float *ptr, int tied,
+                        int first_expert) {
     pt_layer_view *lv = p->layer >= 0 ? &v->layers[p->layer] : NULL;
     switch (p->kind) {
     case PT_KIND_EMBED:
@@ -453,7 +463,7 @@ static void pt_view_set(pt_model_view *v, const pt_param *p, float *ptr, int tie
     case PT_KIND_ROUTER: lv->router = ptr; break;
     case PT_KIND_ROUTER_BIAS: lv->router_bias = ptr; break;
     case PT_KIND_EXPERT_W1:
-        if (p->expert == 0) lv->experts = ptr;
+        if (p->expert == first_expert) lv->experts = ptr;
         break;
     case PT_KIND_EXPERT_W3:
     case PT_KIND_EXPERT_W2: break; /* adjacent to expert 0's w1, in order */
@@ -466,7 +476,9 @@ void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo) {
     for (int i = 0; i < m->table.n; i++) {
         const pt_param *p = &m->table.p[i];
         if (p->unit != unit) continue;
-        pt_view_set(v, p, buf ? buf + (p->offset - buf_lo) : NULL, m->cfg.tied_embeddings);
+        int ep = m->par.ep > 1 ? m->par.ep : 1;
+        pt_view_set(v, p, buf ? buf + (p->offset - buf_lo) : NULL, m->cfg.tied_embeddings,
+                    m->par.ep_rank * (m->cfg.n_experts / ep));
     }
 }
 
@@ -485,8 +497,7 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     m->par = par ? *par : (pt_model_parallel){.tp = 1};
     m->loc = pt_model_local_dims(cfg, tp, m->par.tp_rank);
     if (m->par.n_chunks == 0) m->par.chunk[0] = (pt_chunk){0, cfg->n_layers};
-    pt_param_table_build_tp(&m->table, cfg, tp, m->par.tp_rank, m->par.chunk,
-                            m->par.n_chunks ? m->par.n_chunks : 1);
+    pt_param_table_build_local(&m->table, cfg, &m->par);
     pt_param_table_build(&m->gtable, cfg);
     if (cfg->n_experts > 0)
         m->expert_load = pt_calloc((size_t)cfg->n_layers * cfg->n_experts, sizeof *m->expert_load);
@@ -956,6 +967,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
             be->copy(be, xnext, la->xmid, RC);
             pt_moe_forward(m, la->moe, w, la->xn2, xnext, a->B, a->T,
                            m->expert_load + (size_t)l * c->n_experts);
+            pt_moe_a2a_rows(la->moe, &m->a2a_sent, &m->a2a_recv);
             pt_release(m, l + 1, PT_USE_PARAMS, 0);
             continue;
         }

@@ -38,6 +38,12 @@ struct pt_moe_acts {
     float *gu_s, *h_s;     /* shared experts (N, 2Fs), (N, Fs) */
     float *dy, *dh, *dgu, *dxg; /* backward scratch */
     size_t bytes;
+    /* expert parallelism: the rows this rank's experts received (from every rank, per expert),
+     * kept from forward to backward; counts per (peer, local expert) */
+    int64_t *cnt_send, *cnt_recv; /* (ep, E/ep) */
+    size_t n_recv, cap_recv;      /* rows received */
+    float *xr, *gur, *hr, *yr;    /* (n_recv, C), (n_recv, 2Fe), (n_recv, Fe), (n_recv, C) */
+    int64_t rows_sent, rows_recv; /* to and from other ranks, this micro-batch (dispatch) */
 };
 
 static float *pt_dev(pt_backend *be, size_t n, size_t *bytes) {
@@ -84,6 +90,8 @@ void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
                     a->dgu, a->dxg};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) be->free(be, dev[i]);
     be->free(be, a->d_tok);
+    if (a->xr) be->free(be, a->xr), be->free(be, a->gur), be->free(be, a->hr), be->free(be, a->yr);
+    free(a->cnt_send), free(a->cnt_recv);
     free(a->probs), free(a->score), free(a->hlog), free(a->zlse), free(a->sel), free(a->w), free(a->off), free(a->slot_tok);
     free(a->slot_j);
     free(a);
@@ -156,6 +164,128 @@ static void pt_route(pt_moe_acts *a, const float *logits, int cap, const float *
     a->off[E] = kept;
 }
 
+/* One expert's SwiGLU over n rows: gu = x·W13ᵀ, h = silu(gate)·up, y = h·W2ᵀ. */
+static void pt_expert_forward(pt_backend *be, const float *w13, int Fe, int C, const float *x,
+                              float *gu, float *h, float *y, int n) {
+    const float *w2 = w13 + (size_t)2 * Fe * C;
+    be->gemm(be, PT_NO_TRANS, PT_TRANS, n, 2 * Fe, C, 1.0f, x, C, w13, C, 0.0f, gu, 2 * Fe);
+    be->swiglu_forward(be, h, gu, n, Fe);
+    be->gemm(be, PT_NO_TRANS, PT_TRANS, n, C, Fe, 1.0f, h, Fe, w2, Fe, 0.0f, y, C);
+}
+
+/* Its backward: weight gradients into g13 (and the w2 after it), dx = the rows' input gradient. */
+static void pt_expert_backward(pt_backend *be, const float *w13, float *g13, int Fe, int C,
+                               const float *x, const float *gu, const float *h, const float *dy,
+                               float *dh, float *dgu, float *dx, int n) {
+    const float *w2 = w13 + (size_t)2 * Fe * C;
+    float *g2 = g13 + (size_t)2 * Fe * C;
+    be->gemm(be, PT_TRANS, PT_NO_TRANS, C, Fe, n, 1.0f, dy, C, h, Fe, 1.0f, g2, Fe);
+    be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, Fe, C, 1.0f, dy, C, w2, Fe, 0.0f, dh, Fe);
+    be->swiglu_backward(be, dgu, dh, gu, n, Fe);
+    be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * Fe, C, n, 1.0f, dgu, 2 * Fe, x, C, 1.0f, g13, C);
+    be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * Fe, 1.0f, dgu, 2 * Fe, w13, C, 0.0f, dx, C);
+}
+
+/* Expert parallelism: rows sorted by expert go to the ranks holding the experts (rank r holds
+ * experts [r·E/ep, (r+1)·E/ep)), with an all-to-all(v) of (rows × C) after one of the counts. */
+static void pt_ep_exchange(pt_comm *cc, const float *send, const int64_t *rows_to, float *recv,
+                           const int64_t *rows_from, int C) {
+    int ep = cc->size;
+    int64_t *sc = pt_malloc((size_t)2 * ep * sizeof *sc), *rc = sc + ep;
+    for (int r = 0; r < ep; r++) sc[r] = rows_to[r] * C, rc[r] = rows_from[r] * C;
+    pt_comm_wait(cc, cc->ialltoallv(cc, send, sc, recv, rc, PT_DTYPE_F32));
+    free(sc);
+}
+
+static void pt_ep_rows(const int64_t *cnt, int ep, int el, int64_t *rows) {
+    for (int r = 0; r < ep; r++) {
+        rows[r] = 0;
+        for (int j = 0; j < el; j++) rows[r] += cnt[(size_t)r * el + j];
+    }
+}
+
+/* The experts' forward under expert parallelism: a->xg (sorted slots) dispatched, this rank's
+ * experts run over what they received, the outputs combined back into a->y. */
+static void pt_ep_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w) {
+    pt_backend *be = m->be;
+    pt_comm *cc = m->par.ep_comm;
+    int ep = cc->size, me = cc->rank, E = a->E, el = E / ep, Fe = a->Fe, C = m->cfg.dim;
+    if (!a->cnt_send) {
+        a->cnt_send = pt_calloc((size_t)ep * el, sizeof(int64_t));
+        a->cnt_recv = pt_calloc((size_t)ep * el, sizeof(int64_t));
+    }
+    for (int e = 0; e < E; e++) a->cnt_send[e] = a->off[e + 1] - a->off[e]; /* expert e's rank: e/el */
+    int64_t *one = pt_malloc((size_t)2 * ep * sizeof *one);
+    for (int r = 0; r < ep; r++) one[r] = one[ep + r] = el;
+    pt_comm_wait(cc, cc->ialltoallv(cc, a->cnt_send, one, a->cnt_recv, one + ep, PT_DTYPE_I64));
+    free(one);
+    int64_t *to = pt_malloc((size_t)2 * ep * sizeof *to), *from = to + ep;
+    pt_ep_rows(a->cnt_send, ep, el, to);
+    pt_ep_rows(a->cnt_recv, ep, el, from);
+    a->n_recv = 0;
+    a->rows_sent = a->rows_recv = 0;
+    for (int r = 0; r < ep; r++) {
+        a->n_recv += (size_t)from[r];
+        if (r != me) a->rows_sent += to[r], a->rows_recv += from[r];
+    }
+    if (a->n_recv > a->cap_recv) {
+        if (a->xr) be->free(be, a->xr), be->free(be, a->gur), be->free(be, a->hr), be->free(be, a->yr);
+        a->cap_recv = a->n_recv;
+        a->xr = be->alloc(be, a->cap_recv * C * sizeof(float));
+        a->gur = be->alloc(be, a->cap_recv * 2 * Fe * sizeof(float));
+        a->hr = be->alloc(be, a->cap_recv * Fe * sizeof(float));
+        a->yr = be->alloc(be, a->cap_recv * C * sizeof(float));
+    }
+    pt_ep_exchange(cc, a->xg, to, a->xr, from, C);
+    /* the received rows: from each rank, per local expert */
+    size_t at = 0;
+    for (int r = 0; r < ep; r++)
+        for (int j = 0; j < el; j++) {
+            int n = (int)a->cnt_recv[(size_t)r * el + j];
+            if (n)
+                pt_expert_forward(be, w->experts + (size_t)j * 3 * Fe * C, Fe, C, a->xr + at * C,
+                                  a->gur + at * 2 * Fe, a->hr + at * Fe, a->yr + at * C, n);
+            at += (size_t)n;
+        }
+    pt_ep_exchange(cc, a->yr, from, a->y, to, C);
+    free(to);
+}
+
+/* Its backward: the slots' output gradients dispatched like the inputs were, the input
+ * gradients combined back into a->dxg. */
+static void pt_ep_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w,
+                           const pt_layer_view *g) {
+    pt_backend *be = m->be;
+    pt_comm *cc = m->par.ep_comm;
+    int ep = cc->size, E = a->E, el = E / ep, Fe = a->Fe, C = m->cfg.dim;
+    int64_t *to = pt_malloc((size_t)2 * ep * sizeof *to), *from = to + ep;
+    pt_ep_rows(a->cnt_send, ep, el, to);
+    pt_ep_rows(a->cnt_recv, ep, el, from);
+    size_t n = a->n_recv ? a->n_recv : 1;
+    float *dyr = be->alloc(be, n * C * sizeof(float)), *dxr = be->alloc(be, n * C * sizeof(float));
+    float *dh = be->alloc(be, n * Fe * sizeof(float)), *dgu = be->alloc(be, n * 2 * Fe * sizeof(float));
+    pt_ep_exchange(cc, a->dy, to, dyr, from, C);
+    size_t at = 0;
+    for (int r = 0; r < ep; r++)
+        for (int j = 0; j < el; j++) {
+            int k = (int)a->cnt_recv[(size_t)r * el + j];
+            if (k)
+                pt_expert_backward(be, w->experts + (size_t)j * 3 * Fe * C,
+                                   g->experts + (size_t)j * 3 * Fe * C, Fe, C, a->xr + at * C,
+                                   a->gur + at * 2 * Fe, a->hr + at * Fe, dyr + at * C, dh, dgu,
+                                   dxr + at * C, k);
+            at += (size_t)k;
+        }
+    pt_ep_exchange(cc, dxr, from, a->dxg, to, C);
+    be->free(be, dyr), be->free(be, dxr), be->free(be, dh), be->free(be, dgu);
+    free(to);
+}
+
+void pt_moe_a2a_rows(const pt_moe_acts *a, int64_t *sent, int64_t *recv) {
+    *sent += a->rows_sent;
+    *recv += a->rows_recv;
+}
+
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
                       float *out, int B, int T, double *load) {
     pt_backend *be = m->be;
@@ -182,7 +312,8 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
     free(sw);
     /* each expert's rows: one grouped SwiGLU */
     be->rows_gather(be, a->xg, xn, a->d_tok, NULL, S, C);
-    for (int e = 0; e < E; e++) {
+    if (m->par.ep > 1) pt_ep_forward(m, a, w);
+    for (int e = 0; e < E && m->par.ep <= 1; e++) {
         int o = a->off[e], n = a->off[e + 1] - o;
         if (n == 0) continue; /* an expert no token chose */
         const float *w13 = w->experts + (size_t)e * 3 * Fe * C, *w2 = w13 + (size_t)2 * Fe * C;
@@ -225,7 +356,8 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
     /* experts: dY = w · dout of each slot's token (dropped slots have none) */
     be->rows_gather(be, a->dy, dout, a->d_tok, a->d_w, S, C);
     be->zero(be, a->dxg, (size_t)S * C * sizeof(float));
-    for (int e = 0; e < E; e++) {
+    if (m->par.ep > 1) pt_ep_backward(m, a, w, g);
+    for (int e = 0; e < E && m->par.ep <= 1; e++) {
         int o = a->off[e], n = a->off[e + 1] - o;
         if (n == 0) continue;
         const float *w13 = w->experts + (size_t)e * 3 * Fe * C, *w2 = w13 + (size_t)2 * Fe * C;

@@ -58,6 +58,7 @@ static void pt_point_bucket(pt_dp *d, const pt_dp_bucket *b, int use, float *buf
  * all-gather. Called only at points every rank reaches in the same order (a bucket start, the end
  * of backward), since collectives must be started in the same order on every rank. */
 static void pt_dp_second_phase(pt_dp *d) {
+    if (d->plain) return;
     for (int i = 0; i < d->n_buckets; i++) {
         pt_dp_bucket *b = &d->b[i];
         if (!b->started || b->gathering || b->gathered) continue;
@@ -72,7 +73,10 @@ static void pt_dp_second_phase(pt_dp *d) {
 }
 
 static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
-    if (d->zero <= 1) {
+    if (d->plain) {
+        b->req = d->comm->iallreduce(d->comm, d->model->grads + b->lo, b->hi - b->lo, PT_DTYPE_F32);
+        b->gathering = 1; /* nothing follows it */
+    } else if (d->zero <= 1) {
         /* in place: the rank's reduced slice lands at the start of the bucket; moved afterwards.
          * ZeRO-0 then all-gathers the slices: the ring all-reduce as its two halves, the second
          * started when the next bucket starts (MPI's nonblocking all-reduce, progressed from our
@@ -118,7 +122,11 @@ static void pt_dp_poll(pt_dp *d) {
     }
 }
 
-static void pt_dp_poll_hook(void *user) { pt_dp_poll(user); }
+static void pt_dp_poll_hook(void *user) {
+    pt_dp *d = user;
+    if (d->next.poll) d->next.poll(d->next.user);
+    pt_dp_poll(d);
+}
 
 static int pt_bucket_final(const pt_dp *d, const pt_dp_bucket *b) {
     for (int u = b->u0; u <= b->u1; u++)
@@ -158,6 +166,7 @@ static int pt_next_unit(const pt_dp *d, int unit, int backward) {
 
 static void pt_dp_acquire(void *user, int unit, int use, int backward) {
     pt_dp *d = user;
+    if (d->next.acquire) d->next.acquire(d->next.user, unit, use, backward);
     if (d->zero >= 2 && (use & PT_USE_GRADS)) {
         pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
         for (int i = 0; !b->gbuf && d->live_g >= PT_DP_MAX_GBUFS && i < d->n_buckets; i++)
@@ -186,8 +195,8 @@ static void pt_dp_acquire(void *user, int unit, int use, int backward) {
 }
 
 static void pt_dp_release(void *user, int unit, int use, int backward) {
-    (void)backward;
     pt_dp *d = user;
+    if (d->next.release) d->next.release(d->next.user, unit, use, backward);
     if (d->zero == 3 && (use & PT_USE_PARAMS)) {
         pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
         if (b->pbuf) {
@@ -294,6 +303,47 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
             be->zero(be, d->pshard, (d->n_shard ? d->n_shard : 1) * sizeof(float));
         }
     }
+    d->next = model->hooks;
+    model->hooks.acquire = pt_dp_acquire;
+    model->hooks.release = pt_dp_release;
+    model->hooks.poll = pt_dp_poll_hook;
+    model->hooks.user = d;
+    return PT_OK;
+}
+
+pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, size_t lo, size_t hi,
+                            double bucket_mb, int overlap) {
+    memset(d, 0, sizeof *d);
+    if (!(bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
+    d->comm = comm;
+    d->model = model;
+    d->overlap = overlap;
+    d->plain = 1;
+    d->region_lo = lo;
+    d->region_hi = hi;
+    int n_units = pt_model_n_units(model);
+    d->unit_lo = pt_calloc((size_t)n_units, sizeof *d->unit_lo);
+    d->unit_hi = pt_calloc((size_t)n_units, sizeof *d->unit_hi);
+    d->unit_final = pt_calloc((size_t)n_units, 1);
+    d->unit_bucket = pt_calloc((size_t)n_units, sizeof *d->unit_bucket);
+    for (int u = 0; u < n_units; u++) d->unit_lo[u] = (size_t)-1;
+    for (int i = 0; i < model->table.n; i++) {
+        const pt_param *p = &model->table.p[i];
+        if (p->offset < lo || p->offset >= hi) continue;
+        if (p->offset < d->unit_lo[p->unit]) d->unit_lo[p->unit] = p->offset;
+        if (p->offset + p->numel > d->unit_hi[p->unit]) d->unit_hi[p->unit] = p->offset + p->numel;
+    }
+    for (int u = 0; u < n_units; u++)
+        if (d->unit_hi[u] == 0) d->unit_lo[u] = 0;
+    size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
+    if (want < 1) want = 1;
+    d->b = pt_calloc((hi - lo + want - 1) / want + 1, sizeof *d->b);
+    for (size_t h = hi; h > lo;) {
+        size_t l = h - lo > want ? h - want : lo;
+        pt_dp_add_bucket(d, l, h);
+        h = l;
+    }
+    d->next = model->hooks;
     model->hooks.acquire = pt_dp_acquire;
     model->hooks.release = pt_dp_release;
     model->hooks.poll = pt_dp_poll_hook;

@@ -356,10 +356,6 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG, "parallel.dp must be >= 1 or -1 (got %d)", p->dp);
     if (p->tp < 1 || p->pp < 1 || p->cp < 1 || p->ep < 1)
         return pt_errorf(PT_ERR_CONFIG, "parallel.tp, pp, cp and ep must be >= 1");
-    if (p->ep > 1)
-        return pt_errorf(PT_ERR_CONFIG,
-                         "parallel.ep > 1: expert parallelism is not available in this version "
-                         "(ep=%d)", p->ep);
     if (p->pp_virtual < 1) return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual must be >= 1");
     if (p->zero < 0 || p->zero > 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);

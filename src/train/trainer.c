@@ -132,6 +132,19 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     if (cfg->model.n_experts > 0 && (cfg->parallel.tp > 1 || cfg->parallel.cp > 1))
         return pt_errorf(PT_ERR_CONFIG, "model.n_experts > 0 with parallel.tp or cp > 1: this version "
                          "runs mixture-of-experts models with data and pipeline parallelism only");
+    /* expert parallelism: this rank's experts of every MoE layer */
+    int ep = t->mesh ? t->mesh->deg.ep : 1;
+    if (ep > 1) {
+        if (cfg->model.n_experts == 0 || cfg->model.n_experts % ep != 0)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", ep,
+                             cfg->model.n_experts);
+        if (zero > 0 || t->mesh->deg.pp > 1)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.ep > 1 runs with parallel.zero = 0 and pp = 1 "
+                             "in this version");
+        par.ep = ep;
+        par.ep_rank = t->mesh->ep_i;
+        par.ep_comm = t->mesh->ep;
+    }
     /* context parallelism: this rank's share of every sequence */
     int cp = t->mesh ? t->mesh->deg.cp : 1;
     if (cp > 1) {
@@ -184,14 +197,26 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         for (int c = 0; c < v; c++) par.chunk[c] = stages[c * pp + t->mesh->pp_i];
     }
     pt_param_table local;
-    pt_param_table_build_tp(&local, &cfg->model, par.tp, par.tp_rank, par.chunk, par.n_chunks);
+    pt_param_table_build_local(&local, &cfg->model, &par);
     size_t total = local.total;
     pt_param_table_free(&local);
     PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, pt_dp_padded_total(total, red, zero),
                             pt_dp_model_flags(zero), &par));
-    if (t->dpc)
+    if (t->dpc && ep > 1) {
+        /* the dense tensors reduced over the data ranks, the experts (last in the table) over the
+         * ranks that hold the same experts */
+        size_t dense = 0;
+        for (int i = 0; i < t->model.table.n; i++)
+            if (t->model.table.p[i].expert < 0) dense += t->model.table.p[i].numel;
+        PT_TRY(pt_dp_init_region(&t->dp, t->dpc, &t->model, 0, dense, cfg->parallel.bucket_mb,
+                                 cfg->parallel.overlap));
+        if (t->mesh->edp->size > 1)
+            PT_TRY(pt_dp_init_region(&t->dpe, t->mesh->edp, &t->model, dense, t->model.table.total,
+                                     cfg->parallel.bucket_mb, cfg->parallel.overlap));
+    } else if (t->dpc) {
         PT_TRY(pt_dp_init(&t->dp, t->dpc, &t->model, zero, cfg->parallel.bucket_mb,
                           cfg->parallel.overlap));
+    }
     float *host = pt_malloc(t->model.gtable.total * sizeof(float));
     pt_status st = PT_OK;
     if (cfg->init_from[0]) {
@@ -303,6 +328,8 @@ static void pt_trainer_to_global(pt_trainer *t, const float *local, float *host)
         pt_allreduce_sum(t->model.par.tp_comm, host, t->model.gtable.total, PT_DTYPE_F32);
     if (t->mesh && t->mesh->deg.pp > 1) /* the stages hold disjoint tensors */
         pt_allreduce_sum(t->mesh->pp, host, t->model.gtable.total, PT_DTYPE_F32);
+    if (t->model.par.ep > 1) /* so do the expert ranks (their experts; the rest from the first) */
+        pt_allreduce_sum(t->model.par.ep_comm, host, t->model.gtable.total, PT_DTYPE_F32);
 }
 
 void pt_trainer_get_params(pt_trainer *t, float *host) {
@@ -388,6 +415,7 @@ pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank) {
 
 void pt_trainer_free(pt_trainer *t) {
     if (t->mesh) {
+        if (t->dpe.model) pt_dp_free(&t->dpe);
         if (t->dpc && t->dp.model) pt_dp_free(&t->dp);
         pt_mesh_free(t->mesh);
         free(t->mesh);
@@ -458,6 +486,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     double loss_sum = 0;
     t->model.aux_scale = 1.0 / G; /* the balancing losses: a mean over the batch's sequences */
     t->model.aux_loss = t->model.z_loss = 0;
+    t->model.a2a_sent = t->model.a2a_recv = 0;
     size_t n_load = t->model.expert_load ? (size_t)cfg->model.n_layers * cfg->model.n_experts : 0;
     if (n_load) memset(t->model.expert_load, 0, n_load * sizeof(double));
     /* this rank's rows of the global batch, [dp_rank·per_rank, (dp_rank+1)·per_rank), and of
@@ -486,10 +515,12 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         size_t at = (size_t)k * mb * Tl;
         int last = k == n_micro - 1;
         if (t->dpc) pt_dp_begin_micro(&t->dp, last);
+        if (t->dpe.model) pt_dp_begin_micro(&t->dpe, last);
         loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs + at, t->d_targets + at,
                                      t->d_pos, loss_scale, NULL);
         pt_model_backward(&t->model, t->acts, t->d_inputs + at);
         if (t->dpc) pt_dp_end_micro(&t->dp, last);
+        if (t->dpe.model) pt_dp_end_micro(&t->dpe, last);
     }
     /* Σ g² over what this rank owns (replicas counted once); with ZeRO the data ranks own
      * disjoint parts, the tp ranks always do: each sums over its group */
@@ -508,6 +539,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     if (n_load && t->pipe.model) pt_allreduce_sum(t->mesh->pp, t->model.expert_load, n_load, PT_DTYPE_F64);
     if (t->model.par.tp > 1) pt_allreduce_sum(t->model.par.tp_comm, &sumsq, 1, PT_DTYPE_F64);
     if (t->pipe.model) pt_allreduce_sum(t->mesh->pp, &sumsq, 1, PT_DTYPE_F64);
+    if (t->model.par.ep > 1) pt_allreduce_sum(t->model.par.ep_comm, &sumsq, 1, PT_DTYPE_F64);
     double norm = sqrt(sumsq);
     if (!isfinite(norm))
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
@@ -586,7 +618,8 @@ pt_status pt_trainer_save(pt_trainer *t) {
     /* the blocks this rank writes: those of the ranges its optimizer owns, of the tensors it owns
      * (tensor-parallel replicas are written once); replicated over the data ranks (ZeRO-0), by
      * the first data rank only */
-    int writer = !t->dpc || t->dp.zero > 0 || t->dp_rank == 0;
+    int writer = !t->dpc || t->dp.zero > 0 ||
+                 (t->model.par.ep > 1 ? t->mesh->edp_i == 0 : t->dp_rank == 0);
     size_t n_host = 0;
     for (int r = 0; r < t->opt.n_ranges; r++) n_host += pt_range_len(t, &t->opt.ranges[r]);
     float *host = pt_malloc((3 * n_host + 1) * sizeof(float)), *at = host;
@@ -697,6 +730,9 @@ static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stat
             first = 0;
         }
         fprintf(t->metrics, "}");
+        if (t->model.par.ep > 1)
+            fprintf(t->metrics, ", \"ep_rows\": [%lld, %lld]", (long long)t->model.a2a_sent,
+                    (long long)t->model.a2a_recv);
     }
     if (s->n_stages) {
         fprintf(t->metrics, ", \"pp_idle\": [");
