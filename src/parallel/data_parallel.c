@@ -239,6 +239,25 @@ static void pt_dp_add_bucket(pt_dp *d, size_t lo, size_t hi) {
         }
 }
 
+/* Each unit's range of the buffer, counting only the tensors that start in [lo, hi). */
+static void pt_dp_units(pt_dp *d, size_t lo, size_t hi) {
+    const pt_model *model = d->model;
+    int n_units = pt_model_n_units(model);
+    d->unit_lo = pt_calloc((size_t)n_units, sizeof *d->unit_lo);
+    d->unit_hi = pt_calloc((size_t)n_units, sizeof *d->unit_hi);
+    d->unit_final = pt_calloc((size_t)n_units, 1);
+    d->unit_bucket = pt_calloc((size_t)n_units, sizeof *d->unit_bucket);
+    for (int u = 0; u < n_units; u++) d->unit_lo[u] = (size_t)-1;
+    for (int i = 0; i < model->table.n; i++) {
+        const pt_param *p = &model->table.p[i];
+        if (p->offset < lo || p->offset >= hi) continue;
+        if (p->offset < d->unit_lo[p->unit]) d->unit_lo[p->unit] = p->offset;
+        if (p->offset + p->numel > d->unit_hi[p->unit]) d->unit_hi[p->unit] = p->offset + p->numel;
+    }
+    for (int u = 0; u < n_units; u++)
+        if (d->unit_hi[u] == 0) d->unit_lo[u] = 0; /* empty: overlaps nothing */
+}
+
 pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
                      int overlap) {
     memset(d, 0, sizeof *d);
@@ -250,18 +269,7 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
     d->zero = zero;
     d->overlap = overlap;
     int N = comm->size, n_units = pt_model_n_units(model);
-    d->unit_lo = pt_calloc((size_t)n_units, sizeof *d->unit_lo);
-    d->unit_hi = pt_calloc((size_t)n_units, sizeof *d->unit_hi);
-    d->unit_final = pt_calloc((size_t)n_units, 1);
-    d->unit_bucket = pt_calloc((size_t)n_units, sizeof *d->unit_bucket);
-    for (int u = 0; u < n_units; u++) d->unit_lo[u] = (size_t)-1;
-    for (int i = 0; i < model->table.n; i++) {
-        const pt_param *p = &model->table.p[i];
-        if (p->offset < d->unit_lo[p->unit]) d->unit_lo[p->unit] = p->offset;
-        if (p->offset + p->numel > d->unit_hi[p->unit]) d->unit_hi[p->unit] = p->offset + p->numel;
-    }
-    for (int u = 0; u < n_units; u++)
-        if (d->unit_hi[u] == 0) d->unit_lo[u] = 0; /* empty: overlaps nothing */
+    pt_dp_units(d, 0, (size_t)-1);
     size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
     if (zero <= 1) {
         /* flat buckets from the end, multiples of N (the buffer is padded to one) */
@@ -321,20 +329,7 @@ pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, size_t lo,
     d->plain = 1;
     d->region_lo = lo;
     d->region_hi = hi;
-    int n_units = pt_model_n_units(model);
-    d->unit_lo = pt_calloc((size_t)n_units, sizeof *d->unit_lo);
-    d->unit_hi = pt_calloc((size_t)n_units, sizeof *d->unit_hi);
-    d->unit_final = pt_calloc((size_t)n_units, 1);
-    d->unit_bucket = pt_calloc((size_t)n_units, sizeof *d->unit_bucket);
-    for (int u = 0; u < n_units; u++) d->unit_lo[u] = (size_t)-1;
-    for (int i = 0; i < model->table.n; i++) {
-        const pt_param *p = &model->table.p[i];
-        if (p->offset < lo || p->offset >= hi) continue;
-        if (p->offset < d->unit_lo[p->unit]) d->unit_lo[p->unit] = p->offset;
-        if (p->offset + p->numel > d->unit_hi[p->unit]) d->unit_hi[p->unit] = p->offset + p->numel;
-    }
-    for (int u = 0; u < n_units; u++)
-        if (d->unit_hi[u] == 0) d->unit_lo[u] = 0;
+    pt_dp_units(d, lo, hi);
     size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
     if (want < 1) want = 1;
     d->b = pt_calloc((hi - lo + want - 1) / want + 1, sizeof *d->b);
