@@ -7,7 +7,7 @@
 #   - the metrics' expert load sums to tokens × top_k per MoE layer;
 #   - on a skewed toy task the auxiliary-loss-free bias update and the aux loss bring the busiest
 #     expert below 1.2 × the mean load where no balancing stays above it;
-#   - expert parallelism (ep 2 and 4, and ep 2 inside dp 4) equal to one process, and the
+#   - expert parallelism (ep 2 and 4, ep 2 inside dp 4, with pp 2) equal to one process, and the
 #     all-to-all bytes equal to what the routing implies;
 #   - MoE with tensor or context parallelism (not in this version) fails fast with one message.
 set -u
@@ -32,6 +32,8 @@ check 4 moe_dp2_pp2 --parallel.dp=2 --parallel.pp=2 --training.micro_batch=1
 check 2 moe_ep2 --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
 check 4 moe_ep4 --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
 check 4 moe_ep2_dp4 --parallel.dp=4 --parallel.ep=2 --training.micro_batch=1
+check 4 moe_ep2_pp2_zb --parallel.dp=2 --parallel.ep=2 --parallel.pp=2 --parallel.pp_schedule=zb --training.micro_batch=1
+check 8 moe_ep2_dp4_pp2 --parallel.dp=4 --parallel.ep=2 --parallel.pp=2 --training.micro_batch=1
 
 # all-to-all bytes of rank 0 = what its routing implies: per MoE layer and micro-batch the counts
 # (E/ep int64 to each peer), then rows of C floats: dispatch (the rows it sends) and combine (the

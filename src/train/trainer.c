@@ -138,9 +138,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         if (cfg->model.n_experts == 0 || cfg->model.n_experts % ep != 0)
             return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", ep,
                              cfg->model.n_experts);
-        if (zero > 0 || t->mesh->deg.pp > 1)
-            return pt_errorf(PT_ERR_CONFIG, "parallel.ep > 1 runs with parallel.zero = 0 and pp = 1 "
-                             "in this version");
+        if (zero > 0)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.ep > 1 runs with parallel.zero = 0 in this "
+                             "version");
         par.ep = ep;
         par.ep_rank = t->mesh->ep_i;
         par.ep_comm = t->mesh->ep;
@@ -504,10 +504,15 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     if (t->pipe.model) {
         /* the schedule runs every micro-batch; the data-parallel reduction follows it */
         if (t->dpc) pt_dp_begin_micro(&t->dp, 0);
+        if (t->dpe.model) pt_dp_begin_micro(&t->dpe, 0);
         loss_sum = pt_pipe_step(&t->pipe, t->d_inputs, t->d_targets, t->d_pos, loss_scale);
         if (t->dpc) {
             pt_dp_begin_micro(&t->dp, 1);
             pt_dp_end_micro(&t->dp, 1);
+        }
+        if (t->dpe.model) {
+            pt_dp_begin_micro(&t->dpe, 1);
+            pt_dp_end_micro(&t->dpe, 1);
         }
         pt_allreduce_sum(t->mesh->pp, &loss_sum, 1, PT_DTYPE_F64); /* the last stage's */
     }
