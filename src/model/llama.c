@@ -963,10 +963,14 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
                      C);
         }
         pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
-        if (la->moe) { /* xnext = xmid + the experts' output */
+        if (la->moe) { /* xnext = xmid + the experts' output (replicated over the tp ranks: with
+                        * sequence parallelism computed for all rows, this rank's kept) */
+            int sp = m->par.sp && m->par.tp > 1;
             be->copy(be, xnext, la->xmid, RC);
-            pt_moe_forward(m, la->moe, w, la->xn2, xnext, a->B, a->T,
+            if (sp) be->zero(be, y, (size_t)N * C * sizeof(float));
+            pt_moe_forward(m, la->moe, w, la->xn2, sp ? y : xnext, a->B, a->T,
                            m->expert_load + (size_t)l * c->n_experts);
+            if (sp) be->add(be, xnext, y + pt_own_row0(m, N) * C, (size_t)R * C);
             pt_moe_a2a_rows(la->moe, &m->a2a_sent, &m->a2a_recv);
             pt_release(m, l + 1, PT_USE_PARAMS, 0);
             continue;
@@ -1113,8 +1117,14 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
     const pt_layer_view *w = &m->w.layers[l];
     const pt_layer_view *g = &m->g.layers[l];
     if (la->moe) {
+        /* the experts run replicated over the tp ranks: their input gradient is whole on each;
+         * with sequence parallelism this rank keeps its rows (at the start, as a reduce-scatter
+         * would leave them) */
+        const float *dfull = pt_full_grad(m, a, N);
         be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
-        pt_moe_backward(m, la->moe, w, g, la->xn2, a->dx, a->dxn, a->B, a->T);
+        pt_moe_backward(m, la->moe, w, g, la->xn2, dfull, a->dxn, a->B, a->T);
+        size_t own = pt_own_row0(m, N);
+        if (own) memmove(a->dxn, a->dxn + own * C, (size_t)R * C * sizeof(float));
     } else {
         /* dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
         const float *dfull = pt_full_grad(m, a, N);

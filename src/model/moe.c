@@ -44,6 +44,7 @@ struct pt_moe_acts {
     size_t n_recv, cap_recv;      /* rows received */
     float *xr, *gur, *hr, *yr;    /* (n_recv, C), (n_recv, 2Fe), (n_recv, Fe), (n_recv, C) */
     int64_t rows_sent, rows_recv; /* to and from other ranks, this micro-batch (dispatch) */
+    double *fseq;                 /* (B, E) each sequence's fₑ, then (B, E) probability sums */
 };
 
 static float *pt_dev(pt_backend *be, size_t n, size_t *bytes) {
@@ -91,7 +92,7 @@ void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) be->free(be, dev[i]);
     be->free(be, a->d_tok);
     if (a->xr) be->free(be, a->xr), be->free(be, a->gur), be->free(be, a->hr), be->free(be, a->yr);
-    free(a->cnt_send), free(a->cnt_recv);
+    free(a->cnt_send), free(a->cnt_recv), free(a->fseq);
     free(a->probs), free(a->score), free(a->hlog), free(a->zlse), free(a->sel), free(a->w), free(a->off), free(a->slot_tok);
     free(a->slot_j);
     free(a);
@@ -329,20 +330,28 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
         be->swiglu_forward(be, a->h_s, a->gu_s, N, Fs);
         be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, Fs, 1.0f, a->h_s, Fs, w->wdown, Fs, 1.0f, out, C);
     }
-    /* the balancing losses of this micro-batch's sequences, in units of the objective */
-    double aux = 0, z = 0;
-    for (int b = 0; b < B; b++) {
-        for (int e = 0; e < E; e++) {
-            double f = 0, P = 0;
-            for (int t = b * T; t < (b + 1) * T; t++) {
-                P += a->probs[(size_t)t * E + e];
-                for (int j = 0; j < k; j++) f += a->sel[(size_t)t * k + j] == e;
+    /* the balancing losses of this micro-batch's sequences, in units of the objective. A
+     * sequence's token-slot counts and probability sums are summed over the context ranks that
+     * hold its parts (each of Tt = T·cp tokens) */
+    int cp = m->par.cp > 1 ? m->par.cp : 1;
+    double Tt = (double)T * cp, aux = 0, z = 0;
+    free(a->fseq);
+    a->fseq = pt_calloc((size_t)2 * B * E, sizeof(double)); /* counts, then probability sums */
+    double *cnt = a->fseq, *psum = a->fseq + (size_t)B * E;
+    for (int b = 0; b < B; b++)
+        for (int t = b * T; t < (b + 1) * T; t++)
+            for (int e = 0; e < E; e++) {
+                psum[(size_t)b * E + e] += a->probs[(size_t)t * E + e];
+                for (int j = 0; j < k; j++) cnt[(size_t)b * E + e] += a->sel[(size_t)t * k + j] == e;
             }
-            aux += (f / ((double)T * k)) * (P / T);
-        }
-        for (int t = b * T; t < (b + 1) * T; t++) z += (double)a->zlse[t] * a->zlse[t] / T;
+    if (cp > 1) pt_allreduce_sum(m->par.cp_comm, a->fseq, (size_t)2 * B * E, PT_DTYPE_F64);
+    for (int i = 0; i < B * E; i++) {
+        cnt[i] /= Tt * k; /* fₑ of the sequence */
+        aux += cnt[i] * psum[i] / Tt;
     }
-    m->aux_loss += c->aux_loss_coef * E * aux * m->aux_scale;
+    for (int t = 0; t < B * T; t++) z += (double)a->zlse[t] * a->zlse[t] / Tt;
+    /* every context rank has the sequence's aux: each reports its share of it */
+    m->aux_loss += c->aux_loss_coef * E * aux * m->aux_scale / cp;
     m->z_loss += c->z_loss_coef * z * m->aux_scale;
     return 0;
 }
@@ -398,9 +407,8 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
     double aux_c = c->aux_loss_coef * E * m->aux_scale, z_c = c->z_loss_coef * m->aux_scale;
     for (int b = 0; b < B; b++) {
         /* fₑ of this sequence */
-        double *f = pt_calloc((size_t)E, sizeof(double));
-        for (int t = b * T; t < (b + 1) * T; t++)
-            for (int j = 0; j < k; j++) f[a->sel[(size_t)t * k + j]] += 1.0 / ((double)T * k);
+        const double *f = a->fseq + (size_t)b * E; /* the sequence's fₑ (all its context ranks) */
+        double Tt = (double)T * (m->par.cp > 1 ? m->par.cp : 1);
         for (int t = b * T; t < (b + 1) * T; t++) {
             const float *p = a->probs + (size_t)t * E, *sc = a->score + (size_t)t * E;
             const int32_t *sel = a->sel + (size_t)t * k;
@@ -409,7 +417,7 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
             double ssel = 0, wdw = 0, pdp = 0;
             for (int j = 0; j < k; j++) ssel += val[sel[j]], wdw += wt[j] * dw[(size_t)t * k + j];
             /* the balancing loss through P (probabilities p) */
-            for (int e = 0; e < E; e++) dp[e] = aux_c * f[e] / T, pdp += p[e] * dp[e];
+            for (int e = 0; e < E; e++) dp[e] = aux_c * f[e] / Tt, pdp += p[e] * dp[e];
             double sden = 0;
             if (c->router_sigmoid) {
                 /* p = s / Σ s: back to the scores, then the weights' renormalisation */
@@ -424,10 +432,9 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
             for (int e = 0; e < E; e++) {
                 double soft = exp((double)a->hlog[(size_t)t * E + e] - a->zlse[t]);
                 double d = c->router_sigmoid ? dp[e] * sc[e] * (1.0 - sc[e]) : p[e] * (dp[e] - q);
-                dl[(size_t)t * E + e] = (float)(d + z_c * 2.0 * a->zlse[t] * soft / T);
+                dl[(size_t)t * E + e] = (float)(d + z_c * 2.0 * a->zlse[t] * soft / Tt);
             }
         }
-        free(f);
     }
     be->upload(be, a->logits, dl, (size_t)N * E * sizeof(float)); /* the logits' gradient */
     be->gemm(be, PT_TRANS, PT_NO_TRANS, E, C, N, 1.0f, a->logits, E, xn, C, 1.0f, g->router, C);

@@ -129,9 +129,6 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     if (cfg->model.bias_rate > 0 && cfg->parallel.zero >= 3)
         return pt_errorf(PT_ERR_CONFIG, "model.bias_rate with parallel.zero = 3: the selection bias "
                          "is updated in place, which this version does only on unsharded parameters");
-    if (cfg->model.n_experts > 0 && (cfg->parallel.tp > 1 || cfg->parallel.cp > 1))
-        return pt_errorf(PT_ERR_CONFIG, "model.n_experts > 0 with parallel.tp or cp > 1: this version "
-                         "runs mixture-of-experts models with data and pipeline parallelism only");
     /* expert parallelism: this rank's experts of every MoE layer */
     int ep = t->mesh ? t->mesh->deg.ep : 1;
     if (ep > 1) {
