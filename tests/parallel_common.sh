@@ -2,6 +2,7 @@
 # synthetic shard of 97-token sequences, the tiny model, and
 #   run NP NAME ARGS...        a training run (mpiexec when NP > 1): $tmp/NAME.{jsonl,st,log}
 #   compare REF NAME [A B N Z] tests/ref/compare_runs.py against the reference run
+#   check NP NAME REF ARGS...  a run that must reproduce REF (run, then compare)
 #   expect_fail NP NEEDLE ARGS a layout that must fail fast with one message
 #   ok / bad MESSAGE           count a pass / a failure
 bin="$1"
@@ -53,4 +54,13 @@ expect_fail() { # NP NEEDLE ARGS...
   local n; n=$(grep -cF -- "$needle" <<<"$out")
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" -eq 1 ] && [ $((SECONDS - t0)) -lt 30 ]; then ok
   else bad "np $np $*: exit $rc, '$needle' printed $n times: $(head -3 <<<"$out")"; fi
+}
+
+check() { # NP NAME REF ARGS...: a run that must reproduce the run REF
+  local np="$1" name="$2" ref="$3"; shift 3
+  if run "$np" "$name" "$@"; then
+    if compare "$ref" "$name"; then ok; else bad "$name differs from the single-process run"; fi
+  else
+    bad "$name failed: $(tail -3 "$tmp/$name.log")"
+  fi
 }

@@ -16,14 +16,6 @@ L4=(--model.n_layers=4)
 
 run 1 ref --training.micro_batch=8 || bad "reference failed: $(tail -3 "$tmp/ref.log")"
 run 1 ref4 "${L4[@]}" --training.micro_batch=4 || bad "4-layer reference failed: $(tail -3 "$tmp/ref4.log")"
-check() { # NP NAME REF ARGS...
-  local np="$1" name="$2" ref="$3"; shift 3
-  if run "$np" "$name" "$@"; then
-    if compare "$ref" "$name"; then ok; else bad "$name differs from the single-process run"; fi
-  else
-    bad "$name failed: $(tail -3 "$tmp/$name.log")"
-  fi
-}
 for c in 2 4; do
   for lay in zigzag contiguous; do
     check $c "cp${c}_$lay" ref --parallel.cp=$c --parallel.cp_layout=$lay --training.micro_batch=8

@@ -18,30 +18,26 @@ moe=(--model.n_layers=4 --model.n_experts=4 --model.top_k=2 --model.moe_ffn_dim=
      --model.moe_first_dense=1 --model.n_shared_experts=1 --model.aux_loss_coef=0.05
      --model.z_loss_coef=0.01)
 run 1 ref "${moe[@]}" --training.micro_batch=8 || bad "reference failed: $(tail -3 "$tmp/ref.log")"
-check() { # NP NAME ARGS...
+moe_check() { # NP NAME ARGS...: the MoE model under a layout, against its reference
   local np="$1" name="$2"; shift 2
-  if run "$np" "$name" "${moe[@]}" "$@"; then
-    if compare ref "$name"; then ok; else bad "$name differs from the single-process run"; fi
-  else
-    bad "$name failed: $(tail -3 "$tmp/$name.log")"
-  fi
+  check "$np" "$name" ref "${moe[@]}" "$@"
 }
-check 2 moe_dp2_z1_a2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=2
-check 2 moe_dp2_z3 --parallel.dp=2 --parallel.zero=3 --training.micro_batch=4
-check 2 moe_pp2_zb --parallel.pp=2 --parallel.pp_schedule=zb --training.micro_batch=2
-check 4 moe_dp2_pp2 --parallel.dp=2 --parallel.pp=2 --training.micro_batch=1
+moe_check 2 moe_dp2_z1_a2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=2
+moe_check 2 moe_dp2_z3 --parallel.dp=2 --parallel.zero=3 --training.micro_batch=4
+moe_check 2 moe_pp2_zb --parallel.pp=2 --parallel.pp_schedule=zb --training.micro_batch=2
+moe_check 4 moe_dp2_pp2 --parallel.dp=2 --parallel.pp=2 --training.micro_batch=1
 # expert parallelism: each rank holds E/ep experts; tokens dispatched and combined by all-to-all
-check 2 moe_ep2 --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
-check 4 moe_ep4 --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
-check 4 moe_ep2_dp4 --parallel.dp=4 --parallel.ep=2 --training.micro_batch=1
-check 4 moe_ep2_pp2_zb --parallel.dp=2 --parallel.ep=2 --parallel.pp=2 --parallel.pp_schedule=zb --training.micro_batch=1
-check 8 moe_ep2_dp4_pp2 --parallel.dp=4 --parallel.ep=2 --parallel.pp=2 --training.micro_batch=1
+moe_check 2 moe_ep2 --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
+moe_check 4 moe_ep4 --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
+moe_check 4 moe_ep2_dp4 --parallel.dp=4 --parallel.ep=2 --training.micro_batch=1
+moe_check 4 moe_ep2_pp2_zb --parallel.dp=2 --parallel.ep=2 --parallel.pp=2 --parallel.pp_schedule=zb --training.micro_batch=1
+moe_check 8 moe_ep2_dp4_pp2 --parallel.dp=4 --parallel.ep=2 --parallel.pp=2 --training.micro_batch=1
 # with tensor parallelism (experts replicated over the tp ranks), sequence parallelism, and context
 # parallelism (a sequence's balancing statistics summed over its context ranks); ep spanning dp × cp
-check 2 moe_tp2 --parallel.tp=2 --training.micro_batch=8
-check 4 moe_tp2_sp_ep2 --parallel.tp=2 --parallel.sp=true --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
-check 2 moe_cp2 --parallel.cp=2 --training.micro_batch=8
-check 4 moe_ep4_dp2_cp2 --parallel.cp=2 --parallel.dp=2 --parallel.ep=4 --training.micro_batch=4
+moe_check 2 moe_tp2 --parallel.tp=2 --training.micro_batch=8
+moe_check 4 moe_tp2_sp_ep2 --parallel.tp=2 --parallel.sp=true --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
+moe_check 2 moe_cp2 --parallel.cp=2 --training.micro_batch=8
+moe_check 4 moe_ep4_dp2_cp2 --parallel.cp=2 --parallel.dp=2 --parallel.ep=4 --training.micro_batch=4
 
 # all-to-all bytes of rank 0 = what its routing implies: per MoE layer and micro-batch the counts
 # (E/ep int64 to each peer), then rows of C floats: dispatch (the rows it sends) and combine (the

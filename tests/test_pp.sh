@@ -15,14 +15,6 @@ L8=(--model.n_layers=8)
 run 1 ref4 "${L4[@]}" --training.micro_batch=8 --checkpoint.dir="$tmp/ckref" || bad "reference failed: $(tail -3 "$tmp/ref4.log")"
 run 1 ref8 "${L8[@]}" --training.micro_batch=8 || bad "8-layer reference failed: $(tail -3 "$tmp/ref8.log")"
 
-check() { # NP NAME REF ARGS...: a run that must reproduce REF
-  local np="$1" name="$2" ref="$3"; shift 3
-  if run "$np" "$name" "$@"; then
-    if compare "$ref" "$name"; then ok; else bad "$name differs from the single-process run"; fi
-  else
-    bad "$name failed: $(tail -3 "$tmp/$name.log")"
-  fi
-}
 # m = 8 / micro_batch micro-batches per step
 for s in afab 1f1b zb; do
   check 2 "pp2_${s}_m1" ref4 "${L4[@]}" --parallel.pp=2 --parallel.pp_schedule=$s --training.micro_batch=8

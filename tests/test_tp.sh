@@ -18,14 +18,6 @@ run 1 ref --training.micro_batch=8 --checkpoint.dir="$tmp/ckref" --checkpoint.ev
 run 1 ref_tied --training.micro_batch=8 --model.tied_embeddings=true ||
   bad "tied reference run failed: $(tail -3 "$tmp/ref_tied.log")"
 
-check() { # NP NAME REF ARGS...: a run that must reproduce REF
-  local np="$1" name="$2" ref="$3"; shift 3
-  if run "$np" "$name" "$@"; then
-    if compare "$ref" "$name"; then ok; else bad "$name differs from the single-process run"; fi
-  else
-    bad "$name failed: $(tail -3 "$tmp/$name.log")"
-  fi
-}
 for tp in 2 4; do
   for sp in false true; do
     check $tp "tp${tp}_sp_$sp" ref --parallel.tp=$tp --parallel.sp=$sp --training.micro_batch=8

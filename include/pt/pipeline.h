@@ -43,7 +43,7 @@ typedef struct {
     int n_draining;
     pt_acts **pool;       /* free activation sets, per chunk: pool[c · m + i] */
     int *pool_n, *live, *peak;
-    size_t act_bytes;     /* one set's bytes, per chunk (the largest) */
+    size_t *set_bytes;    /* one set's bytes, per chunk (recorded when the first is made) */
 } pt_pipe;
 
 pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,

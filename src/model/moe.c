@@ -43,6 +43,7 @@ struct pt_moe_acts {
     int64_t *cnt_send, *cnt_recv; /* (ep, E/ep) */
     size_t n_recv, cap_recv;      /* rows received */
     float *xr, *gur, *hr, *yr;    /* (n_recv, C), (n_recv, 2Fe), (n_recv, Fe), (n_recv, C) */
+    float *dyr, *dxr, *dhr, *dgur; /* their backward's, the same sizes */
     int64_t rows_sent, rows_recv; /* to and from other ranks, this micro-batch (dispatch) */
     double *fseq;                 /* (B, E) each sequence's fₑ, then (B, E) probability sums */
 };
@@ -84,6 +85,13 @@ pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
     return a;
 }
 
+/* Expert parallelism: the buffers of the rows this rank's experts receive. */
+static void pt_ep_free_rows(pt_backend *be, pt_moe_acts *a) {
+    float *bufs[] = {a->xr, a->gur, a->hr, a->yr, a->dyr, a->dxr, a->dhr, a->dgur};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
+}
+
 void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
     if (!a) return;
     pt_backend *be = m->be;
@@ -91,7 +99,7 @@ void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
                     a->dgu, a->dxg};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) be->free(be, dev[i]);
     be->free(be, a->d_tok);
-    if (a->xr) be->free(be, a->xr), be->free(be, a->gur), be->free(be, a->hr), be->free(be, a->yr);
+    pt_ep_free_rows(be, a);
     free(a->cnt_send), free(a->cnt_recv), free(a->fseq);
     free(a->probs), free(a->score), free(a->hlog), free(a->zlse), free(a->sel), free(a->w), free(a->off), free(a->slot_tok);
     free(a->slot_j);
@@ -229,13 +237,14 @@ static void pt_ep_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w) {
         a->n_recv += (size_t)from[r];
         if (r != me) a->rows_sent += to[r], a->rows_recv += from[r];
     }
-    if (a->n_recv > a->cap_recv) {
-        if (a->xr) be->free(be, a->xr), be->free(be, a->gur), be->free(be, a->hr), be->free(be, a->yr);
-        a->cap_recv = a->n_recv;
-        a->xr = be->alloc(be, a->cap_recv * C * sizeof(float));
-        a->gur = be->alloc(be, a->cap_recv * 2 * Fe * sizeof(float));
-        a->hr = be->alloc(be, a->cap_recv * Fe * sizeof(float));
-        a->yr = be->alloc(be, a->cap_recv * C * sizeof(float));
+    if (a->n_recv > a->cap_recv) { /* the received rows' buffers grow to the most seen */
+        pt_ep_free_rows(be, a);
+        size_t n = a->cap_recv = a->n_recv;
+        a->xr = be->alloc(be, n * C * sizeof(float)), a->dxr = be->alloc(be, n * C * sizeof(float));
+        a->yr = be->alloc(be, n * C * sizeof(float)), a->dyr = be->alloc(be, n * C * sizeof(float));
+        a->gur = be->alloc(be, n * 2 * Fe * sizeof(float));
+        a->dgur = be->alloc(be, n * 2 * Fe * sizeof(float));
+        a->hr = be->alloc(be, n * Fe * sizeof(float)), a->dhr = be->alloc(be, n * Fe * sizeof(float));
     }
     pt_ep_exchange(cc, a->xg, to, a->xr, from, C);
     /* the received rows: from each rank, per local expert */
@@ -262,9 +271,7 @@ static void pt_ep_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w,
     int64_t *to = pt_malloc((size_t)2 * ep * sizeof *to), *from = to + ep;
     pt_ep_rows(a->cnt_send, ep, el, to);
     pt_ep_rows(a->cnt_recv, ep, el, from);
-    size_t n = a->n_recv ? a->n_recv : 1;
-    float *dyr = be->alloc(be, n * C * sizeof(float)), *dxr = be->alloc(be, n * C * sizeof(float));
-    float *dh = be->alloc(be, n * Fe * sizeof(float)), *dgu = be->alloc(be, n * 2 * Fe * sizeof(float));
+    float *dyr = a->dyr, *dxr = a->dxr;
     pt_ep_exchange(cc, a->dy, to, dyr, from, C);
     size_t at = 0;
     for (int r = 0; r < ep; r++)
@@ -273,12 +280,11 @@ static void pt_ep_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w,
             if (k)
                 pt_expert_backward(be, w->experts + (size_t)j * 3 * Fe * C,
                                    g->experts + (size_t)j * 3 * Fe * C, Fe, C, a->xr + at * C,
-                                   a->gur + at * 2 * Fe, a->hr + at * Fe, dyr + at * C, dh, dgu,
-                                   dxr + at * C, k);
+                                   a->gur + at * 2 * Fe, a->hr + at * Fe, dyr + at * C,
+                                   a->dhr + at * Fe, a->dgur + at * 2 * Fe, dxr + at * C, k);
             at += (size_t)k;
         }
     pt_ep_exchange(cc, dxr, from, a->dxg, to, C);
-    be->free(be, dyr), be->free(be, dxr), be->free(be, dh), be->free(be, dgu);
     free(to);
 }
 

@@ -79,6 +79,7 @@ static pt_acts *pt_pipe_take(pt_pipe *p, int c) {
     if (!p->pool_n[c]) pt_pipe_drain(p, 0);
     pt_acts *a = p->pool_n[c] ? p->pool[(size_t)c * p->m * 2 + --p->pool_n[c]]
                               : pt_acts_create_chunk(p->model, p->B, p->T, c, p->zb);
+    p->set_bytes[c] = pt_acts_bytes(a);
     if (++p->live[c] > p->peak[c]) p->peak[c] = p->live[c];
     return a;
 }
@@ -117,6 +118,7 @@ pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind,
     p->pool_n = pt_calloc((size_t)v, sizeof *p->pool_n);
     p->live = pt_calloc((size_t)v, sizeof *p->live);
     p->peak = pt_calloc((size_t)v, sizeof *p->peak);
+    p->set_bytes = pt_calloc((size_t)v, sizeof *p->set_bytes);
     return PT_OK;
 }
 
@@ -134,17 +136,13 @@ void pt_pipe_free(pt_pipe *p) {
     free(p->pool_n);
     free(p->live);
     free(p->peak);
+    free(p->set_bytes);
     memset(p, 0, sizeof *p);
 }
 
 size_t pt_pipe_peak_bytes(const pt_pipe *p) {
     size_t n = 0;
-    for (int c = 0; c < p->v; c++) {
-        if (!p->peak[c]) continue;
-        pt_acts *a = pt_acts_create_chunk(p->model, p->B, p->T, c, p->zb);
-        n += (size_t)p->peak[c] * pt_acts_bytes(a);
-        pt_acts_free(p->model, a);
-    }
+    for (int c = 0; c < p->v; c++) n += (size_t)p->peak[c] * p->set_bytes[c];
     return n;
 }
 
