@@ -74,7 +74,7 @@ typedef struct {
     int live_g, live_p, peak_g, peak_p;
     double comm_seconds;   /* time spent waiting on the reductions after backward */
     /* a region of the buffer with its own group (expert parallelism: the dense tensors over the
-     * data ranks, the experts over the expert-data ranks): plain all-reduces, ZeRO-0 */
+     * data ranks, the experts over the expert-data ranks); plain: ZeRO-0 by all-reduces */
     int plain;
     size_t region_lo, region_hi;
     pt_model_hooks next;   /* the hooks installed before this instance's, called after it */
@@ -88,10 +88,12 @@ int pt_dp_model_flags(int zero);
 pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
                      int overlap);
 void pt_dp_free(pt_dp *d);
-/* ZeRO-0 over elements [lo, hi) of the model's buffers only, with plain all-reduces; several
- * instances chain their hooks, each reducing its region over its own group. */
-pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, size_t lo, size_t hi,
-                            double bucket_mb, int overlap);
+/* Elements [lo, hi) of the model's buffers only, over the group comm: ZeRO-0 with plain
+ * all-reduces, or ZeRO-1 (hi − lo a multiple of the group size). Several instances chain their
+ * hooks, each reducing its region over its own group (expert parallelism: the dense tensors over
+ * the data ranks, the experts over the ranks holding the same experts). */
+pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, int zero, size_t lo,
+                            size_t hi, double bucket_mb, int overlap);
 /* The ranges this rank's optimizer owns, with where their parameters and gradients live (the
  * whole table without ZeRO); caller frees. */
 pt_optim_range *pt_dp_owned_ranges(const pt_dp *d, int *n);

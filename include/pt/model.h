@@ -131,6 +131,10 @@ typedef struct {
     pt_comm *cp_comm;
     int ep, ep_rank;  /* expert parallelism: each MoE layer's experts spread over ep ranks */
     pt_comm *ep_comm;
+    /* ZeRO over a data group that contains the ep group (its size; 0: none): the experts start
+     * at a multiple of it, so that each region shards evenly, and the dense tensors are no ep
+     * replicas (each data rank owns a slice of them) */
+    int ep_zero_group;
 } pt_model_parallel;
 
 /* Context parallelism: the global positions of rank r's T_local tokens of a sequence of

@@ -235,7 +235,7 @@ void pt_param_table_build_local(pt_param_table *t, const pt_model_config *c,
     memset(t, 0, sizeof *t);
     t->p = pt_calloc((size_t)all.n, sizeof *t->p);
     int L = c->n_layers;
-    for (int pass = 0; pass < (ep > 1 ? 2 : 1); pass++)
+    for (int pass = 0; pass < (ep > 1 ? 2 : 1); pass++) {
         for (int i = 0; i < all.n; i++) {
             const pt_param *p = &all.p[i];
             int where = p->layer >= 0 ? p->layer : p->kind == PT_KIND_EMBED ? -1 : L;
@@ -244,10 +244,16 @@ void pt_param_table_build_local(pt_param_table *t, const pt_model_config *c,
             if (ep > 1 && p->expert >= 0 && p->expert / el != er) continue;
             t->p[t->n] = *p;
             t->p[t->n].offset = t->total;
-            if (ep > 1 && p->expert < 0) t->p[t->n].owner &= er == 0; /* replicated over ep */
+            if (ep > 1 && p->expert < 0 && !par->ep_zero_group)
+                t->p[t->n].owner &= er == 0; /* replicated over ep */
             t->total += p->numel;
             t->n++;
         }
+        if (pass == 0 && ep > 1 && par->ep_zero_group > 1) { /* the dense region, padded */
+            size_t g = (size_t)par->ep_zero_group;
+            t->total = (t->total + g - 1) / g * g;
+        }
+    }
     pt_param_table_free(&all);
 }
 
@@ -549,7 +555,7 @@ void pt_model_free(pt_model *m) {
 void pt_model_init_weights(pt_model *m, uint64_t seed) {
     PT_ASSERT(m->params != NULL);
     float *host = pt_malloc(m->gtable.total * sizeof(float));
-    float *local = pt_malloc(m->table.total * sizeof(float));
+    float *local = pt_calloc(m->table.total, sizeof(float));
     pt_model_init_weights_host(m, seed, host);
     pt_param_table_to_local(&m->table, host, local);
     m->be->upload(m->be, m->params, local, m->table.total * sizeof(float));

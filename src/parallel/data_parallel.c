@@ -319,19 +319,23 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
     return PT_OK;
 }
 
-pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, size_t lo, size_t hi,
-                            double bucket_mb, int overlap) {
+pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, int zero, size_t lo,
+                            size_t hi, double bucket_mb, int overlap) {
     memset(d, 0, sizeof *d);
     if (!(bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
+    PT_ASSERT(zero == 0 || (zero == 1 && (hi - lo) % (size_t)comm->size == 0));
     d->comm = comm;
     d->model = model;
+    d->zero = zero;
     d->overlap = overlap;
-    d->plain = 1;
+    d->plain = zero == 0;
     d->region_lo = lo;
     d->region_hi = hi;
     pt_dp_units(d, lo, hi);
-    size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
-    if (want < 1) want = 1;
+    /* ZeRO-1: buckets of a multiple of the group size (the region is one) */
+    size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float)), unit = zero ? (size_t)comm->size : 1;
+    if (want < unit) want = unit;
+    want = want / unit * unit;
     d->b = pt_calloc((hi - lo + want - 1) / want + 1, sizeof *d->b);
     for (size_t h = hi; h > lo;) {
         size_t l = h - lo > want ? h - want : lo;
@@ -368,7 +372,9 @@ void pt_dp_free(pt_dp *d) {
 pt_optim_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
     if (d->zero == 0 || d->comm->size == 1) {
         pt_optim_range *r = pt_calloc(1, sizeof *r);
-        r->hi = d->model->table.total;
+        int region = d->zero > 0 && d->region_hi; /* ZeRO-0 regions: the optimizer has it all */
+        r->lo = region ? d->region_lo : 0;
+        r->hi = region ? d->region_hi : d->model->table.total;
         *n = 1;
         return r;
     }

@@ -135,12 +135,13 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         if (cfg->model.n_experts == 0 || cfg->model.n_experts % ep != 0)
             return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", ep,
                              cfg->model.n_experts);
-        if (zero > 0)
-            return pt_errorf(PT_ERR_CONFIG, "parallel.ep > 1 runs with parallel.zero = 0 in this "
-                             "version");
+        if (zero > 1)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.ep > 1 with parallel.zero = %d: expert "
+                             "parallelism runs with ZeRO-0 or 1 in this version", zero);
         par.ep = ep;
         par.ep_rank = t->mesh->ep_i;
         par.ep_comm = t->mesh->ep;
+        par.ep_zero_group = zero ? red : 0;
     }
     /* context parallelism: this rank's share of every sequence */
     int cp = t->mesh ? t->mesh->deg.cp : 1;
@@ -195,20 +196,21 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     }
     pt_param_table local;
     pt_param_table_build_local(&local, &cfg->model, &par);
-    size_t total = local.total;
+    size_t total = local.total, dense = total; /* dense: where the experts start */
+    for (int i = 0; i < local.n; i++)
+        if (local.p[i].expert >= 0 && local.p[i].offset < dense) dense = local.p[i].offset;
     pt_param_table_free(&local);
-    PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, pt_dp_padded_total(total, red, zero),
-                            pt_dp_model_flags(zero), &par));
+    int edp = ep > 1 ? t->mesh->edp->size : 1;
+    size_t alloc = ep > 1 ? dense + pt_dp_padded_total(total - dense, edp, zero)
+                          : pt_dp_padded_total(total, red, zero);
+    PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, alloc, pt_dp_model_flags(zero), &par));
     if (t->dpc && ep > 1) {
         /* the dense tensors reduced over the data ranks, the experts (last in the table) over the
-         * ranks that hold the same experts */
-        size_t dense = 0;
-        for (int i = 0; i < t->model.table.n; i++)
-            if (t->model.table.p[i].expert < 0) dense += t->model.table.p[i].numel;
-        PT_TRY(pt_dp_init_region(&t->dp, t->dpc, &t->model, 0, dense, cfg->parallel.bucket_mb,
+         * ranks that hold the same experts, each region by its own instance */
+        PT_TRY(pt_dp_init_region(&t->dp, t->dpc, &t->model, zero, 0, dense, cfg->parallel.bucket_mb,
                                  cfg->parallel.overlap));
-        if (t->mesh->edp->size > 1)
-            PT_TRY(pt_dp_init_region(&t->dpe, t->mesh->edp, &t->model, dense, t->model.table.total,
+        if (edp > 1)
+            PT_TRY(pt_dp_init_region(&t->dpe, t->mesh->edp, &t->model, zero, dense, alloc,
                                      cfg->parallel.bucket_mb, cfg->parallel.overlap));
     } else if (t->dpc) {
         PT_TRY(pt_dp_init(&t->dp, t->dpc, &t->model, zero, cfg->parallel.bucket_mb,
@@ -239,6 +241,19 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     };
     int n_ranges = 1;
     pt_optim_range *ranges = t->dpc ? pt_dp_owned_ranges(&t->dp, &n_ranges) : NULL;
+    if (ranges && ep > 1 && zero > 0) {
+        /* and the experts' region: its slices over the expert-data ranks, or all of it */
+        int n_e = 1;
+        pt_optim_range *re = t->dpe.model ? pt_dp_owned_ranges(&t->dpe, &n_e) : NULL;
+        ranges = realloc(ranges, (size_t)(n_ranges + n_e) * sizeof *ranges);
+        PT_ASSERT(ranges != NULL);
+        if (re)
+            memcpy(ranges + n_ranges, re, (size_t)n_e * sizeof *re);
+        else
+            ranges[n_ranges] = (pt_optim_range){.lo = dense, .hi = alloc};
+        n_ranges += n_e;
+        free(re);
+    }
     pt_optim_init(&t->opt, &oc, &t->model, ranges, n_ranges);
     free(ranges);
 
@@ -307,7 +322,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
 }
 
 void pt_trainer_set_params(pt_trainer *t, const float *host) {
-    float *local = pt_malloc(t->model.table.total * sizeof(float));
+    float *local = pt_calloc(t->model.table.total, sizeof(float)); /* padding: zeros */
     pt_param_table_to_local(&t->model.table, host, local);
     if (t->dpc)
         pt_dp_set_params(&t->dp, local);
@@ -321,6 +336,12 @@ void pt_trainer_set_params(pt_trainer *t, const float *host) {
 static void pt_trainer_to_global(pt_trainer *t, const float *local, float *host) {
     memset(host, 0, t->model.gtable.total * sizeof(float));
     pt_param_table_to_global(&t->model.table, local, host);
+    if (t->model.par.ep_zero_group && t->model.par.ep_rank > 0)
+        for (int i = 0; i < t->model.table.n; i++) { /* owned by all with ZeRO: the first's */
+            const pt_param *gp = &t->model.gtable.p[t->model.table.p[i].gindex];
+            if (t->model.table.p[i].expert < 0)
+                memset(host + gp->offset, 0, gp->numel * sizeof(float));
+        }
     if (t->model.par.tp > 1)
         pt_allreduce_sum(t->model.par.tp_comm, host, t->model.gtable.total, PT_DTYPE_F32);
     if (t->mesh && t->mesh->deg.pp > 1) /* the stages hold disjoint tensors */
@@ -541,7 +562,10 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     if (n_load && t->pipe.model) pt_allreduce_sum(t->mesh->pp, t->model.expert_load, n_load, PT_DTYPE_F64);
     if (t->model.par.tp > 1) pt_allreduce_sum(t->model.par.tp_comm, &sumsq, 1, PT_DTYPE_F64);
     if (t->pipe.model) pt_allreduce_sum(t->mesh->pp, &sumsq, 1, PT_DTYPE_F64);
-    if (t->model.par.ep > 1) pt_allreduce_sum(t->model.par.ep_comm, &sumsq, 1, PT_DTYPE_F64);
+    /* without ZeRO the experts' ranks hold disjoint experts (the dense tensors counted by the
+     * first); with it the data group (which holds the ep group) has summed everything */
+    if (t->model.par.ep > 1 && !t->dp.zero)
+        pt_allreduce_sum(t->model.par.ep_comm, &sumsq, 1, PT_DTYPE_F64);
     double norm = sqrt(sumsq);
     if (!isfinite(norm))
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
@@ -553,6 +577,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     float lr = pt_lr_at(&t->opt.cfg, t->step);
     pt_optim_step(&t->opt, &t->model, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
     if (t->dpc) pt_dp_gather_params(&t->dp);
+    if (t->dpe.model) pt_dp_gather_params(&t->dpe);
     if (cfg->model.bias_rate > 0) pt_trainer_bias_update(t);
     be->synchronize(be);
     t->step++;
@@ -597,7 +622,14 @@ static pt_status pt_dump_grads(pt_trainer *t, const char *path) {
         size_t len = pt_range_len(t, rg);
         if (len) t->be->download(t->be, h + rg->lo, rg->grad, len * sizeof(float));
     }
-    if (t->dpc && t->dp.zero) pt_allreduce_sum(t->dpc, h, n, PT_DTYPE_F32);
+    if (t->dpc && t->dp.zero && t->model.par.ep > 1) {
+        /* the dense slices over the data ranks, the experts' over the ranks holding them */
+        pt_allreduce_sum(t->dpc, h, t->dp.region_hi, PT_DTYPE_F32);
+        if (t->dpe.model)
+            pt_allreduce_sum(t->mesh->edp, h + t->dpe.region_lo, n - t->dpe.region_lo, PT_DTYPE_F32);
+    } else if (t->dpc && t->dp.zero) {
+        pt_allreduce_sum(t->dpc, h, n, PT_DTYPE_F32);
+    }
     float *g = pt_malloc(t->model.gtable.total * sizeof(float));
     pt_trainer_to_global(t, h, g);
     pt_status st = PT_OK;
