@@ -61,6 +61,7 @@ typedef struct {
     struct {
         char metrics[PT_PATH_MAX]; /* JSON lines file, "" = none */
         int64_t comm_every;        /* communication counts in the metrics every n steps */
+        int64_t report_every;      /* the run report every n steps (0: at the end only) */
         int progress;              /* progress bar on a terminal */
         int64_t every;             /* print every n steps */
         char dump_grads[PT_PATH_MAX]; /* write step 1's reduced gradients here (tests) */

@@ -74,6 +74,17 @@ pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank);
 size_t pt_trainer_act_bytes(const pt_trainer *t);
 /* Bytes of model state per rank (parameters, gradients, optimizer; pooled buffers' peaks). */
 pt_dp_memory pt_trainer_memory(const pt_trainer *t);
+/* The run report: per parallel dimension the bytes sent and the time blocked, per rank the
+ * memory by kind (src/train/report.c). A mark is the counters at a point; print reports the
+ * steps since one (collective over the world; rank 0 prints). */
+typedef struct {
+    int64_t step;
+    double time;
+    int n_groups;
+    double bytes[PT_MESH_MAX_GROUPS], wait[PT_MESH_MAX_GROUPS];
+} pt_report_mark;
+pt_report_mark pt_report_mark_now(const pt_trainer *t);
+void pt_report_print(const pt_trainer *t, const pt_report_mark *since);
 /* One optimizer step. */
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s);
 /* Steps until training.steps, logging and checkpointing as configured. */

@@ -114,7 +114,7 @@ pt_status pt_model_config_check(const pt_model_config *c) {
         if (c->moe_ffn_dim < 1) return pt_errorf(PT_ERR_CONFIG, "model.moe_ffn_dim must be > 0");
         if (c->moe_every < 1) return pt_errorf(PT_ERR_CONFIG, "model.moe_every must be >= 1");
         if (c->bias_rate > 0 && !c->router_sigmoid)
-            return pt_errorf(PT_ERR_CONFIG, "model.bias_rate needs model.router = sigmoid (the "
+            return pt_errorf(PT_ERR_CONFIG, "model.bias_rate needs model.router_sigmoid = true (the "
                              "bias is the sigmoid router's)");
         if (!(c->bias_rate >= 0)) return pt_errorf(PT_ERR_CONFIG, "model.bias_rate must be >= 0");
         if (c->moe_first_dense < 0 || c->n_shared_experts < 0)

@@ -138,6 +138,9 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "append one JSON object per step to this file"),
     PT_K("logging.comm_every", PT_CFG_INT64, logging.comm_every, "1", NULL,
          "every n steps, the metrics add this rank's communication and memory over those steps"),
+    PT_K("logging.report_every", PT_CFG_INT64, logging.report_every, "0", NULL,
+         "the run report (communication per parallel dimension, memory per rank) every n steps; "
+         "it is always printed at the end"),
     PT_K("logging.progress", PT_CFG_BOOL, logging.progress, "true", NULL,
          "between logged steps, a progress line updated in place (terminal only)"),
     PT_K("logging.every", PT_CFG_INT64, logging.every, "1", NULL, "print every n steps"),
@@ -367,6 +370,8 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG, "checkpoint.resume = latest needs checkpoint.dir");
     if (c->logging.every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.every must be >= 1");
     if (c->logging.comm_every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.comm_every must be >= 1");
+    if (c->logging.report_every < 0)
+        return pt_errorf(PT_ERR_CONFIG, "logging.report_every must be >= 0");
     if (c->sample.max_new_tokens < 0)
         return pt_errorf(PT_ERR_CONFIG, "sample.max_new_tokens must be >= 0");
     if (!(c->sample.temperature >= 0))

@@ -116,10 +116,11 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         par.tp_rank = t->mesh->tp_i;
         par.sp = cfg->parallel.sp;
         par.tp_comm = t->mesh->tp;
-        int mbt = cfg->training.micro_batch * cfg->training.seq_len;
+        /* the rows of a micro-batch this rank's tp group holds (its share of each sequence) */
+        int mbt = cfg->training.micro_batch * (cfg->training.seq_len / t->mesh->deg.cp);
         if (par.sp && mbt % par.tp != 0)
-            return pt_errorf(PT_ERR_CONFIG, "parallel.sp: micro_batch × seq_len = %d rows must be "
-                             "divisible by tp = %d", mbt, par.tp);
+            return pt_errorf(PT_ERR_CONFIG, "parallel.sp: micro_batch × seq_len / cp = %d rows must "
+                             "be divisible by tp = %d", mbt, par.tp);
         pt_local_dims ld = pt_model_local_dims(&cfg->model, par.tp, par.tp_rank);
         if (ld.kv_shared > 1) {
             pt_mesh_make_kv(t->mesh, ld.kv_shared);
@@ -305,14 +306,17 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     }
     t->peak_flops = pt_measure_gemm_peak(t->be);
     t->flops_per_token = pt_model_flops_per_token(&cfg->model, T);
-    double mparams = (double)t->model.table.total / 1e6;
-    pt_log_info("model: %.2fM parameters, %d layers, dim %d, heads %d/%d, ffn %d, vocab %d%s",
-                mparams, cfg->model.n_layers, cfg->model.dim, cfg->model.n_heads,
+    size_t mine = 0;
+    for (int i = 0; i < t->model.table.n; i++) mine += t->model.table.p[i].numel;
+    pt_log_info("model: %.2fM parameters (%.2fM on this rank), %d layers, dim %d, heads %d/%d, "
+                "ffn %d, vocab %d%s", (double)t->model.gtable.total / 1e6, (double)mine / 1e6,
+                cfg->model.n_layers, cfg->model.dim, cfg->model.n_heads,
                 cfg->model.n_kv_heads, cfg->model.ffn_dim, cfg->model.vocab_size,
                 cfg->model.tied_embeddings ? ", tied" : "");
     if (t->mesh)
-        pt_log_info("layout: %d ranks, dp %d, ZeRO-%d, %d gradient buckets", t->mesh->world_size,
-                    t->dp_size, zero, t->dpc ? t->dp.n_buckets : 0);
+        pt_log_info("layout: %d ranks = dp %d × pp %d × cp %d × tp %d%s, ep %d; ZeRO-%d, %d "
+                    "gradient buckets", t->mesh->world_size, t->dp_size, pp, cp, t->mesh->deg.tp,
+                    par.sp ? " (sp)" : "", ep, zero, t->dpc ? t->dp.n_buckets + t->dpe.n_buckets : 0);
     pt_dp_memory mem = pt_trainer_memory(t);
     pt_log_info("memory per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer %.3f MiB, "
                 "activations %.3f MiB; sgemm peak %.0f GFLOP/s",
@@ -740,7 +744,7 @@ static void pt_group_bytes(const pt_trainer *t, uint64_t *out) {
 static void pt_write_metrics(pt_trainer *t, const pt_step_stats *s, pt_comm_stats *since,
                              uint64_t *group_since) {
     fprintf(t->metrics,
-            "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
+            "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
             "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld",
             (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
             s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes());
@@ -840,6 +844,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
         pt_mesh_stats(t->mesh, &since);
         pt_group_bytes(t, group_since);
     }
+    pt_report_mark mark = pt_report_mark_now(t);
     while (t->step < cfg->training.steps) {
         pt_step_stats s;
         PT_TRY(pt_trainer_step(t, &s));
@@ -859,6 +864,11 @@ pt_status pt_trainer_run(pt_trainer *t) {
         if (cfg->checkpoint.dir[0] &&
             ((every > 0 && t->step % every == 0) || t->step == cfg->training.steps)) {
             PT_TRY(pt_trainer_save(t));
+        }
+        int64_t report = cfg->logging.report_every;
+        if ((report > 0 && t->step % report == 0) || t->step == cfg->training.steps) {
+            pt_report_print(t, &mark);
+            mark = pt_report_mark_now(t);
         }
     }
     return PT_OK;

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# test_5d.sh PENTATRON: the five parallelisms composed, on 8 and 16 ranks, against one process:
+#   - a matrix of layouts (dense and mixture-of-experts; every schedule; ZeRO-0/1 with a pipeline,
+#     0–3 without; sp on and off), each reproducing the single-process run: step-1 gradients per
+#     tensor ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative; among them dp2·pp2·cp2·tp2 with ep 2,
+#     zero bubble and ZeRO-1 on 16 ranks;
+#   - the same layout run twice: bitwise the same losses and checkpoint (weights and moments);
+#   - resharding: that layout's checkpoint at step 5 continued on 1 rank, and a 1-rank checkpoint
+#     continued on 16, both giving the uninterrupted run's losses; its Hugging Face export equals
+#     the single-process one's;
+#   - the run report: every rank's memory row equals what that rank's metrics say (rank 0), the
+#     dimensions listed are the ones that communicate;
+#   - a rank killed mid-step (SIGKILL) ends the job non-zero within seconds, naming the rank.
+set -u
+source "$(dirname "$0")/parallel_common.sh" "$1"
+P=--parallel
+L4=(--model.n_layers=4)
+moe=(--model.n_layers=4 --model.n_experts=4 --model.top_k=2 --model.moe_ffn_dim=24
+     --model.moe_first_dense=1 --model.n_shared_experts=1 --model.aux_loss_coef=0.05
+     --model.z_loss_coef=0.01)
+run 1 ref "${L4[@]}" --training.micro_batch=8 || bad "dense reference failed: $(tail -3 "$tmp/ref.log")"
+run 1 mref "${moe[@]}" --training.micro_batch=8 || bad "MoE reference failed: $(tail -3 "$tmp/mref.log")"
+dense() { local np="$1" name="$2"; shift 2; check "$np" "$name" ref "${L4[@]}" "$@"; }
+mixed() { local np="$1" name="$2"; shift 2; check "$np" "$name" mref "${moe[@]}" "$@"; }
+
+# 8 ranks, dense
+dense 8 dp2_tp2_pp2_1f1b_z1 $P.dp=2 $P.tp=2 $P.pp=2 $P.pp_schedule=1f1b $P.zero=1 --training.micro_batch=2
+dense 8 dp2_cp2_tp2_sp_z1 $P.dp=2 $P.cp=2 $P.tp=2 $P.sp=true $P.zero=1 --training.micro_batch=2
+dense 8 pp2_cp2_tp2_interleaved $P.pp=2 $P.cp=2 $P.tp=2 $P.pp_schedule=interleaved $P.pp_virtual=2 --training.micro_batch=2
+dense 8 dp2_pp2_cp2_zb_z1 $P.dp=2 $P.pp=2 $P.cp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
+dense 8 dp2_pp2_cp2_afab $P.dp=2 $P.pp=2 $P.cp=2 $P.pp_schedule=afab --training.micro_batch=2
+dense 8 dp4_tp2_z2 $P.dp=4 $P.tp=2 $P.zero=2 --training.micro_batch=1
+dense 8 dp2_cp2_tp2_z3 $P.dp=2 $P.cp=2 $P.tp=2 $P.zero=3 --training.micro_batch=2
+dense 8 cp4_tp2_sp $P.cp=4 $P.tp=2 $P.sp=true --training.micro_batch=8
+dense 8 tp4_pp2_1f1b $P.tp=4 $P.pp=2 $P.pp_schedule=1f1b --training.micro_batch=2
+dense 8 cp2_pp4_zb $P.cp=2 $P.pp=4 $P.pp_schedule=zb --training.micro_batch=2
+# 8 ranks, mixture of experts: ep over dp, spanning dp × cp, with tp (and sp)
+mixed 8 moe_dp4_ep2_pp2_zb_z1 $P.dp=4 $P.ep=2 $P.pp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
+mixed 8 moe_dp2_cp2_pp2_ep4 $P.dp=2 $P.cp=2 $P.pp=2 $P.ep=4 --training.micro_batch=1
+mixed 8 moe_dp2_tp2_pp2_ep2_sp $P.dp=2 $P.tp=2 $P.pp=2 $P.ep=2 $P.sp=true --training.micro_batch=2
+mixed 8 moe_dp4_tp2_ep4_z1 $P.dp=4 $P.tp=2 $P.ep=4 $P.zero=1 --training.micro_batch=1
+mixed 8 moe_cp2_tp2_pp2_ep2_interleaved $P.cp=2 $P.tp=2 $P.pp=2 $P.ep=2 $P.pp_schedule=interleaved $P.pp_virtual=2 --training.micro_batch=2
+# 16 ranks: all five
+full=($P.dp=2 $P.pp=2 $P.cp=2 $P.tp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1)
+mixed 16 moe_5d_ep2_zb_z1_sp "${full[@]}" $P.ep=2 $P.sp=true
+mixed 16 moe_5d_ep2_zb_z1 "${full[@]}" $P.ep=2
+dense 16 5d_zb_z1_sp "${full[@]}" $P.sp=true
+mixed 16 moe_5d_ep4_interleaved $P.dp=2 $P.pp=2 $P.cp=2 $P.tp=2 $P.ep=4 $P.pp_schedule=interleaved $P.pp_virtual=2 --training.micro_batch=2
+mixed 16 moe_dp4_cp2_pp2_ep2_afab $P.dp=4 $P.cp=2 $P.pp=2 $P.ep=2 $P.pp_schedule=afab --training.micro_batch=1
+dense 16 dp4_pp2_tp2_1f1b_z1 $P.dp=4 $P.pp=2 $P.tp=2 $P.zero=1 $P.pp_schedule=1f1b --training.micro_batch=1
+dense 16 dp2_cp4_tp2_z2 $P.dp=2 $P.cp=4 $P.tp=2 $P.zero=2 --training.micro_batch=2
+dense 16 dp8_tp2_z3_sp $P.dp=8 $P.tp=2 $P.zero=3 $P.sp=true --training.micro_batch=1
+
+# the same layout twice: bitwise the same losses and checkpoint files
+mfull=("${moe[@]}" "${full[@]}" $P.ep=2 $P.sp=true)
+run 16 rep1 "${mfull[@]}" --checkpoint.dir="$tmp/rep1" &&
+run 16 rep2 "${mfull[@]}" --checkpoint.dir="$tmp/rep2" || bad "repeat runs failed: $(tail -2 "$tmp"/rep*.log)"
+losses() { "$PY" -c 'import json,sys; print([json.loads(l)["loss"] for l in open(sys.argv[1])])' "$1"; }
+if [ "$(losses "$tmp/rep1.jsonl")" = "$(losses "$tmp/rep2.jsonl")" ] &&
+   [ "$(ls "$tmp/rep1/step_00000010" | wc -l)" -ge 17 ] &&
+   (cd "$tmp/rep1/step_00000010" && for f in *.safetensors; do cmp -s "$f" "../../rep2/step_00000010/$f" || exit 1; done)
+then ok; echo "repeat: losses and all 16 shards bitwise equal"
+else bad "the same layout twice differs"; fi
+
+# resharding: 16 ranks (5D, MoE) for 5 steps, then 1 rank; 1 rank for 5, then 16 ranks
+ck="$tmp/ck16"
+run 16 r16a "${mfull[@]}" --checkpoint.dir="$ck" --training.steps=5 &&
+run 1 r16b "${moe[@]}" --training.micro_batch=8 --checkpoint.dir="$ck" --checkpoint.resume=latest ||
+  bad "16 -> 1 runs failed: $(tail -2 "$tmp"/r16*.log)"
+"$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --resume "$tmp" mref "16 ranks -> 1" r16a r16b && ok ||
+  bad "16 -> 1 does not continue the uninterrupted run"
+ck1="$tmp/ck1"
+run 1 r1a "${moe[@]}" --training.micro_batch=8 --checkpoint.dir="$ck1" --training.steps=5 &&
+run 16 r1b "${mfull[@]}" --checkpoint.dir="$ck1" --checkpoint.resume=latest ||
+  bad "1 -> 16 runs failed: $(tail -2 "$tmp"/r1*.log)"
+"$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --resume "$tmp" mref "1 rank -> 16" r1a r1b && ok ||
+  bad "1 -> 16 does not continue the uninterrupted run"
+# the 16-rank checkpoint's Hugging Face export equals the 1-rank one's (same step, same weights)
+"$bin" export --checkpoint "$ck/step_00000005" --out "$tmp/ex16" > /dev/null 2>&1 &&
+"$bin" export --checkpoint "$ck1/step_00000005" --out "$tmp/ex1" > /dev/null 2>&1 || bad "export failed"
+"$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --exports "$tmp/ex16/model.safetensors" \
+  "$tmp/ex1/model.safetensors" "export 16 ranks vs 1" && ok || bad "the 16-rank export differs"
+
+# the run report of the 16-rank run: rank 0's memory row = its metrics; one row per rank; every
+# dimension of degree 2 listed, and every group rank 0's metrics saw traffic on
+"$PY" - "$tmp/rep1.log" "$tmp/rep1.jsonl" <<'PY' && ok || bad "the run report does not match the metrics"
+import json, re, sys
+log = open(sys.argv[1]).read().splitlines()
+m = [json.loads(l) for l in open(sys.argv[2])][-1]
+start = max(i for i, l in enumerate(log) if "run report" in l)
+rows = [l for l in log[start:] if re.search(r"\] +rank \d+ \(", l)]
+groups = [l.split()[2] for l in log[start:] if re.match(r"\[rank 0\]   \w+ ", l) and "memory" not in l
+          and not re.search(r"\] +rank ", l) and "group" not in l]
+print("report groups:", groups, "rows:", len(rows))
+r0 = [float(x) for x in rows[0].split(")")[1].split()]
+mem = m["mem"]
+want = [mem["params"], mem["grads"], mem["optim"], mem["activations"]]
+ok = len(rows) == 16 and all(abs(r0[i] - want[i] / 1048576) <= 0.006 for i in range(4))
+ok = ok and set(groups) >= {"tp", "pp", "cp", "ep", "dpcp", "edp"}  # (dp: its gradients go by dpcp)
+for g, b in m["comm_groups"].items():
+    ok = ok and (g in groups or b == 0)
+print("rank 0 memory row", r0[:4], "metrics", [w / 1048576 for w in want])
+sys.exit(0 if ok else 1)
+PY
+
+# a rank killed mid-step: the job ends, non-zero, naming the rank
+out="$tmp/kill.log"
+timeout 60 mpiexec -np 8 "$bin" train "${tiny[@]}" "${L4[@]}" $P.dp=2 $P.tp=2 $P.pp=2 \
+  --training.micro_batch=2 --training.steps=1000000 > "$out" 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 1 100); do
+  sleep 0.1
+  grep -Eq "step +2/" "$out" 2>/dev/null || continue
+  for p in $(pgrep -f "$tmp/train_"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=3" && victim=$p
+  done
+  [ -n "$victim" ] && break
+done
+t0=$SECONDS
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job; rc=$?
+took=$((SECONDS - t0))
+if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] && grep -q "rank 3" "$out"; then
+  ok; echo "killed rank 3 (pid $victim): exit $rc after ${took}s: $(grep "rank 3" "$out" | head -1)"
+else
+  bad "killed rank: pid '$victim', exit $rc after ${took}s: $(tail -5 "$out")"
+fi
+pkill -9 -f "$tmp/train_" 2>/dev/null
+
+echo "test_5d: $pass passed, $fail failed"
+[ $fail -eq 0 ]
