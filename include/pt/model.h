@@ -254,6 +254,7 @@ typedef struct {
     double aux_scale, aux_loss, z_loss;
     double *expert_load; /* (n_layers, n_experts): token-slots routed to each expert (counter) */
     int64_t a2a_sent, a2a_recv; /* expert parallelism: rows dispatched to / from other ranks (counter) */
+    size_t ep_recv_bytes;       /* expert parallelism: the received rows' buffers (grown as needed) */
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);

@@ -239,6 +239,8 @@ static void pt_ep_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w) {
     }
     if (a->n_recv > a->cap_recv) { /* the received rows' buffers grow to the most seen */
         pt_ep_free_rows(be, a);
+        /* counted with the activations: 4 of (rows, C) and 3 of (rows, Fe) floats per row */
+        m->ep_recv_bytes += (a->n_recv - a->cap_recv) * (4 * (size_t)C + 6 * (size_t)Fe) * sizeof(float);
         size_t n = a->cap_recv = a->n_recv;
         a->xr = be->alloc(be, n * C * sizeof(float)), a->dxr = be->alloc(be, n * C * sizeof(float));
         a->yr = be->alloc(be, n * C * sizeof(float)), a->dyr = be->alloc(be, n * C * sizeof(float));

@@ -318,10 +318,14 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                     "gradient buckets", t->mesh->world_size, t->dp_size, pp, cp, t->mesh->deg.tp,
                     par.sp ? " (sp)" : "", ep, zero, t->dpc ? t->dp.n_buckets + t->dpe.n_buckets : 0);
     pt_dp_memory mem = pt_trainer_memory(t);
+    char acts[64]; /* a pipeline's (and expert parallelism's) are known once a step ran */
+    if (t->pipe.model || ep > 1)
+        snprintf(acts, sizeof acts, "activations in the run report");
+    else
+        snprintf(acts, sizeof acts, "activations %.3f MiB", pt_trainer_act_bytes(t) / 1048576.0);
     pt_log_info("memory per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer %.3f MiB, "
-                "activations %.3f MiB; sgemm peak %.0f GFLOP/s",
-                mem.params / 1048576.0, mem.grads / 1048576.0, mem.optim / 1048576.0,
-                pt_trainer_act_bytes(t) / 1048576.0, t->peak_flops / 1e9);
+                "%s; sgemm peak %.0f GFLOP/s", mem.params / 1048576.0, mem.grads / 1048576.0,
+                mem.optim / 1048576.0, acts, t->peak_flops / 1e9);
     return PT_OK;
 }
 
@@ -365,7 +369,9 @@ void pt_trainer_get_params(pt_trainer *t, float *host) {
 }
 
 size_t pt_trainer_act_bytes(const pt_trainer *t) {
-    return t->pipe.model ? pt_pipe_peak_bytes(&t->pipe) : pt_acts_bytes(t->acts);
+    /* plus, with expert parallelism, the buffers of the rows received from other ranks */
+    return (t->pipe.model ? pt_pipe_peak_bytes(&t->pipe) : pt_acts_bytes(t->acts)) +
+           t->model.ep_recv_bytes;
 }
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
