@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_5d.sh PENTATRON: the five parallelisms composed, on 8 and 16 ranks, against one process:
 #   - a matrix of layouts (dense and mixture-of-experts; every schedule; ZeRO-0/1 with a pipeline,
-#     0–3 without; sp on and off), each reproducing the single-process run: step-1 gradients per
+#     0–3 without, with or without experts; sp on and off), each reproducing the single-process run: step-1 gradients per
 #     tensor ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative; among them dp2·pp2·cp2·tp2 with ep 2,
 #     zero bubble and ZeRO-1 on 16 ranks;
 #   - the same layout run twice: bitwise the same losses and checkpoint (weights and moments);
@@ -39,6 +39,7 @@ mixed 8 moe_dp4_ep2_pp2_zb_z1 $P.dp=4 $P.ep=2 $P.pp=2 $P.pp_schedule=zb $P.zero=
 mixed 8 moe_dp2_cp2_pp2_ep4 $P.dp=2 $P.cp=2 $P.pp=2 $P.ep=4 --training.micro_batch=1
 mixed 8 moe_dp2_tp2_pp2_ep2_sp $P.dp=2 $P.tp=2 $P.pp=2 $P.ep=2 $P.sp=true --training.micro_batch=2
 mixed 8 moe_dp4_tp2_ep4_z1 $P.dp=4 $P.tp=2 $P.ep=4 $P.zero=1 --training.micro_batch=1
+mixed 8 moe_dp2_cp2_tp2_ep2_sp_z3 $P.dp=2 $P.cp=2 $P.tp=2 $P.ep=2 $P.sp=true $P.zero=3 --training.micro_batch=2
 mixed 8 moe_cp2_tp2_pp2_ep2_interleaved $P.cp=2 $P.tp=2 $P.pp=2 $P.ep=2 $P.pp_schedule=interleaved $P.pp_virtual=2 --training.micro_batch=2
 # 16 ranks: all five
 full=($P.dp=2 $P.pp=2 $P.cp=2 $P.tp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1)
@@ -50,6 +51,7 @@ mixed 16 moe_dp4_cp2_pp2_ep2_afab $P.dp=4 $P.cp=2 $P.pp=2 $P.ep=2 $P.pp_schedule
 dense 16 dp4_pp2_tp2_1f1b_z1 $P.dp=4 $P.pp=2 $P.tp=2 $P.zero=1 $P.pp_schedule=1f1b --training.micro_batch=1
 dense 16 dp2_cp4_tp2_z2 $P.dp=2 $P.cp=4 $P.tp=2 $P.zero=2 --training.micro_batch=2
 dense 16 dp8_tp2_z3_sp $P.dp=8 $P.tp=2 $P.zero=3 $P.sp=true --training.micro_batch=1
+mixed 16 moe_dp4_cp2_tp2_ep4_z2 $P.dp=4 $P.cp=2 $P.tp=2 $P.ep=4 $P.zero=2 --training.micro_batch=1
 
 # the same layout twice: bitwise the same losses and checkpoint files
 mfull=("${moe[@]}" "${full[@]}" $P.ep=2 $P.sp=true)

@@ -264,8 +264,9 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
                            size_t alloc_total, int flags, const pt_model_parallel *par);
 void pt_model_free(pt_model *m);
 /* Points the view of one unit's parameters (use = PT_USE_PARAMS) or gradients at buf, which holds
- * the table's elements from offset buf_lo on; buf = NULL clears it. */
-void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo);
+ * the table's elements [buf_lo, buf_hi): the unit's tensors that start there (buf = NULL clears
+ * them). */
+void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo, size_t buf_hi);
 static inline int pt_model_n_units(const pt_model *m) { return m->cfg.n_layers + 3; }
 static inline int pt_model_head_unit(const pt_model *m) {
     return m->cfg.tied_embeddings ? 0 : m->cfg.n_layers + 2;

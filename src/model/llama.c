@@ -477,11 +477,11 @@ static void pt_view_set(pt_model_view *v, const pt_param *p, float *ptr, int tie
     }
 }
 
-void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo) {
+void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo, size_t buf_hi) {
     pt_model_view *v = use == PT_USE_PARAMS ? &m->w : &m->g;
     for (int i = 0; i < m->table.n; i++) {
         const pt_param *p = &m->table.p[i];
-        if (p->unit != unit) continue;
+        if (p->unit != unit || p->offset < buf_lo || p->offset >= buf_hi) continue;
         int ep = m->par.ep > 1 ? m->par.ep : 1;
         pt_view_set(v, p, buf ? buf + (p->offset - buf_lo) : NULL, m->cfg.tied_embeddings,
                     m->par.ep_rank * (m->cfg.n_experts / ep));
@@ -513,8 +513,8 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     if (!(flags & PT_MODEL_NO_PARAMS)) m->params = be->alloc(be, m->alloc_total * sizeof(float));
     if (!(flags & PT_MODEL_NO_GRADS)) m->grads = be->alloc(be, m->alloc_total * sizeof(float));
     for (int u = 0; u < pt_model_n_units(m); u++) {
-        if (m->params) pt_model_point(m, u, PT_USE_PARAMS, m->params, 0);
-        if (m->grads) pt_model_point(m, u, PT_USE_GRADS, m->grads, 0);
+        if (m->params) pt_model_point(m, u, PT_USE_PARAMS, m->params, 0, m->alloc_total);
+        if (m->grads) pt_model_point(m, u, PT_USE_GRADS, m->grads, 0, m->alloc_total);
     }
 
     /* rotary tables in double, rounded once: angle = pos · theta^(−2i/hd) */

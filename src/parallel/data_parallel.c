@@ -48,7 +48,7 @@ static size_t pt_own_len(const pt_dp *d, const pt_dp_bucket *b) {
 }
 
 static void pt_point_bucket(pt_dp *d, const pt_dp_bucket *b, int use, float *buf) {
-    for (int u = b->u0; u <= b->u1; u++) pt_model_point(d->model, u, use, buf, b->lo);
+    for (int u = b->u0; u <= b->u1; u++) pt_model_point(d->model, u, use, buf, b->lo, b->hi);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -167,8 +167,9 @@ static int pt_next_unit(const pt_dp *d, int unit, int backward) {
 static void pt_dp_acquire(void *user, int unit, int use, int backward) {
     pt_dp *d = user;
     if (d->next.acquire) d->next.acquire(d->next.user, unit, use, backward);
-    if (d->zero >= 2 && (use & PT_USE_GRADS)) {
-        pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
+    int ub = d->unit_bucket ? d->unit_bucket[unit] : -1; /* zero ≥ 2: -1 for nothing here */
+    if (d->zero >= 2 && ub >= 0 && (use & PT_USE_GRADS)) {
+        pt_dp_bucket *b = &d->b[ub];
         for (int i = 0; !b->gbuf && d->live_g >= PT_DP_MAX_GBUFS && i < d->n_buckets; i++)
             if (d->b[i].req) {
                 pt_comm_wait(d->comm, d->b[i].req);
@@ -180,8 +181,8 @@ static void pt_dp_acquire(void *user, int unit, int use, int backward) {
             pt_point_bucket(d, b, PT_USE_GRADS, b->gbuf);
         }
     }
-    if (d->zero == 3 && (use & PT_USE_PARAMS)) {
-        pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
+    if (d->zero == 3 && ub >= 0 && (use & PT_USE_PARAMS)) {
+        pt_dp_bucket *b = &d->b[ub];
         pt_gather_start(d, b);
         if (b->preq) {
             pt_comm_wait(d->comm, b->preq);
@@ -189,7 +190,7 @@ static void pt_dp_acquire(void *user, int unit, int use, int backward) {
         }
         pt_point_bucket(d, b, PT_USE_PARAMS, b->pbuf);
         int next = pt_next_unit(d, unit, backward);
-        if (next >= 0) pt_gather_start(d, &d->b[d->unit_bucket[next]]);
+        if (next >= 0 && d->unit_bucket[next] >= 0) pt_gather_start(d, &d->b[d->unit_bucket[next]]);
     }
     pt_dp_poll(d);
 }
@@ -197,8 +198,9 @@ static void pt_dp_acquire(void *user, int unit, int use, int backward) {
 static void pt_dp_release(void *user, int unit, int use, int backward) {
     pt_dp *d = user;
     if (d->next.release) d->next.release(d->next.user, unit, use, backward);
-    if (d->zero == 3 && (use & PT_USE_PARAMS)) {
-        pt_dp_bucket *b = &d->b[d->unit_bucket[unit]];
+    int ub = d->unit_bucket ? d->unit_bucket[unit] : -1;
+    if (d->zero == 3 && ub >= 0 && (use & PT_USE_PARAMS)) {
+        pt_dp_bucket *b = &d->b[ub];
         if (b->pbuf) {
             /* freed on every rank alike, whatever this rank's progress (a later gather of it
              * is a collective) */
@@ -258,8 +260,9 @@ static void pt_dp_units(pt_dp *d, size_t lo, size_t hi) {
         if (d->unit_hi[u] == 0) d->unit_lo[u] = 0; /* empty: overlaps nothing */
 }
 
-pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
-                     int overlap) {
+/* The elements [lo, hi) of the model's buffers over the group (plain: ZeRO-0 by all-reduces). */
+static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero, size_t lo,
+                             size_t hi, double bucket_mb, int overlap, int plain) {
     memset(d, 0, sizeof *d);
     if (zero < 0 || zero > 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", zero);
@@ -268,33 +271,44 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
     d->model = model;
     d->zero = zero;
     d->overlap = overlap;
+    d->plain = plain;
+    d->region_lo = lo;
+    d->region_hi = hi;
     int N = comm->size, n_units = pt_model_n_units(model);
-    pt_dp_units(d, 0, (size_t)-1);
+    pt_dp_units(d, lo, hi);
     size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
     if (zero <= 1) {
-        /* flat buckets from the end, multiples of N (the buffer is padded to one) */
-        size_t total = model->alloc_total, unit = (size_t)N;
+        /* flat buckets from the end, multiples of N (the range is padded to one) but for plain
+         * all-reduces */
+        size_t unit = plain ? 1 : (size_t)N;
+        PT_ASSERT((hi - lo) % unit == 0);
         if (want < unit) want = unit;
         want = want / unit * unit;
-        d->b = pt_calloc((total + want - 1) / want + 1, sizeof *d->b);
-        for (size_t hi = total; hi > 0;) {
-            size_t lo = hi > want ? hi - want : 0;
-            pt_dp_add_bucket(d, lo, hi);
-            hi = lo;
+        d->b = pt_calloc((hi - lo + want - 1) / want + 1, sizeof *d->b);
+        for (size_t h = hi; h > lo;) {
+            size_t l = h - lo > want ? h - want : lo;
+            pt_dp_add_bucket(d, l, h);
+            h = l;
         }
     } else {
         d->b = pt_calloc((size_t)n_units, sizeof *d->b);
-        /* whole units from the end: merged up to the bucket size with ZeRO-2, one each with 3 */
+        /* whole units from the end: merged up to the bucket size with ZeRO-2, one each with 3;
+         * units with nothing in the range (the head of a tied model; in a region, the units of
+         * the other region) have no bucket */
+        for (int u = 0; u < n_units; u++) d->unit_bucket[u] = -1;
         for (int u = n_units - 1; u >= 0;) {
-            if (d->unit_hi[u] == 0) { /* an empty unit (the head of a tied model) */
+            if (d->unit_hi[u] == 0) {
                 u--;
                 continue;
             }
             int u_first = u;
-            while (zero == 2 && u_first > 0 &&
-                   d->unit_hi[u] - d->unit_lo[u_first - 1] <= want)
-                u_first--;
-            for (int k = u_first; k <= u; k++) d->unit_bucket[k] = d->n_buckets;
+            for (int v = u - 1; zero == 2 && v >= 0; v--) {
+                if (d->unit_hi[v] == 0) continue;
+                if (d->unit_hi[u] - d->unit_lo[v] > want) break;
+                u_first = v;
+            }
+            for (int k = u_first; k <= u; k++)
+                if (d->unit_hi[k]) d->unit_bucket[k] = d->n_buckets;
             pt_dp_add_bucket(d, d->unit_lo[u_first], d->unit_hi[u]);
             u = u_first - 1;
         }
@@ -319,35 +333,14 @@ pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double 
     return PT_OK;
 }
 
+pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
+                     int overlap) {
+    return pt_dp_setup(d, comm, model, zero, 0, model->alloc_total, bucket_mb, overlap, 0);
+}
+
 pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, int zero, size_t lo,
                             size_t hi, double bucket_mb, int overlap) {
-    memset(d, 0, sizeof *d);
-    if (!(bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
-    PT_ASSERT(zero == 0 || (zero == 1 && (hi - lo) % (size_t)comm->size == 0));
-    d->comm = comm;
-    d->model = model;
-    d->zero = zero;
-    d->overlap = overlap;
-    d->plain = zero == 0;
-    d->region_lo = lo;
-    d->region_hi = hi;
-    pt_dp_units(d, lo, hi);
-    /* ZeRO-1: buckets of a multiple of the group size (the region is one) */
-    size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float)), unit = zero ? (size_t)comm->size : 1;
-    if (want < unit) want = unit;
-    want = want / unit * unit;
-    d->b = pt_calloc((hi - lo + want - 1) / want + 1, sizeof *d->b);
-    for (size_t h = hi; h > lo;) {
-        size_t l = h - lo > want ? h - want : lo;
-        pt_dp_add_bucket(d, l, h);
-        h = l;
-    }
-    d->next = model->hooks;
-    model->hooks.acquire = pt_dp_acquire;
-    model->hooks.release = pt_dp_release;
-    model->hooks.poll = pt_dp_poll_hook;
-    model->hooks.user = d;
-    return PT_OK;
+    return pt_dp_setup(d, comm, model, zero, lo, hi, bucket_mb, overlap, zero == 0);
 }
 
 void pt_dp_free(pt_dp *d) {
@@ -370,7 +363,7 @@ void pt_dp_free(pt_dp *d) {
 }
 
 pt_optim_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
-    if (d->zero == 0 || d->comm->size == 1) {
+    if (d->zero == 0 || (d->zero == 1 && d->comm->size == 1)) {
         pt_optim_range *r = pt_calloc(1, sizeof *r);
         int region = d->zero > 0 && d->region_hi; /* ZeRO-0 regions: the optimizer has it all */
         r->lo = region ? d->region_lo : 0;
@@ -443,7 +436,7 @@ void pt_dp_begin_micro(pt_dp *d, int last) {
     }
     memset(d->unit_final, 0, (size_t)pt_model_n_units(d->model));
     /* stages 0 and 1 accumulate the full gradient locally and reduce it once */
-    d->armed = d->comm->size > 1 && (d->zero >= 2 || last);
+    d->armed = d->zero >= 2 || (d->comm->size > 1 && last);
 }
 
 void pt_dp_end_micro(pt_dp *d, int last) {

@@ -127,22 +127,18 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
             par.kv_comm = t->mesh->kv;
         }
     }
-    if (cfg->model.bias_rate > 0 && cfg->parallel.zero >= 3)
-        return pt_errorf(PT_ERR_CONFIG, "model.bias_rate with parallel.zero = 3: the selection bias "
-                         "is updated in place, which this version does only on unsharded parameters");
     /* expert parallelism: this rank's experts of every MoE layer */
     int ep = t->mesh ? t->mesh->deg.ep : 1;
     if (ep > 1) {
         if (cfg->model.n_experts == 0 || cfg->model.n_experts % ep != 0)
             return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", ep,
                              cfg->model.n_experts);
-        if (zero > 1)
-            return pt_errorf(PT_ERR_CONFIG, "parallel.ep > 1 with parallel.zero = %d: expert "
-                             "parallelism runs with ZeRO-0 or 1 in this version", zero);
         par.ep = ep;
         par.ep_rank = t->mesh->ep_i;
         par.ep_comm = t->mesh->ep;
-        par.ep_zero_group = zero ? red : 0;
+        /* ZeRO-1 shards the regions in flat buckets (the dense one padded to the group); 2 and
+         * 3 in whole units, padded per bucket */
+        par.ep_zero_group = zero == 1 ? red : zero > 1 ? 1 : 0;
     }
     /* context parallelism: this rank's share of every sequence */
     int cp = t->mesh ? t->mesh->deg.cp : 1;
@@ -210,7 +206,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
          * ranks that hold the same experts, each region by its own instance */
         PT_TRY(pt_dp_init_region(&t->dp, t->dpc, &t->model, zero, 0, dense, cfg->parallel.bucket_mb,
                                  cfg->parallel.overlap));
-        if (edp > 1)
+        if (edp > 1 || zero >= 2) /* (ZeRO-2/3 keep the experts' state in its shards, even alone) */
             PT_TRY(pt_dp_init_region(&t->dpe, t->mesh->edp, &t->model, zero, dense, alloc,
                                      cfg->parallel.bucket_mb, cfg->parallel.overlap));
     } else if (t->dpc) {
@@ -332,9 +328,10 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
 void pt_trainer_set_params(pt_trainer *t, const float *host) {
     float *local = pt_calloc(t->model.table.total, sizeof(float)); /* padding: zeros */
     pt_param_table_to_local(&t->model.table, host, local);
-    if (t->dpc)
+    if (t->dpc) {
         pt_dp_set_params(&t->dp, local);
-    else
+        if (t->dpe.model && t->dpe.zero == 3) pt_dp_set_params(&t->dpe, local);
+    } else
         t->be->upload(t->be, t->model.params, local, t->model.table.total * sizeof(float));
     free(local);
 }
@@ -360,9 +357,10 @@ static void pt_trainer_to_global(pt_trainer *t, const float *local, float *host)
 
 void pt_trainer_get_params(pt_trainer *t, float *host) {
     float *local = pt_malloc(t->model.table.total * sizeof(float));
-    if (t->dpc)
+    if (t->dpc) {
         pt_dp_get_params(&t->dp, local);
-    else
+        if (t->dpe.model && t->dpe.zero == 3) pt_dp_get_params(&t->dpe, local);
+    } else
         t->be->download(t->be, local, t->model.params, t->model.table.total * sizeof(float));
     pt_trainer_to_global(t, local, host);
     free(local);
@@ -375,7 +373,17 @@ size_t pt_trainer_act_bytes(const pt_trainer *t) {
 }
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
-    if (t->dpc) return pt_dp_memory_bytes(&t->dp, t->opt.n);
+    if (t->dpc) {
+        pt_dp_memory m = pt_dp_memory_bytes(&t->dp, t->opt.n);
+        if (t->dpe.model && t->dpe.zero >= 2) { /* the experts' shards and pooled buffers */
+            pt_dp_memory e = pt_dp_memory_bytes(&t->dpe, 0);
+            m.grads += e.grads;
+            if (t->dpe.zero == 3) m.params += e.params;
+            m.params_transient += e.params_transient;
+            m.grads_transient += e.grads_transient;
+        }
+        return m;
+    }
     size_t full = t->model.alloc_total * sizeof(float);
     return (pt_dp_memory){full, full, 2 * t->opt.n * sizeof(float), 0, 0};
 }
@@ -472,20 +480,29 @@ static pt_status pt_dump_grads(pt_trainer *t, const char *path);
 
 /* Auxiliary-loss-free balancing (DeepSeek-V3): each MoE layer's selection bias moves by the rate
  * toward balance, up for the experts that got fewer token-slots than the mean in this step, down
- * for those that got more (the load is the whole step's, the same on every rank). */
+ * for those that got more (the load is the whole step's, the same on every rank). Each rank moves
+ * the part its optimizer owns (with ZeRO, a slice), before the parameters are gathered. */
 static void pt_trainer_bias_update(pt_trainer *t) {
     const pt_model_config *mc = &t->cfg.model;
     float *b = pt_malloc((size_t)mc->n_experts * sizeof *b);
-    for (int i = 0; i < t->model.table.n; i++) {
-        const pt_param *p = &t->model.table.p[i];
-        if (p->kind != PT_KIND_ROUTER_BIAS) continue;
-        const double *ld = t->model.expert_load + (size_t)p->layer * mc->n_experts;
-        double mean = 0;
-        for (int e = 0; e < mc->n_experts; e++) mean += ld[e] / mc->n_experts;
-        t->be->download(t->be, b, t->model.params + p->offset, p->numel * sizeof *b);
-        for (int e = 0; e < mc->n_experts; e++)
-            b[e] += mc->bias_rate * (ld[e] < mean ? 1.0f : ld[e] > mean ? -1.0f : 0.0f);
-        t->be->upload(t->be, t->model.params + p->offset, b, p->numel * sizeof *b);
+    for (int r = 0; r < t->opt.n_ranges; r++) {
+        const pt_optim_range *rg = &t->opt.ranges[r];
+        for (int i = 0; i < t->model.table.n; i++) {
+            const pt_param *p = &t->model.table.p[i];
+            size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
+            size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
+            if (p->kind != PT_KIND_ROUTER_BIAS || hi <= lo) continue;
+            const double *ld = t->model.expert_load + (size_t)p->layer * mc->n_experts;
+            double mean = 0;
+            for (int e = 0; e < mc->n_experts; e++) mean += ld[e] / mc->n_experts;
+            float *at = rg->param + (lo - rg->lo);
+            t->be->download(t->be, b, at, (hi - lo) * sizeof *b);
+            for (size_t k = 0; k < hi - lo; k++) {
+                size_t e = lo - p->offset + k;
+                b[k] += mc->bias_rate * (ld[e] < mean ? 1.0f : ld[e] > mean ? -1.0f : 0.0f);
+            }
+            t->be->upload(t->be, at, b, (hi - lo) * sizeof *b);
+        }
     }
     free(b);
 }
@@ -507,9 +524,10 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     for (size_t i = 0; i < (size_t)G * T; i++) n_valid += t->h_targets[i] >= 0;
     float loss_scale = n_valid > 0 ? 1.0f / (float)n_valid : 0.0f;
 
-    if (t->dpc)
+    if (t->dpc) {
         pt_dp_begin_step(&t->dp);
-    else
+        if (t->dpe.model && t->dpe.zero >= 2) pt_dp_begin_step(&t->dpe); /* its shards */
+    } else
         pt_model_zero_grads(&t->model);
     double loss_sum = 0;
     t->model.aux_scale = 1.0 / G; /* the balancing losses: a mean over the batch's sequences */
@@ -586,9 +604,9 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     }
     float lr = pt_lr_at(&t->opt.cfg, t->step);
     pt_optim_step(&t->opt, &t->model, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
+    if (cfg->model.bias_rate > 0) pt_trainer_bias_update(t);
     if (t->dpc) pt_dp_gather_params(&t->dp);
     if (t->dpe.model) pt_dp_gather_params(&t->dpe);
-    if (cfg->model.bias_rate > 0) pt_trainer_bias_update(t);
     be->synchronize(be);
     t->step++;
 
