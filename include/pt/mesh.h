@@ -27,6 +27,8 @@ typedef struct {
     int ep_i, edp_i;   /* index in the expert group, and in the expert-data group */
     pt_comm *world, *dp, *tp, *pp, *cp, *dpcp, *ep, *edp;
     pt_comm *kv; /* tp ranks holding the same key/value head (tp > n_kv_heads), else NULL */
+    pt_comm *emb; /* the first and last pipeline stage of the same (dp, cp, tp) coordinates: the
+                   * tied embedding's two copies (one rank alone on the other stages) */
 } pt_mesh;
 
 /* Fills in -1 degrees ("the rest of the world") and checks the layout; PT_ERR_CONFIG with one
@@ -40,7 +42,7 @@ void pt_mesh_make_kv(pt_mesh *m, int shared);
 /* Sums every group's counters. */
 void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total);
 /* The groups one after another (NULL-free), for per-group reports: returns the count. */
-enum { PT_MESH_MAX_GROUPS = 9 };
+enum { PT_MESH_MAX_GROUPS = 10 };
 int pt_mesh_groups(const pt_mesh *m, const pt_comm **out);
 
 #endif

@@ -239,13 +239,20 @@ void pt_param_table_build_local(pt_param_table *t, const pt_model_config *c,
         for (int i = 0; i < all.n; i++) {
             const pt_param *p = &all.p[i];
             int where = p->layer >= 0 ? p->layer : p->kind == PT_KIND_EMBED ? -1 : L;
-            if (!pt_in_chunks(n_chunks ? par->chunk : NULL, n_chunks, where, L)) continue;
+            /* tied embeddings under a pipeline: the last stage keeps a copy of the embedding
+             * for its head (a replica: the first stage's is the one saved and counted), whose
+             * gradient the two stages sum (pt_trainer: the tied group) */
+            int copy = c->tied_embeddings && p->kind == PT_KIND_EMBED && n_chunks &&
+                       !pt_in_chunks(par->chunk, n_chunks, -1, L) &&
+                       pt_in_chunks(par->chunk, n_chunks, L, L);
+            if (!copy && !pt_in_chunks(n_chunks ? par->chunk : NULL, n_chunks, where, L)) continue;
             if (ep > 1 && (p->expert >= 0) != pass) continue;
             if (ep > 1 && p->expert >= 0 && p->expert / el != er) continue;
             t->p[t->n] = *p;
             t->p[t->n].offset = t->total;
             if (ep > 1 && p->expert < 0 && !par->ep_zero_group)
                 t->p[t->n].owner &= er == 0; /* replicated over ep */
+            if (copy) t->p[t->n].owner = 0;
             t->total += p->numel;
             t->n++;
         }

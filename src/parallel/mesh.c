@@ -72,6 +72,8 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     m->dpcp = pt_split(world, m->pp_i * d->tp + m->tp_i, m->dpcp_i, "dpcp", timeout_s);
     m->ep = pt_split(world, (m->pp_i * d->tp + m->tp_i) * ndpcp + m->edp_i, m->ep_i, "ep", timeout_s);
     m->edp = pt_split(world, (m->pp_i * d->tp + m->tp_i) * ndpcp + m->ep_i, m->edp_i, "edp", timeout_s);
+    int ends = m->pp_i == 0 || m->pp_i == d->pp - 1, coords = (m->dp_i * d->cp + m->cp_i) * d->tp + m->tp_i;
+    m->emb = pt_split(world, ends ? coords : m->world_size + r, 0, "emb", timeout_s);
     m->world = pt_comm_mpi_wrap(&world, "world", timeout_s);
     return PT_OK;
 }
@@ -82,14 +84,14 @@ void pt_mesh_make_kv(pt_mesh *m, int shared) {
 }
 
 void pt_mesh_free(pt_mesh *m) {
-    pt_comm *groups[] = {m->kv, m->edp, m->ep, m->dpcp, m->pp, m->dp, m->cp, m->tp, m->world};
+    pt_comm *groups[] = {m->kv, m->emb, m->edp, m->ep, m->dpcp, m->pp, m->dp, m->cp, m->tp, m->world};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (groups[i]) groups[i]->free(groups[i]);
     memset(m, 0, sizeof *m);
 }
 
 int pt_mesh_groups(const pt_mesh *m, const pt_comm **out) {
-    const pt_comm *all[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->kv};
+    const pt_comm *all[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->emb, m->kv};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) out[n++] = all[i];
@@ -98,7 +100,7 @@ int pt_mesh_groups(const pt_mesh *m, const pt_comm **out) {
 
 void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total) {
     memset(total, 0, sizeof *total);
-    const pt_comm *groups[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->kv};
+    const pt_comm *groups[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->emb, m->kv};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (groups[i]) pt_comm_stats_add(total, &groups[i]->stats);
 }

@@ -17,6 +17,7 @@ static const char *pt_group_role(const char *name) {
         {"dpcp", "data × context: gradients"},
         {"ep", "experts: dispatch/combine"},
         {"edp", "expert data: gradients"},
+        {"emb", "tied embedding: gradients"},
         {"kv", "shared kv heads: gradients"},
     };
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)

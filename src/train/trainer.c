@@ -164,9 +164,6 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                              "interleaved", v);
         if (sched == PT_SCHED_INTERLEAVED && v < 2)
             return pt_errorf(PT_ERR_CONFIG, "the interleaved schedule needs parallel.pp_virtual >= 2");
-        if (cfg->model.tied_embeddings)
-            return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with model.tied_embeddings: the "
-                             "embedding and the head sit on different stages; untie them");
         if (zero >= 2)
             return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-2/3 "
                              "reduce (and gather) every micro-batch, m times the traffic under a "
@@ -552,6 +549,12 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         if (t->dpc) pt_dp_begin_micro(&t->dp, 0);
         if (t->dpe.model) pt_dp_begin_micro(&t->dpe, 0);
         loss_sum = pt_pipe_step(&t->pipe, t->d_inputs, t->d_targets, t->d_pos, loss_scale);
+        if (cfg->model.tied_embeddings && t->mesh->emb->size > 1) /* its copy's gradient too */
+            for (int i = 0; i < t->model.table.n; i++) {
+                const pt_param *p = &t->model.table.p[i];
+                if (p->kind == PT_KIND_EMBED)
+                    pt_allreduce_sum(t->mesh->emb, t->model.grads + p->offset, p->numel, PT_DTYPE_F32);
+            }
         if (t->dpc) {
             pt_dp_begin_micro(&t->dp, 1);
             pt_dp_end_micro(&t->dp, 1);
