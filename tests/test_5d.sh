@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_5d.sh PENTATRON: the five parallelisms composed, on 8 and 16 ranks, against one process:
-#   - a matrix of layouts (dense and mixture-of-experts; every schedule; ZeRO-0/1 with a pipeline,
-#     0–3 without, with or without experts; sp on and off), each reproducing the single-process run: step-1 gradients per
-#     tensor ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative; among them dp2·pp2·cp2·tp2 with ep 2,
-#     zero bubble and ZeRO-1 on 16 ranks;
+#   - a matrix of layouts (dense, tied and mixture-of-experts; every schedule; ZeRO-0/1 with a
+#     pipeline, 0–3 without, with or without experts; sp on and off; degrees of 3 and 6 on 6 and
+#     12 ranks), each reproducing the single-process run: step-1 gradients per tensor
+#     ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative; among them dp2·pp2·cp2·tp2 with ep 2, zero
+#     bubble and ZeRO-1 on 16 ranks;
 #   - the same layout run twice: bitwise the same losses and checkpoint (weights and moments);
 #   - resharding: that layout's checkpoint at step 5 continued on 1 rank, and a 1-rank checkpoint
 #     continued on 16, both giving the uninterrupted run's losses; its Hugging Face export equals
@@ -55,6 +56,15 @@ dense 16 dp4_pp2_tp2_1f1b_z1 $P.dp=4 $P.pp=2 $P.tp=2 $P.zero=1 $P.pp_schedule=1f
 dense 16 dp2_cp4_tp2_z2 $P.dp=2 $P.cp=4 $P.tp=2 $P.zero=2 --training.micro_batch=2
 dense 16 dp8_tp2_z3_sp $P.dp=8 $P.tp=2 $P.zero=3 $P.sp=true --training.micro_batch=1
 mixed 16 moe_dp4_cp2_tp2_ep4_z2 $P.dp=4 $P.cp=2 $P.tp=2 $P.ep=4 $P.zero=2 --training.micro_batch=1
+
+# degrees other than powers of two (12 ranks; 3 layers, 24-token sequences, 12 rows, 6 experts)
+O=(--model.n_layers=3 --training.seq_len=24 --training.global_batch=12)
+omoe=("${O[@]}" --model.n_experts=6 --model.top_k=2 --model.moe_ffn_dim=24 --model.moe_first_dense=1 --model.aux_loss_coef=0.05)
+run 1 oref "${O[@]}" --training.micro_batch=12 && run 1 omref "${omoe[@]}" --training.micro_batch=12 || bad "odd references failed"
+check 12 odd_dp3_pp2_tp2_z1 oref "${O[@]}" $P.dp=3 $P.pp=2 $P.tp=2 $P.zero=1 --training.micro_batch=2
+check 6 odd_cp3_tp2_sp oref "${O[@]}" $P.cp=3 $P.tp=2 $P.sp=true --training.micro_batch=4
+check 12 odd_moe_dp3_pp2_cp2_ep3 omref "${omoe[@]}" $P.dp=3 $P.pp=2 $P.cp=2 $P.ep=3 --training.micro_batch=2
+check 6 odd_moe_dp3_cp2_ep6_z3 omref "${omoe[@]}" $P.dp=3 $P.cp=2 $P.ep=6 $P.zero=3 --training.micro_batch=4
 
 # the same layout twice: bitwise the same losses (printed to 17 digits) and checkpoint files
 losses() { "$PY" -c 'import json,sys; print([json.loads(l)["loss"] for l in open(sys.argv[1])])' "$1"; }
