@@ -830,6 +830,65 @@ static void pt_cp_prepare(pt_model *m, pt_acts *a) {
     m->be->upload(m->be, a->d_kpos, a->kpos, (size_t)m->par.cp * a->T * sizeof(int32_t));
 }
 
+/* With the ring's transfer in flight, a key/value block's attention runs as one call per
+ * (sequence, query head), the communicator polled between them: MPI moves a message only inside
+ * its calls, and a block's attention is long. (The key/value gradients then add up head by
+ * head: deterministic, not bitwise the single call's.) Offsets of piece (b, h) into q, out, k, v
+ * and lse: */
+typedef struct {
+    size_t q, o, k, v, l;
+} pt_piece;
+
+static pt_piece pt_ring_piece(const pt_attn_shape *as, int b, int h) {
+    int rep = as->n_heads / as->n_kv_heads, hd = as->head_dim;
+    return (pt_piece){(size_t)b * as->Tq * as->ldq + (size_t)h * hd,
+                      (size_t)b * as->Tq * as->ldo + (size_t)h * hd,
+                      (size_t)b * as->Tk * as->ldk + (size_t)(h / rep) * hd,
+                      (size_t)b * as->Tk * as->ldv + (size_t)(h / rep) * hd,
+                      ((size_t)b * as->n_heads + h) * as->Tq};
+}
+
+static pt_attn_shape pt_ring_piece_shape(const pt_attn_shape *as) {
+    pt_attn_shape s = *as;
+    s.B = 1, s.n_heads = 1, s.n_kv_heads = 1;
+    return s;
+}
+
+static void pt_ring_block_forward(pt_model *m, const pt_attn_shape *as, const float *q,
+                                  const float *k, const float *v, float *out, float *lse) {
+    pt_backend *be = m->be;
+    if (!m->par.cp_overlap) {
+        be->attention_forward(be, as, q, k, v, out, lse);
+        return;
+    }
+    pt_attn_shape s = pt_ring_piece_shape(as);
+    for (int b = 0; b < as->B; b++)
+        for (int h = 0; h < as->n_heads; h++) {
+            pt_piece p = pt_ring_piece(as, b, h);
+            be->attention_forward(be, &s, q + p.q, k + p.k, v + p.v, out + p.o, lse + p.l);
+            pt_comm_poll(m->par.cp_comm, NULL);
+        }
+}
+
+static void pt_ring_block_backward(pt_model *m, const pt_attn_shape *as, const float *q,
+                                   const float *k, const float *v, const float *out,
+                                   const float *dout, const float *lse, float *dq, float *dk,
+                                   float *dv) {
+    pt_backend *be = m->be;
+    if (!m->par.cp_overlap) {
+        be->attention_backward(be, as, q, k, v, out, dout, lse, dq, dk, dv);
+        return;
+    }
+    pt_attn_shape s = pt_ring_piece_shape(as);
+    for (int b = 0; b < as->B; b++)
+        for (int h = 0; h < as->n_heads; h++) {
+            pt_piece p = pt_ring_piece(as, b, h);
+            be->attention_backward(be, &s, q + p.q, k + p.k, v + p.v, out + p.o, dout + p.o,
+                                   lse + p.l, dq + p.q, dk + p.k, dv + p.v);
+            pt_comm_poll(m->par.cp_comm, NULL);
+        }
+}
+
 /* Ring attention forward of one layer: this rank's queries against every rank's keys and values,
  * which travel round the ring (to rank + 1, from rank − 1) while the current block is computed;
  * the blocks' results merged by their log-sum-exp into la->att, la->lse. */
@@ -856,9 +915,9 @@ static void pt_ring_forward(pt_model *m, pt_acts *a, float *qkv, float *att, flo
         m->attn_pairs += a->B * m->loc.H *
                          pt_attn_visible_pairs(a->pos, a->T, a->kpos + (size_t)src * a->T, a->T);
         if (j == 0) {
-            be->attention_forward(be, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, lse);
+            pt_ring_block_forward(m, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, lse);
         } else {
-            be->attention_forward(be, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, a->outb, a->lseb);
+            pt_ring_block_forward(m, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, a->outb, a->lseb);
             be->attention_merge(be, att, lse, a->outb, a->lseb, a->B, a->T, m->loc.H, hd, q);
         }
         pt_poll(m);
@@ -894,7 +953,7 @@ static void pt_ring_backward(pt_model *m, pt_acts *a, float *qkv, const float *a
                 for (int k = 2; k < 4; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
         }
         as.k_pos = a->d_kpos + (size_t)src * a->T;
-        be->attention_backward(be, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, datt, lse, dqkv,
+        pt_ring_block_backward(m, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, datt, lse, dqkv,
                                a->dkvb[cur], a->dkvb[cur] + kv);
         pt_poll(m);
         /* the block's accumulated gradient on (the last hop takes it to its owner) */
