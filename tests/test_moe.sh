@@ -33,9 +33,10 @@ moe_check 4 moe_ep4 --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
 moe_check 4 moe_ep2_dp4 --parallel.dp=4 --parallel.ep=2 --training.micro_batch=1
 moe_check 4 moe_ep2_pp2_zb --parallel.dp=2 --parallel.ep=2 --parallel.pp=2 --parallel.pp_schedule=zb --training.micro_batch=1
 moe_check 8 moe_ep2_dp4_pp2 --parallel.dp=4 --parallel.ep=2 --parallel.pp=2 --training.micro_batch=1
-# with tensor parallelism (experts replicated over the tp ranks), sequence parallelism, and context
+# with tensor parallelism (each expert's width split over the tp ranks), sequence parallelism, and context
 # parallelism (a sequence's balancing statistics summed over its context ranks); ep spanning dp × cp
 moe_check 2 moe_tp2 --parallel.tp=2 --training.micro_batch=8
+moe_check 4 moe_tp4 --parallel.tp=4 --training.micro_batch=8
 moe_check 4 moe_tp2_sp_ep2 --parallel.tp=2 --parallel.sp=true --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
 moe_check 2 moe_cp2 --parallel.cp=2 --training.micro_batch=8
 moe_check 4 moe_ep4_dp2_cp2 --parallel.cp=2 --parallel.dp=2 --parallel.ep=4 --training.micro_batch=4
@@ -106,6 +107,7 @@ sys.exit(0 if ok else 1)
 PY
 
 expect_fail 1 "model.top_k = 5" --model.n_experts=4 --model.top_k=5 --training.micro_batch=8
+expect_fail 2 "must divide model.moe_ffn_dim" "${moe[@]}" --model.moe_ffn_dim=25 --parallel.tp=2 --training.micro_batch=8
 expect_fail 2 "must divide model.n_experts" --model.n_experts=3 --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
 
 echo "$pass passed, $fail failed"

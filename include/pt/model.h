@@ -149,6 +149,7 @@ int64_t pt_attn_visible_pairs(const int32_t *q_pos, int Tq, const int32_t *k_pos
  * row and number of real ones. */
 typedef struct {
     int H, KV, F, V, v0, v_valid;
+    int Fe;        /* each expert's SwiGLU width on this rank (moe_ffn_dim / tp) */
     int kv_head0;  /* first global key/value head of this rank */
     int kv_shared; /* > 1: that many ranks hold the same key/value head */
 } pt_local_dims;

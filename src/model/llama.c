@@ -147,6 +147,9 @@ pt_status pt_model_check_tp(const pt_model_config *c, int tp) {
     if (c->ffn_dim % tp != 0)
         return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.ffn_dim = %d", tp,
                          c->ffn_dim);
+    if (c->n_experts > 0 && c->moe_ffn_dim % tp != 0)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.moe_ffn_dim = %d (each "
+                         "expert is split over the tp ranks)", tp, c->moe_ffn_dim);
     return PT_OK;
 }
 
@@ -154,6 +157,7 @@ pt_local_dims pt_model_local_dims(const pt_model_config *c, int tp, int r) {
     pt_local_dims d;
     d.H = c->n_heads / tp;
     d.F = c->ffn_dim / tp;
+    d.Fe = c->moe_ffn_dim / tp;
     if (c->n_kv_heads % tp == 0) {
         d.KV = c->n_kv_heads / tp;
         d.kv_head0 = r * d.KV;
@@ -298,24 +302,26 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
     head.kind = PT_KIND_HEAD;
     char name[96];
     pt_table_add(t, &cap, &embed, "model.embed_tokens.weight", -1, PT_PP_FIRST);
-    int Fe = c->moe_ffn_dim, Fs = c->n_shared_experts * c->moe_ffn_dim;
+    /* each expert and the shared experts split over the tp ranks as the dense MLP is: gate and
+     * up by rows, down by columns */
+    int Fe = c->moe_ffn_dim, Fs = c->n_shared_experts * c->moe_ffn_dim, fe = d.Fe, fs = Fs / tp;
     const pt_tensor_spec bias = {PT_KIND_ROUTER_BIAS, "block_sparse_moe.gate.e_score_correction_bias",
                                  c->n_experts, 0, c->n_experts, 0, 0, 0, c->n_experts, first,
                                  PT_TP_REPLICATED};
     const pt_tensor_spec moe[] = {
         {PT_KIND_ROUTER, "block_sparse_moe.gate.weight", c->n_experts, C, c->n_experts, C, 0, 0,
          c->n_experts, first, PT_TP_REPLICATED},
-        {PT_KIND_WGATE, "block_sparse_moe.shared_experts.gate_proj.weight", Fs, C, Fs, C, 0, 0, Fs,
-         first, PT_TP_REPLICATED},
-        {PT_KIND_WUP, "block_sparse_moe.shared_experts.up_proj.weight", Fs, C, Fs, C, 0, 0, Fs, first,
-         PT_TP_REPLICATED},
-        {PT_KIND_WDOWN, "block_sparse_moe.shared_experts.down_proj.weight", C, Fs, C, Fs, 0, 0, C,
-         first, PT_TP_REPLICATED},
+        {PT_KIND_WGATE, "block_sparse_moe.shared_experts.gate_proj.weight", fs, C, Fs, C, r * fs,
+         0, fs, 1, PT_TP_COLUMN},
+        {PT_KIND_WUP, "block_sparse_moe.shared_experts.up_proj.weight", fs, C, Fs, C, r * fs, 0, fs,
+         1, PT_TP_COLUMN},
+        {PT_KIND_WDOWN, "block_sparse_moe.shared_experts.down_proj.weight", C, fs, C, Fs, 0, r * fs,
+         C, 1, PT_TP_ROW},
     };
     const pt_tensor_spec expert[] = {
-        {PT_KIND_EXPERT_W1, "w1", Fe, C, Fe, C, 0, 0, Fe, first, PT_TP_REPLICATED},
-        {PT_KIND_EXPERT_W3, "w3", Fe, C, Fe, C, 0, 0, Fe, first, PT_TP_REPLICATED},
-        {PT_KIND_EXPERT_W2, "w2", C, Fe, C, Fe, 0, 0, C, first, PT_TP_REPLICATED},
+        {PT_KIND_EXPERT_W1, "w1", fe, C, Fe, C, r * fe, 0, fe, 1, PT_TP_COLUMN},
+        {PT_KIND_EXPERT_W3, "w3", fe, C, Fe, C, r * fe, 0, fe, 1, PT_TP_COLUMN},
+        {PT_KIND_EXPERT_W2, "w2", C, fe, C, Fe, 0, r * fe, C, 1, PT_TP_ROW},
     };
     for (int l = 0; l < c->n_layers; l++) {
         int is_moe = pt_layer_is_moe(c, l);
@@ -1035,14 +1041,17 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
                      C);
         }
         pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
-        if (la->moe) { /* xnext = xmid + the experts' output (replicated over the tp ranks: with
-                        * sequence parallelism computed for all rows, this rank's kept) */
-            int sp = m->par.sp && m->par.tp > 1;
+        if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every
+                        * expert give a part, summed like the dense MLP's */
+            int tp = m->par.tp > 1;
             be->copy(be, xnext, la->xmid, RC);
-            if (sp) be->zero(be, y, (size_t)N * C * sizeof(float));
-            pt_moe_forward(m, la->moe, w, la->xn2, sp ? y : xnext, a->B, a->T,
+            if (tp) be->zero(be, y, (size_t)N * C * sizeof(float));
+            pt_moe_forward(m, la->moe, w, la->xn2, tp ? y : xnext, a->B, a->T,
                            m->expert_load + (size_t)l * c->n_experts);
-            if (sp) be->add(be, xnext, y + pt_own_row0(m, N) * C, (size_t)R * C);
+            if (tp) {
+                pt_tp_reduce(m, y, N, C);
+                be->add(be, xnext, y, (size_t)R * C);
+            }
             pt_moe_a2a_rows(la->moe, &m->a2a_sent, &m->a2a_recv);
             pt_release(m, l + 1, PT_USE_PARAMS, 0);
             continue;
@@ -1189,14 +1198,12 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
     const pt_layer_view *w = &m->w.layers[l];
     const pt_layer_view *g = &m->g.layers[l];
     if (la->moe) {
-        /* the experts run replicated over the tp ranks: their input gradient is whole on each;
-         * with sequence parallelism this rank keeps its rows (at the start, as a reduce-scatter
-         * would leave them) */
+        /* each tp rank's expert slices give a part of the input gradient (the router's, the same
+         * on every rank, comes from the first): summed like the dense MLP's */
         const float *dfull = pt_full_grad(m, a, N);
         be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
         pt_moe_backward(m, la->moe, w, g, la->xn2, dfull, a->dxn, a->B, a->T);
-        size_t own = pt_own_row0(m, N);
-        if (own) memmove(a->dxn, a->dxn + own * C, (size_t)R * C * sizeof(float));
+        pt_tp_reduce(m, a->dxn, N, C);
     } else {
         /* dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
         const float *dfull = pt_full_grad(m, a, N);

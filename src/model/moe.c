@@ -13,6 +13,11 @@
  *         its mean router probability of e (gradient through P only);
  *   z   = z_loss_coef · mean over the sequence's tokens of logsumexp(logits)².
  * Routing decisions are made on the host (the router's probabilities are downloaded).
+ *
+ * Tensor parallelism splits every expert (and the shared experts) as the dense MLP: each tp rank
+ * holds rows [r·Fe/tp, (r+1)·Fe/tp) of w1 and w3 and those columns of w2, runs its slice on the
+ * (gathered) input and returns a part of the output, which the caller sums over the tp ranks.
+ * The router is replicated: the routing is the same on every rank.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -57,7 +62,7 @@ pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
     const pt_model_config *c = &m->cfg;
     pt_backend *be = m->be;
     pt_moe_acts *a = pt_calloc(1, sizeof *a);
-    int k = c->top_k, E = c->n_experts, Fe = c->moe_ffn_dim, C = c->dim;
+    int k = c->top_k, E = c->n_experts, Fe = m->loc.Fe, C = c->dim; /* this rank's slice */
     size_t Fs = (size_t)c->n_shared_experts * Fe, S = (size_t)N * k;
     a->N = N, a->k = k, a->E = E, a->Fe = Fe;
     a->probs = pt_calloc((size_t)N * E, sizeof(float));
@@ -410,6 +415,8 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
         for (int d = 0; d < C; d++) s += (double)x[d] * y[d];
         dw[(size_t)a->slot_tok[i] * k + a->slot_j[i]] = s;
     }
+    /* with tp each rank's y is its slices' part of the experts' outputs: the dot products add up */
+    if (m->par.tp > 1) pt_allreduce_sum(m->par.tp_comm, dw, (size_t)N * k, PT_DTYPE_F64);
     float *dl = pt_malloc((size_t)N * E * sizeof(float));
     double *dp = pt_malloc((size_t)E * sizeof(double));
     double aux_c = c->aux_loss_coef * E * m->aux_scale, z_c = c->z_loss_coef * m->aux_scale;
@@ -446,7 +453,10 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
     }
     be->upload(be, a->logits, dl, (size_t)N * E * sizeof(float)); /* the logits' gradient */
     be->gemm(be, PT_TRANS, PT_NO_TRANS, E, C, N, 1.0f, a->logits, E, xn, C, 1.0f, g->router, C);
-    be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, E, 1.0f, a->logits, E, w->router, C, 1.0f, dxn, C);
+    /* the router is whole on every tp rank: its part of the input gradient comes from the first
+     * (the caller sums the ranks' parts) */
+    if (m->par.tp_rank == 0)
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, E, 1.0f, a->logits, E, w->router, C, 1.0f, dxn, C);
     free(hd), free(hy), free(dw), free(dl), free(dp);
 }
 
