@@ -75,11 +75,11 @@ void pt_report_print(const pt_trainer *t, const pt_report_mark *since) {
                 "tp %d, ep %d", (long long)since->step + 1, (long long)now.step, wall / steps, R,
                 R > 1 ? "s" : "", d->dp, d->pp, d->cp, d->tp, d->ep);
     if (ng > 0) {
+        const pt_comm *g[PT_MESH_MAX_GROUPS];
+        pt_mesh_groups(t->mesh, g);
         pt_log_info("  %-5s %-28s %14s %14s %12s %12s %7s", "group", "carries", "bytes/step",
                     "max rank", "blocked s", "max rank", "% step");
         for (int i = 0; i < ng; i++) {
-            const pt_comm *g[PT_MESH_MAX_GROUPS];
-            pt_mesh_groups(t->mesh, g);
             double b = 0, bmax = 0, w = 0, wmax = 0;
             for (int r = 0; r < R; r++) {
                 const double *row = all + (size_t)r * width;
