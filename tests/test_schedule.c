@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pt/pipeline.h"
 #include "pt/schedule.h"
 #include "testutil.h"
 
@@ -369,6 +370,78 @@ static void test_svg_has_a_rect_per_computation(void **state) {
     pt_schedule_free(&s);
 }
 
+/* The balanced stage split against every split of the layers: its largest stage cost (a layer:
+ * the matrix parameters a token passes through; the last stage adds the head's V·C) is the least
+ * there is, for dense models and MoE models whose MoE layers weigh more or less than dense ones. */
+static double layer_cost(const pt_model_config *c, int l) {
+    int hd = c->dim / c->n_heads;
+    double attn = (double)c->dim * (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) +
+                  (double)c->n_heads * hd * c->dim;
+    if (pt_layer_is_moe(c, l))
+        return attn + (double)c->dim * c->n_experts +
+               3.0 * c->dim * c->moe_ffn_dim * (c->top_k + c->n_shared_experts);
+    return attn + 3.0 * c->dim * c->ffn_dim;
+}
+
+static double split_max(const pt_model_config *c, const int *bounds, int S) {
+    double worst = 0;
+    for (int s = 0; s < S; s++) {
+        double x = s == S - 1 ? (double)c->vocab_size * c->dim : 0.0;
+        for (int l = bounds[s]; l < bounds[s + 1]; l++) x += layer_cost(c, l);
+        worst = x > worst ? x : worst;
+    }
+    return worst;
+}
+
+/* The least largest stage cost over all splits of [lo, L) into S − s more stages. */
+static double brute(const pt_model_config *c, int *bounds, int s, int S) {
+    int L = c->n_layers;
+    if (s == S - 1) {
+        bounds[S] = L;
+        return split_max(c, bounds, S);
+    }
+    double best = HUGE_VAL;
+    for (int next = bounds[s] + 1; next <= L - (S - 1 - s); next++) {
+        bounds[s + 1] = next;
+        double x = brute(c, bounds, s + 1, S);
+        best = x < best ? x : best;
+    }
+    return best;
+}
+
+static void test_balanced_split_is_optimal(void **state) {
+    (void)state;
+    struct { int L, V, F, E, k, Fe, first, every, shared; } cases[] = {
+        {8, 8192, 1376, 0, 0, 0, 0, 1, 0},     /* dense, a heavy head */
+        {9, 97, 48, 0, 0, 0, 0, 1, 0},         /* dense, a light head */
+        {8, 8192, 688, 8, 2, 688, 1, 1, 0},    /* Mixtral-like: MoE layers twice a dense one */
+        {7, 4096, 688, 4, 1, 172, 2, 2, 1},    /* alternating, light experts, a shared one */
+        {6, 50257, 688, 4, 2, 344, 1, 1, 1},   /* a head worth several layers */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int S = 1; S <= 4 && S <= cases[i].L; S++) {
+            pt_model_config c = {.dim = 256, .n_heads = 8, .n_kv_heads = 2, .n_layers = cases[i].L,
+                                 .vocab_size = cases[i].V, .ffn_dim = cases[i].F,
+                                 .n_experts = cases[i].E, .top_k = cases[i].k,
+                                 .moe_ffn_dim = cases[i].Fe, .moe_first_dense = cases[i].first,
+                                 .moe_every = cases[i].every, .n_shared_experts = cases[i].shared};
+            pt_chunk st[4];
+            assert_int_equal(pt_pipe_split(&c, S, "", st), PT_OK);
+            int got[5], all[5] = {0};
+            for (int s = 0; s < S; s++) {
+                assert_true(st[s].l1 > st[s].l0);
+                assert_int_equal(st[s].l0, s ? st[s - 1].l1 : 0);
+                got[s] = st[s].l0;
+            }
+            assert_int_equal(st[S - 1].l1, c.n_layers);
+            got[S] = c.n_layers;
+            double want = brute(&c, all, 0, S), have = split_max(&c, got, S);
+            if (have > want * (1 + 1e-12))
+                fail_msg("case %zu, %d stages: largest stage cost %.0f, the best split has %.0f", i, S,
+                         have, want);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_names_round_trip),
@@ -386,6 +459,7 @@ int main(void) {
         cmocka_unit_test(test_bad_shapes_are_named),
         cmocka_unit_test(test_text_timeline),
         cmocka_unit_test(test_svg_has_a_rect_per_computation),
+        cmocka_unit_test(test_balanced_split_is_optimal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

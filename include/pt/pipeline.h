@@ -19,11 +19,12 @@
 #include "pt/model.h"
 #include "pt/schedule.h"
 
-/* The stages of a model: explicit (spec "3,4,4,3": S layer counts) or balanced, each layer
- * counting 1 and the head as many layers as its share of the matrices' parameters (the embedding
- * lookup costs nothing), so the last stage gets fewer layers. PT_ERR_CONFIG when S exceeds the
- * layers, the spec does not have S positive counts summing to n_layers, or the head alone
- * outweighs a balanced share so that a stage would be empty. */
+/* The stages of a model: explicit (spec "3,4,4,3": S layer counts) or balanced: contiguous runs
+ * of layers that minimise the largest stage's cost, a layer costing the matrix parameters a token
+ * passes through (a MoE layer: router, top_k experts, shared experts), the last stage also the
+ * head's V·C (the embedding lookup costs nothing), so the last stage gets fewer layers.
+ * PT_ERR_CONFIG when S exceeds the layers or the spec does not have S positive counts summing to
+ * n_layers. */
 pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_chunk *stages);
 
 typedef struct {

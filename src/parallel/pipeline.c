@@ -1,6 +1,7 @@
 /* pipeline.c: the stage split and the schedule engine (see include/pt/pipeline.h). */
 #include "pt/pipeline.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,24 +32,45 @@ pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_ch
                              "the layout needs %d summing to model.n_layers = %d", spec, n, sum, S, L);
         return PT_OK;
     }
-    /* balanced: the last stage carries the head, worth head_params / layer_params layers */
+    /* balanced: contiguous runs of layers minimising the largest stage's cost, a layer costing
+     * its matrices' parameters that a token passes through (a MoE layer: its router, top_k
+     * experts and the shared ones), the last stage also the head's V·C (the embedding lookup
+     * costs nothing). best[s][i]: the least largest cost of stages 0..s over layers [0, i). */
     int hd = c->dim / c->n_heads;
-    double layer = (double)c->dim * (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) +
-                   (double)c->n_heads * hd * c->dim + 3.0 * c->dim * c->ffn_dim;
-    double head = (double)c->vocab_size * c->dim / layer;
-    double share = (L + head) / S;
-    /* the last stage gets round(share − head) layers (at least 1), the rest evenly */
-    int last = (int)(share - head + 0.5);
-    if (last < 1) last = 1;
-    if (S == 1) last = L;
-    if (L - last < S - 1) last = L - (S - 1);
-    int rest = L - last, at = 0;
-    for (int s = 0; s < S - 1; s++) {
-        int k = rest / (S - 1) + (s < rest % (S - 1));
-        stages[s] = (pt_chunk){at, at + k};
-        at += k;
+    double attn = (double)c->dim * (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) +
+                  (double)c->n_heads * hd * c->dim;
+    double *cum = pt_calloc((size_t)L + 1, sizeof *cum);
+    for (int l = 0; l < L; l++) {
+        double mlp = pt_layer_is_moe(c, l)
+                         ? (double)c->dim * c->n_experts +
+                               3.0 * c->dim * c->moe_ffn_dim * (c->top_k + c->n_shared_experts)
+                         : 3.0 * c->dim * c->ffn_dim;
+        cum[l + 1] = cum[l] + attn + mlp;
     }
-    stages[S - 1] = (pt_chunk){at, L};
+    double head = (double)c->vocab_size * c->dim;
+    double *best = pt_malloc((size_t)S * (L + 1) * sizeof *best);
+    int *cut = pt_malloc((size_t)S * (L + 1) * sizeof *cut);
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i <= L; i++) {
+            double *b = &best[(size_t)s * (L + 1) + i];
+            *b = HUGE_VAL;
+            cut[(size_t)s * (L + 1) + i] = 0;
+            if (i < s + 1) continue; /* every stage needs a layer */
+            for (int j = s; j < i; j++) { /* stage s holds layers [j, i) */
+                double mine = cum[i] - cum[j] + (s == S - 1 && i == L ? head : 0.0);
+                double worst = s == 0 ? (j == 0 ? mine : HUGE_VAL)
+                                      : fmax(best[(size_t)(s - 1) * (L + 1) + j], mine);
+                if (worst < *b) *b = worst, cut[(size_t)s * (L + 1) + i] = j;
+            }
+        }
+    for (int s = S - 1, i = L; s >= 0; s--) {
+        int j = cut[(size_t)s * (L + 1) + i];
+        stages[s] = (pt_chunk){j, i};
+        i = j;
+    }
+    free(cum);
+    free(best);
+    free(cut);
     return PT_OK;
 }
 
