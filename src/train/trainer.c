@@ -292,6 +292,13 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     t->be->upload(t->be, t->d_pos, t->pos, (size_t)Tl * sizeof(int32_t));
 
     if (cfg->logging.metrics[0] && (!t->mesh || t->mesh->world_rank == 0)) {
+        char dir[PT_PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", cfg->logging.metrics);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) { /* its directory, made if missing */
+            *slash = 0;
+            PT_TRY(pt_mkdirs(dir));
+        }
         t->metrics = fopen(cfg->logging.metrics, "a");
         if (!t->metrics)
             return pt_errorf(PT_ERR_IO, "logging.metrics: cannot open %s for appending",
