@@ -38,6 +38,8 @@ dense 8 cp2_pp4_zb $P.cp=2 $P.pp=4 $P.pp_schedule=zb --training.micro_batch=2
 # tied embeddings across the pipeline (the last stage's copy), with everything else
 run 1 tref "${L4[@]}" --model.tied_embeddings=true --training.micro_batch=8 || bad "tied reference failed"
 check 8 tied_dp2_pp2_tp2_sp_zb_z1 tref "${L4[@]}" --model.tied_embeddings=true $P.dp=2 $P.pp=2 $P.tp=2 $P.sp=true $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
+run 1 tmref "${moe[@]}" --model.tied_embeddings=true --training.micro_batch=8 || bad "tied MoE reference failed"
+check 8 tied_moe_dp2_cp2_pp2_ep4_z1 tmref "${moe[@]}" --model.tied_embeddings=true $P.dp=2 $P.cp=2 $P.pp=2 $P.ep=4 $P.zero=1 --training.micro_batch=1
 # 8 ranks, mixture of experts: ep over dp, spanning dp × cp, with tp (and sp)
 mixed 8 moe_dp4_ep2_pp2_zb_z1 $P.dp=4 $P.ep=2 $P.pp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
 mixed 8 moe_dp2_cp2_pp2_ep4 $P.dp=2 $P.cp=2 $P.pp=2 $P.ep=4 --training.micro_batch=1
