@@ -9,7 +9,8 @@
  *             multiple of the group size, cut from its end (the backward pass finishes the buffer
  *             from the end). When every unit a bucket overlaps has released its gradients, the
  *             bucket's all-reduce starts, as its two halves: a reduce-scatter, then an
- *             all-gather of the reduced slices.
+ *             all-gather of the reduced slices, started once units holding 40% of the bucket's
+ *             elements have been released after it (a point every rank shares).
  *   zero = 1  The same buckets, each a multiple of the group size, reduce-scattered instead: each
  *             rank keeps the sum of its slice of every bucket, updates just that (its optimizer
  *             state covers only its slices) and the parameters are all-gathered after the step.
@@ -43,6 +44,7 @@ typedef struct {
     int started;
     int gathering;       /* zero = 0: req is the second phase (all-gather of the reduced slices) */
     int gathered;        /* zero = 0: both phases done */
+    size_t start_released; /* zero = 0: elements released when its reduce-scatter started */
     float *gbuf;         /* zero ≥ 2: the bucket's gradients (shard·N), while in use */
     float *pbuf;         /* zero = 3: its gathered parameters (shard·N), while resident */
     pt_comm_req *preq;   /* zero = 3: pending gather into pbuf */
@@ -65,6 +67,8 @@ typedef struct {
     size_t *unit_lo, *unit_hi;
     unsigned char *unit_final; /* gradients released in the current micro-batch */
     int armed;
+    size_t released;       /* elements whose gradients were released in this micro-batch (the
+                            * same sequence of points on every rank) */
     float *gshard, *pshard; /* zero ≥ 2: owned gradient slices; zero = 3: owned parameters */
     size_t n_shard;
     /* the pool of bucket-sized buffers */
