@@ -51,7 +51,8 @@ expect_fail '--config needs a file' "$bin" train --config
 expect_fail 'cannot open config file' "$bin" train --config "$tmp/missing.ini"
 printf '[training]\nsteps = 1\n[bogus]\nkey = 2\n' > "$tmp/bad.ini"
 expect_fail 'bad.ini:4' "$bin" train --config "$tmp/bad.ini"
-expect_fail 'logging.metrics' "$bin" train "${tiny[@]}" --data.train="$tmp/train_*.bin" --logging.metrics="$tmp/no/such/dir/m.jsonl"
+# (a missing directory is made; one under a regular file cannot be)
+expect_fail 'logging.metrics' "$bin" train "${tiny[@]}" --data.train="$tmp/train_*.bin" --logging.metrics="$tmp/train_000000.bin/dir/m.jsonl"
 expect_fail '--checkpoint and --prompt are required' "$bin" generate --prompt hi
 expect_fail 'unknown option' "$bin" generate --checkpoint "$tmp" --prompt hi --bogus 1
 expect_fail "$tmp/config.json" "$bin" generate --checkpoint "$tmp" --prompt hi --vocab "$tmp"

@@ -297,7 +297,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         char *slash = strrchr(dir, '/');
         if (slash && slash != dir) { /* its directory, made if missing */
             *slash = 0;
-            PT_TRY(pt_mkdirs(dir));
+            if (pt_mkdirs(dir) != PT_OK)
+                return pt_errorf(PT_ERR_IO, "logging.metrics: cannot create the directory %s", dir);
         }
         t->metrics = fopen(cfg->logging.metrics, "a");
         if (!t->metrics)
