@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "pt/context_parallel.h"
 #include "pt/model.h"
 #include "testutil.h"
 
@@ -957,12 +958,11 @@ static void test_ring_attention_zigzag_equals_full_attention(void **state) {
     pt_cpu_attention_backward(&be, &a.s, a.q, a.k, a.v, a.out, a.dout, a.lse, dq, dk, dv);
     for (int cp = 2; cp <= 4; cp += 2) {
         const int Tl = T / cp;
-        pt_model_parallel par = {.cp = cp, .cp_zigzag = 1};
         int32_t *rp[4];
         float *q[4], *k[4], *v[4], *o[4], *l[4], *dout[4], *dqr[4], *dkr[4], *dvr[4];
         for (int r = 0; r < cp; r++) {
             rp[r] = malloc(sizeof(int32_t) * Tl);
-            pt_cp_positions(&par, r, Tl, rp[r]);
+            pt_cp_positions(cp, 1, r, Tl, rp[r]);
             q[r] = fvec((size_t)B * Tl * qw, 0, 0.0f), dout[r] = fvec((size_t)B * Tl * qw, 0, 0.0f);
             k[r] = fvec((size_t)B * Tl * kw, 0, 0.0f), v[r] = fvec((size_t)B * Tl * kw, 0, 0.0f);
             pick_rows(q[r], a.q, B, T, rp[r], Tl, qw, 1);

@@ -125,6 +125,10 @@ struct pt_backend {
                         const float *scale, int n, int C);
     void (*rows_scatter_add)(pt_backend *be, float *dst, const float *src, const int32_t *idx,
                              const float *scale, int n, int C);
+    /* out[i] = Σ_c x[idx[i]][c] · y[i][c] (n rows of C), each a double sum in the order of c;
+     * out is (n) doubles of device memory (the router's gradient: each slot's dout · y) */
+    void (*rows_dot)(pt_backend *be, double *out, const float *x, const int32_t *idx,
+                     const float *y, int n, int C);
 
     /* y += x (n) */
     void (*add)(pt_backend *be, float *y, const float *x, size_t n);

@@ -12,8 +12,8 @@
 #define PT_MODEL_H
 
 #include "pt/backend.h"
-#include "pt/comm.h"
 #include "pt/core.h"
+#include "pt/parallel_ops.h"
 
 typedef struct {
     int vocab_size;
@@ -117,32 +117,23 @@ typedef struct {
 } pt_chunk;
 enum { PT_MAX_CHUNKS = 16 };
 
-/* Tensor and pipeline parallelism as the model sees it. */
+/* The layout as the model sees it: numbers (what this rank holds) and the parallel operations it
+ * calls (parallel_ops.h), each table NULL at degree 1. Made by src/parallel/layout.c. */
 typedef struct {
     int n_chunks;     /* 0: the whole model */
     pt_chunk chunk[PT_MAX_CHUNKS];
     int tp, tp_rank;  /* degree and this rank's index (1, 0: none) */
     int sp;           /* sequence parallelism: the residual stream is split over the tp ranks */
-    pt_comm *tp_comm; /* the tensor-parallel group (NULL when tp = 1) */
-    pt_comm *kv_comm; /* the ranks sharing this rank's key/value head when tp > n_kv_heads */
-    int cp, cp_rank;  /* context parallelism: the sequence split over cp ranks (1, 0: none) */
-    int cp_zigzag;    /* 2·cp chunks, rank i holding chunks i and 2·cp − 1 − i (else contiguous) */
-    int cp_overlap;   /* the next block's transfer overlaps this block's compute */
-    pt_comm *cp_comm;
+    int cp;           /* context parallelism: each sequence split over cp ranks (1: none) */
     int ep, ep_rank;  /* expert parallelism: each MoE layer's experts spread over ep ranks */
-    pt_comm *ep_comm;
     /* ZeRO over a data group that contains the ep group (its size; 0: none): the experts start
      * at a multiple of it, so that each region shards evenly, and the dense tensors are no ep
      * replicas (each data rank owns a slice of them) */
     int ep_zero_group;
+    const pt_tp_ops *tp_ops; /* tensor (and sequence) parallelism */
+    const pt_cp_ops *cp_ops; /* context parallelism */
+    const pt_ep_ops *ep_ops; /* expert parallelism */
 } pt_model_parallel;
-
-/* Context parallelism: the global positions of rank r's T_local tokens of a sequence of
- * T_local · cp tokens (zigzag or contiguous). */
-void pt_cp_positions(const pt_model_parallel *par, int r, int T_local, int32_t *out);
-/* Visible (query, key) pairs of one attention call with these positions (causal): what the
- * kernel computes, whose tiles with no visible pair it skips. */
-int64_t pt_attn_visible_pairs(const int32_t *q_pos, int Tq, const int32_t *k_pos, int Tk);
 
 /* The per-rank sizes under tensor parallelism: query heads, key/value heads (a replicated one
  * when tp > n_kv_heads), ffn, vocabulary rows (padded to tp·V) and the first global vocabulary
@@ -182,9 +173,6 @@ typedef struct {
 int pt_param_table_blocks(const pt_param_table *t, size_t lo, size_t hi, int owned_only,
                           pt_block *out);
 void pt_param_table_free(pt_param_table *t);
-const pt_param *pt_param_find(const pt_param_table *t, const char *name);
-/* Elements of the parameter table of a config. */
-size_t pt_model_param_count(const pt_model_config *c);
 /* Checks a config's values; PT_ERR_CONFIG naming the key otherwise. */
 pt_status pt_model_config_check(const pt_model_config *c);
 
@@ -249,13 +237,11 @@ typedef struct {
     pt_model_view w, g;
     float *rope_cos, *rope_sin; /* (max_seq_len, head_dim/2) device memory */
     pt_model_hooks hooks;
-    int64_t attn_pairs; /* visible (query, key) pairs the attention computed, summed (counter) */
     /* mixture of experts: the balancing losses' weight (1 / sequences of the global batch, set by
      * the trainer) and their sums since the trainer last cleared them (objective units) */
     double aux_scale, aux_loss, z_loss;
     double *expert_load; /* (n_layers, n_experts): token-slots routed to each expert (counter) */
     int64_t a2a_sent, a2a_recv; /* expert parallelism: rows dispatched to / from other ranks (counter) */
-    size_t ep_recv_bytes;       /* expert parallelism: the received rows' buffers (grown as needed) */
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);
@@ -272,9 +258,8 @@ static inline int pt_model_n_units(const pt_model *m) { return m->cfg.n_layers +
 static inline int pt_model_head_unit(const pt_model *m) {
     return m->cfg.tied_embeddings ? 0 : m->cfg.n_layers + 2;
 }
-/* Hugging Face's initialisation: matrices ~ N(0, init_std), norm weights 1. Deterministic. */
-void pt_model_init_weights(pt_model *m, uint64_t seed);
-/* The same into a host array of the global table (gtable.total elements). */
+/* Hugging Face's initialisation into a host array of the global table (gtable.total elements):
+ * matrices ~ N(0, init_std), norm weights 1, a router's bias 0. Deterministic. */
 void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host);
 void pt_model_zero_grads(pt_model *m);
 

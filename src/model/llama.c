@@ -73,11 +73,9 @@ struct pt_acts {
     float *dfull;     /* (N,C) sequence parallelism: the gathered gradient of the residual */
     float *dnorm;     /* (2C) sequence parallelism: this micro-batch's norm weight gradients */
     float *dkv;       /* (2·kv, C) a replicated key/value head's weight gradient */
-    /* context parallelism (ring attention): key/value blocks and their gradients in flight,
-     * one block's attention output and lse, the positions of every rank's tokens */
-    float *kvb[2], *dkvb[2], *outb, *lseb;
-    int32_t *kpos;    /* (cp, T) host; d_kpos device */
-    int32_t *d_kpos;
+    int32_t *h_rows;  /* (B·T) host: the position of every row */
+    int32_t *h_tg;    /* (head_rows) host: a chunk's targets */
+    float *h_losses;  /* (head_rows) host: a chunk's losses */
     int has_targets;
     float *block;     /* the one allocation everything above points into */
 };
@@ -440,23 +438,9 @@ int pt_param_table_blocks(const pt_param_table *t, size_t lo, size_t hi, int own
     return n;
 }
 
-size_t pt_model_param_count(const pt_model_config *c) {
-    pt_param_table t;
-    pt_param_table_build(&t, c);
-    size_t n = t.total;
-    pt_param_table_free(&t);
-    return n;
-}
-
 void pt_param_table_free(pt_param_table *t) {
     free(t->p);
     memset(t, 0, sizeof *t);
-}
-
-const pt_param *pt_param_find(const pt_param_table *t, const char *name) {
-    for (int i = 0; i < t->n; i++)
-        if (strcmp(t->p[i].name, name) == 0) return &t->p[i];
-    return NULL;
 }
 
 /* Points one tensor's entry of a view at ptr. */
@@ -565,17 +549,6 @@ void pt_model_free(pt_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-void pt_model_init_weights(pt_model *m, uint64_t seed) {
-    PT_ASSERT(m->params != NULL);
-    float *host = pt_malloc(m->gtable.total * sizeof(float));
-    float *local = pt_calloc(m->table.total, sizeof(float));
-    pt_model_init_weights_host(m, seed, host);
-    pt_param_table_to_local(&m->table, host, local);
-    m->be->upload(m->be, m->params, local, m->table.total * sizeof(float));
-    free(host);
-    free(local);
-}
-
 void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host) {
     /* RNG streams per tensor (seeded by seed and tensor index) so that a tensor's values do not
      * depend on which other tensors exist or which rank initialises it. */
@@ -647,8 +620,6 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     size_t rest = R * C + R + N * C + N * C + HR * V + HR + R * C + N * C + N * qkv + N * q +
                   N * 2 * F + N * F + (sp ? N * C : 0) + 2 * C + 2 * (size_t)d->KV * hd * C;
     /* each array is rounded up to 16 floats (64 bytes) */
-    int cp = m->par.cp > 1;
-    rest += cp ? 4 * N * 2 * (size_t)d->KV * hd + N * q + (size_t)B * H * T : 0;
     size_t n_arrays = 15 * (size_t)nl + 22;
     size_t total = per_layer * nl + rest + 16 * n_arrays;
 
@@ -701,16 +672,6 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     a->dfull = sp ? PT_TAKE(N * C) : NULL;
     a->dnorm = PT_TAKE(2 * C);
     a->dkv = PT_TAKE(2 * (size_t)d->KV * hd * C);
-    if (cp) {
-        for (int k = 0; k < 2; k++) {
-            a->kvb[k] = PT_TAKE(N * 2 * (size_t)d->KV * hd);
-            a->dkvb[k] = PT_TAKE(N * 2 * (size_t)d->KV * hd);
-        }
-        a->outb = PT_TAKE(N * q);
-        a->lseb = PT_TAKE((size_t)B * H * T);
-        a->kpos = pt_calloc((size_t)m->par.cp * T, sizeof *a->kpos);
-        a->d_kpos = m->be->alloc(m->be, (size_t)m->par.cp * T * sizeof(int32_t));
-    }
 #undef PT_TAKE
     PT_ASSERT((size_t)(p - a->block) <= total);
     a->bytes = (size_t)(p - a->block) * sizeof(float); /* what the arrays use */
@@ -718,6 +679,9 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
+    a->h_rows = pt_calloc(N, sizeof *a->h_rows);
+    a->h_tg = pt_calloc(HR ? HR : 1, sizeof *a->h_tg);
+    a->h_losses = pt_calloc(HR ? HR : 1, sizeof *a->h_losses);
     return a;
 }
 
@@ -733,8 +697,7 @@ void pt_acts_free(const pt_model *m, pt_acts *a) {
     free(a->pos);
     m->be->free(m->be, a->d_pos);
     m->be->free(m->be, a->d_rows);
-    if (a->d_kpos) m->be->free(m->be, a->d_kpos);
-    free(a->kpos);
+    free(a->h_rows), free(a->h_tg), free(a->h_losses);
     free(a);
 }
 
@@ -748,24 +711,45 @@ void pt_acts_set_shape(pt_acts *a, int B, int T) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* tensor-parallel communication: all blocking, on the tp group (no-ops at tp = 1) */
+/* the parallel operations (parallel_ops.h): NULL tables at degree 1 */
 
-/* A row-parallel block's partial output y (N,C) summed over the tp ranks: in full (all-reduce),
- * or with sequence parallelism only this rank's rows, left at the start of y (reduce-scatter). */
+/* A row-parallel block's partial output y (N,C) summed over the tp ranks: in full, or with
+ * sequence parallelism only this rank's rows, left at the start of y. */
 static void pt_tp_reduce(const pt_model *m, float *y, int N, int C) {
-    if (m->par.tp <= 1) return;
-    if (m->par.sp)
-        pt_reduce_scatter_sum(m->par.tp_comm, NULL, y, (size_t)N / m->par.tp * C, PT_DTYPE_F32);
-    else
-        pt_allreduce_sum(m->par.tp_comm, y, (size_t)N * C, PT_DTYPE_F32);
+    const pt_tp_ops *tp = m->par.tp_ops;
+    if (tp) tp->reduce(tp->ctx, y, N, C);
 }
 
 /* Sequence parallelism: every rank's rows of full (N,C) gathered, this rank's rows already at
  * their place in full. */
 static void pt_tp_gather(const pt_model *m, float *full, int N, int C) {
-    if (m->par.tp <= 1 || !m->par.sp) return;
-    pt_allgather(m->par.tp_comm, NULL, full, (size_t)N / m->par.tp * C, PT_DTYPE_F32);
+    const pt_tp_ops *tp = m->par.tp_ops;
+    if (tp && tp->gather) tp->gather(tp->ctx, full, N, C);
 }
+
+/* The residual (R,C) += y (N,C), this rank's partial product of a row-parallel linear, summed
+ * over the tp ranks first (Megatron's g). */
+static void pt_tp_reduce_add(pt_model *m, float *x, float *y, int N) {
+    int C = m->cfg.dim;
+    pt_tp_reduce(m, y, N, C);
+    m->be->add(m->be, x, y, (size_t)pt_res_rows(m, N) * C);
+}
+
+/* x (R,C) += in (N,K) · Wᵀ (K,C), a row-parallel linear: straight into the residual on one rank
+ * (the fused accumulate), through y (N,C) and the tp sum otherwise. */
+static void pt_row_linear(pt_model *m, float *x, const float *in, const float *w, int N, int K,
+                          float *y) {
+    pt_backend *be = m->be;
+    int C = m->cfg.dim;
+    if (!m->par.tp_ops) {
+        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, K, 1.0f, in, K, w, K, 1.0f, x, C);
+        return;
+    }
+    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, K, 1.0f, in, K, w, K, 0.0f, y, C);
+    pt_tp_reduce_add(m, x, y, N);
+}
+
+static void pt_poll_cb(void *user) { pt_poll(user); }
 
 /* This rank's first row of a full (N, ·) array: its rows of the residual stream. */
 static size_t pt_own_row0(const pt_model *m, int N) {
@@ -793,185 +777,6 @@ static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
                            .scale = 1.0f / sqrtf((float)hd)};
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* context parallelism: ring attention */
-
-void pt_cp_positions(const pt_model_parallel *par, int r, int Tl, int32_t *out) {
-    int c = par->cp > 1 ? par->cp : 1;
-    if (!par->cp_zigzag || c == 1) {
-        for (int i = 0; i < Tl; i++) out[i] = r * Tl + i;
-        return;
-    }
-    int s = Tl / 2; /* chunk r and chunk 2c − 1 − r of 2c */
-    for (int i = 0; i < s; i++) {
-        out[i] = r * s + i;
-        out[s + i] = (2 * c - 1 - r) * s + i;
-    }
-}
-
-int64_t pt_attn_visible_pairs(const int32_t *qp, int Tq, const int32_t *kp, int Tk) {
-    int64_t n = 0;
-    for (int i = 0; i < Tq; i++)
-        for (int j = 0; j < Tk; j++) n += kp[j] <= qp[i];
-    return n;
-}
-
-/* The (B·T) rows of the key and value columns of qkv packed into kv (rows of 2·kv), or the
- * reverse added: (un)packing the block that travels. */
-static void pt_kv_pack(pt_model *m, float *kv_rows, const float *qkv, int N, int q, int kv, int qkv_ld) {
-    for (int i = 0; i < N; i++)
-        m->be->copy(m->be, kv_rows + (size_t)i * 2 * kv, qkv + (size_t)i * qkv_ld + q,
-                    (size_t)2 * kv * sizeof(float));
-}
-
-static void pt_kv_unpack_add(pt_model *m, float *dqkv, const float *dkv_rows, int N, int q, int kv,
-                             int qkv_ld) {
-    for (int i = 0; i < N; i++)
-        m->be->add(m->be, dqkv + (size_t)i * qkv_ld + q, dkv_rows + (size_t)i * 2 * kv, (size_t)2 * kv);
-}
-
-/* Every rank's positions (host a->kpos, device a->d_kpos), for the blocks that come round. */
-static void pt_cp_prepare(pt_model *m, pt_acts *a) {
-    for (int r = 0; r < m->par.cp; r++) pt_cp_positions(&m->par, r, a->T, a->kpos + (size_t)r * a->T);
-    m->be->upload(m->be, a->d_kpos, a->kpos, (size_t)m->par.cp * a->T * sizeof(int32_t));
-}
-
-/* With the ring's transfer in flight, a key/value block's attention runs as one call per
- * (sequence, query head), the communicator polled between them: MPI moves a message only inside
- * its calls, and a block's attention is long. (The key/value gradients then add up head by
- * head: deterministic, not bitwise the single call's.) Offsets of piece (b, h) into q, out, k, v
- * and lse: */
-typedef struct {
-    size_t q, o, k, v, l;
-} pt_piece;
-
-static pt_piece pt_ring_piece(const pt_attn_shape *as, int b, int h) {
-    int rep = as->n_heads / as->n_kv_heads, hd = as->head_dim;
-    return (pt_piece){(size_t)b * as->Tq * as->ldq + (size_t)h * hd,
-                      (size_t)b * as->Tq * as->ldo + (size_t)h * hd,
-                      (size_t)b * as->Tk * as->ldk + (size_t)(h / rep) * hd,
-                      (size_t)b * as->Tk * as->ldv + (size_t)(h / rep) * hd,
-                      ((size_t)b * as->n_heads + h) * as->Tq};
-}
-
-static pt_attn_shape pt_ring_piece_shape(const pt_attn_shape *as) {
-    pt_attn_shape s = *as;
-    s.B = 1, s.n_heads = 1, s.n_kv_heads = 1;
-    return s;
-}
-
-static void pt_ring_block_forward(pt_model *m, const pt_attn_shape *as, const float *q,
-                                  const float *k, const float *v, float *out, float *lse) {
-    pt_backend *be = m->be;
-    if (!m->par.cp_overlap) {
-        be->attention_forward(be, as, q, k, v, out, lse);
-        return;
-    }
-    pt_attn_shape s = pt_ring_piece_shape(as);
-    for (int b = 0; b < as->B; b++)
-        for (int h = 0; h < as->n_heads; h++) {
-            pt_piece p = pt_ring_piece(as, b, h);
-            be->attention_forward(be, &s, q + p.q, k + p.k, v + p.v, out + p.o, lse + p.l);
-            pt_comm_poll(m->par.cp_comm, NULL);
-        }
-}
-
-static void pt_ring_block_backward(pt_model *m, const pt_attn_shape *as, const float *q,
-                                   const float *k, const float *v, const float *out,
-                                   const float *dout, const float *lse, float *dq, float *dk,
-                                   float *dv) {
-    pt_backend *be = m->be;
-    if (!m->par.cp_overlap) {
-        be->attention_backward(be, as, q, k, v, out, dout, lse, dq, dk, dv);
-        return;
-    }
-    pt_attn_shape s = pt_ring_piece_shape(as);
-    for (int b = 0; b < as->B; b++)
-        for (int h = 0; h < as->n_heads; h++) {
-            pt_piece p = pt_ring_piece(as, b, h);
-            be->attention_backward(be, &s, q + p.q, k + p.k, v + p.v, out + p.o, dout + p.o,
-                                   lse + p.l, dq + p.q, dk + p.k, dv + p.v);
-            pt_comm_poll(m->par.cp_comm, NULL);
-        }
-}
-
-/* Ring attention forward of one layer: this rank's queries against every rank's keys and values,
- * which travel round the ring (to rank + 1, from rank − 1) while the current block is computed;
- * the blocks' results merged by their log-sum-exp into la->att, la->lse. */
-static void pt_ring_forward(pt_model *m, pt_acts *a, float *qkv, float *att, float *lse, int layer) {
-    pt_backend *be = m->be;
-    const pt_model_config *c = &m->cfg;
-    int cp = m->par.cp, r = m->par.cp_rank, hd = pt_head_dim(c), N = a->B * a->T;
-    int q = m->loc.H * hd, kv = m->loc.KV * hd, ld = q + 2 * kv;
-    pt_comm *cc = m->par.cp_comm;
-    pt_attn_shape as = pt_attn_shape_for(m, a);
-    as.ldk = as.ldv = 2 * kv;
-    pt_kv_pack(m, a->kvb[0], qkv, N, q, kv, ld);
-    for (int j = 0; j < cp; j++) {
-        int cur = j & 1, src = ((r - j) % cp + cp) % cp;
-        pt_comm_req *sr[2] = {NULL, NULL};
-        if (j + 1 < cp) {
-            int tag = (layer * cp + j) * 4;
-            sr[0] = cc->isend(cc, a->kvb[cur], (size_t)N * 2 * kv, PT_DTYPE_F32, (r + 1) % cp, tag);
-            sr[1] = cc->irecv(cc, a->kvb[!cur], (size_t)N * 2 * kv, PT_DTYPE_F32, (r + cp - 1) % cp, tag);
-            if (!m->par.cp_overlap) /* the transfer before the compute: to measure the overlap */
-                for (int k = 0; k < 2; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
-        }
-        as.k_pos = a->d_kpos + (size_t)src * a->T;
-        m->attn_pairs += a->B * m->loc.H *
-                         pt_attn_visible_pairs(a->pos, a->T, a->kpos + (size_t)src * a->T, a->T);
-        if (j == 0) {
-            pt_ring_block_forward(m, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, lse);
-        } else {
-            pt_ring_block_forward(m, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, a->outb, a->lseb);
-            be->attention_merge(be, att, lse, a->outb, a->lseb, a->B, a->T, m->loc.H, hd, q);
-        }
-        pt_poll(m);
-        for (int k = 0; k < 2; k++)
-            if (sr[k]) pt_comm_wait(cc, sr[k]);
-    }
-}
-
-/* Ring attention backward: the blocks go round again in the same order, each with the gradient
- * of its keys and values accumulated by every rank it visits; one more hop takes each
- * accumulated gradient home, where it joins dqkv. */
-static void pt_ring_backward(pt_model *m, pt_acts *a, float *qkv, const float *att,
-                             const float *datt, const float *lse, float *dqkv, int layer) {
-    pt_backend *be = m->be;
-    const pt_model_config *c = &m->cfg;
-    int cp = m->par.cp, r = m->par.cp_rank, hd = pt_head_dim(c), N = a->B * a->T;
-    int q = m->loc.H * hd, kv = m->loc.KV * hd, ld = q + 2 * kv;
-    size_t n = (size_t)N * 2 * kv;
-    pt_comm *cc = m->par.cp_comm;
-    pt_attn_shape as = pt_attn_shape_for(m, a);
-    as.ldk = as.ldv = 2 * kv;
-    pt_kv_pack(m, a->kvb[0], qkv, N, q, kv, ld);
-    be->zero(be, a->dkvb[0], n * sizeof(float));
-    for (int j = 0; j < cp; j++) {
-        int cur = j & 1, src = ((r - j) % cp + cp) % cp;
-        int tag = (layer * cp + j) * 4 + 2, to = (r + 1) % cp, from = (r + cp - 1) % cp;
-        pt_comm_req *sr[4] = {NULL, NULL, NULL, NULL};
-        /* the keys and values go on at once (they do not change); their gradient after */
-        if (j + 1 < cp) {
-            sr[2] = cc->isend(cc, a->kvb[cur], n, PT_DTYPE_F32, to, tag + 1);
-            sr[3] = cc->irecv(cc, a->kvb[!cur], n, PT_DTYPE_F32, from, tag + 1);
-            if (!m->par.cp_overlap)
-                for (int k = 2; k < 4; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
-        }
-        as.k_pos = a->d_kpos + (size_t)src * a->T;
-        pt_ring_block_backward(m, &as, qkv, a->kvb[cur], a->kvb[cur] + kv, att, datt, lse, dqkv,
-                               a->dkvb[cur], a->dkvb[cur] + kv);
-        pt_poll(m);
-        /* the block's accumulated gradient on (the last hop takes it to its owner) */
-        sr[0] = cc->isend(cc, a->dkvb[cur], n, PT_DTYPE_F32, to, tag);
-        sr[1] = cc->irecv(cc, a->dkvb[!cur], n, PT_DTYPE_F32, from, tag);
-        for (int k = 0; k < 4; k++)
-            if (sr[k]) pt_comm_wait(cc, sr[k]);
-    }
-    /* after cp hops this rank holds its own block's gradient */
-    pt_kv_unpack_add(m, dqkv, a->dkvb[cp & 1], N, q, kv, ld);
-}
-
 /* The normed residual rows into their place in full (N,C), then gathered (sequence parallel). */
 static void pt_norm_gather(pt_model *m, float *full, float *rstd, const float *x, const float *w,
                            int N) {
@@ -991,20 +796,18 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     /* positions (T) are shared by the B sequences; rope wants one per row */
     be->download(be, a->pos, pos, (size_t)a->T * sizeof *pos);
     be->copy(be, a->d_pos, pos, (size_t)a->T * sizeof *pos);
-    int32_t *rows = pt_malloc((size_t)N * sizeof *rows);
-    for (int i = 0; i < N; i++) rows[i] = a->pos[i % a->T];
-    be->upload(be, a->d_rows, rows, (size_t)N * sizeof *rows);
-    free(rows);
+    for (int i = 0; i < N; i++) a->h_rows[i] = a->pos[i % a->T];
+    be->upload(be, a->d_rows, a->h_rows, (size_t)N * sizeof *a->h_rows);
     pt_attn_shape as = pt_attn_shape_for(m, a);
-    if (m->par.cp > 1) pt_cp_prepare(m, a);
+    const pt_cp_ops *cp = m->par.cp_ops;
     float *y = a->dxn; /* (N,C) scratch for the row-parallel outputs (backward's, unused here) */
 
     /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks; a chunk that
      * does not start the model has its input in pt_acts_input already */
     float *x0 = pt_acts_input(a);
     if (!a->first) {
-    } else if (pt_acquire(m, 0, PT_USE_PARAMS, 0), m->par.tp > 1) {
-        be->embedding_forward(be, y, tokens, m->w.embed, N, C, d->v0, d->V);
+    } else if (pt_acquire(m, 0, PT_USE_PARAMS, 0), m->par.tp_ops) {
+        be->embedding_forward(be, y, tokens, m->w.embed, N, C, d->v0, d->V); /* partial rows */
         pt_tp_reduce(m, y, N, C);
         be->copy(be, x0, y, RC);
     } else {
@@ -1025,34 +828,24 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
         /* rope on q (H heads) and k (KV heads, starting at column q) */
         be->rope(be, la->qkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
         be->rope(be, la->qkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
-        if (m->par.cp > 1)
-            pt_ring_forward(m, a, la->qkv, la->att, la->lse, l);
+        if (cp)
+            cp->attn_forward(cp->ctx, &as, la->qkv, la->att, la->lse, l, pt_poll_cb, m);
         else
             be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
         pt_poll(m);
         /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
         be->copy(be, la->xmid, la->x, RC);
-        if (m->par.tp > 1) {
-            be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, q, 1.0f, la->att, q, w->wo, q, 0.0f, y, C);
-            pt_tp_reduce(m, y, N, C);
-            be->add(be, la->xmid, y, (size_t)R * C);
-        } else {
-            be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, q, 1.0f, la->att, q, w->wo, q, 1.0f, la->xmid,
-                     C);
-        }
+        pt_row_linear(m, la->xmid, la->att, w->wo, N, q, y);
         pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
         if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every
                         * expert give a part, summed like the dense MLP's */
-            int tp = m->par.tp > 1;
+            int tp = m->par.tp_ops != NULL;
             be->copy(be, xnext, la->xmid, RC);
             if (tp) be->zero(be, y, (size_t)N * C * sizeof(float));
             pt_moe_forward(m, la->moe, w, la->xn2, tp ? y : xnext, a->B, a->T,
                            m->expert_load + (size_t)l * c->n_experts);
-            if (tp) {
-                pt_tp_reduce(m, y, N, C);
-                be->add(be, xnext, y, (size_t)R * C);
-            }
-            pt_moe_a2a_rows(la->moe, &m->a2a_sent, &m->a2a_recv);
+            if (tp) pt_tp_reduce_add(m, xnext, y, N);
+            pt_moe_a2a_rows(m, la->moe, &m->a2a_sent, &m->a2a_recv);
             pt_release(m, l + 1, PT_USE_PARAMS, 0);
             continue;
         }
@@ -1063,55 +856,12 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
         pt_poll(m);
         /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
         be->copy(be, xnext, la->xmid, RC);
-        if (m->par.tp > 1) {
-            be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, F, 1.0f, la->h, F, w->wdown, F, 0.0f, y, C);
-            pt_tp_reduce(m, y, N, C);
-            be->add(be, xnext, y, (size_t)R * C);
-        } else {
-            be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, F, 1.0f, la->h, F, w->wdown, F, 1.0f, xnext,
-                     C);
-        }
+        pt_row_linear(m, xnext, la->h, w->wdown, N, F, y);
         pt_release(m, l + 1, PT_USE_PARAMS, 0);
     }
     if (!a->last) return;
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
     pt_norm_gather(m, a->xf, a->rstdf, a->xout, m->w.final_norm, N);
-}
-
-/* Losses (host, n) of rows whose logits (n, V_local) hold the vocabulary-parallel blocks, and
- * the logits turned into dscale · (softmax − onehot): the blocks' row statistics gathered over
- * the tp ranks and combined (max M, Σ exp(x − M), the target's logit). */
-static void pt_xent_parallel(pt_model *m, float *logits, const int32_t *targets, int n,
-                             float dscale, float *losses) {
-    pt_backend *be = m->be;
-    int tp = m->par.tp;
-    float *st = pt_malloc((size_t)3 * n * tp * sizeof(float));
-    float *M = pt_malloc((size_t)2 * n * sizeof(float)), *S = M + n;
-    be->xent_stats(be, logits, targets, n, m->loc.v_valid, m->loc.V, m->loc.v0,
-                   st + (size_t)3 * n * m->par.tp_rank);
-    pt_allgather(m->par.tp_comm, NULL, st, (size_t)3 * n, PT_DTYPE_F32);
-    int32_t *tg = pt_malloc((size_t)n * sizeof *tg);
-    be->download(be, tg, targets, (size_t)n * sizeof *tg);
-    for (int i = 0; i < n; i++) {
-        float mx = -INFINITY;
-        for (int r = 0; r < tp; r++) {
-            float v = st[(size_t)3 * n * r + 3 * i];
-            mx = v > mx ? v : mx;
-        }
-        double sum = 0, xt = 0;
-        for (int r = 0; r < tp; r++) {
-            const float *s = st + (size_t)3 * n * r + 3 * i;
-            if (s[0] > -INFINITY) sum += (double)s[1] * exp((double)s[0] - mx);
-            xt += s[2];
-        }
-        M[i] = mx;
-        S[i] = (float)sum;
-        losses[i] = tg[i] < 0 ? 0.0f : (float)((double)mx + log(sum) - xt);
-    }
-    be->xent_grad(be, logits, targets, n, m->loc.v_valid, m->loc.V, m->loc.v0, M, S, dscale);
-    free(tg);
-    free(st);
-    free(M);
 }
 
 double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
@@ -1132,14 +882,15 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
     int64_t valid = 0;
     int HR = a->head_rows, head = pt_model_head_unit(m);
     pt_acquire(m, head, PT_USE_PARAMS | PT_USE_GRADS, 0);
-    int32_t *tg = pt_malloc((size_t)HR * sizeof *tg);
-    float *host_losses = pt_malloc((size_t)HR * sizeof *host_losses);
+    int32_t *tg = a->h_tg;
+    float *host_losses = a->h_losses;
+    const pt_tp_ops *tp = m->par.tp_ops;
     for (int r0 = 0; r0 < N; r0 += HR) {
         int n = N - r0 < HR ? N - r0 : HR;
         const float *xf = a->xf + (size_t)r0 * C;
         be->gemm(be, PT_NO_TRANS, PT_TRANS, n, V, C, 1.0f, xf, C, m->w.head, C, 0.0f, a->logits, V);
-        if (m->par.tp > 1) {
-            pt_xent_parallel(m, a->logits, targets + r0, n, loss_scale, host_losses);
+        if (tp) {
+            tp->xent(tp->ctx, a->logits, targets + r0, n, loss_scale, host_losses);
         } else {
             be->softmax_xent(be, a->logits, a->losses, targets + r0, n, V, V, loss_scale);
             be->download(be, host_losses, a->losses, (size_t)n * sizeof(float));
@@ -1153,8 +904,6 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
             valid += tg[i] >= 0;
         }
     }
-    free(tg);
-    free(host_losses);
     /* dxf summed over the tp ranks (with sequence parallelism, this rank's rows, at the start) */
     pt_tp_reduce(m, a->dxf, N, C);
     /* the head's gradient is final here, unless it is the embedding's (tied) */
@@ -1176,7 +925,7 @@ static float *pt_norm_dw(pt_model *m, pt_acts *a, float *dw, int k) {
 static void pt_norm_dw_reduce(pt_model *m, pt_acts *a, float *const *dw, int n) {
     if (!(m->par.sp && m->par.tp > 1)) return;
     int C = m->cfg.dim;
-    pt_allreduce_sum(m->par.tp_comm, a->dnorm, (size_t)n * C, PT_DTYPE_F32);
+    m->par.tp_ops->sum(m->par.tp_ops->ctx, a->dnorm, (size_t)n * C);
     for (int k = 0; k < n; k++) m->be->add(m->be, dw[k], a->dnorm + (size_t)k * C, (size_t)C);
 }
 
@@ -1263,8 +1012,9 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
             be->copy(be, la->z_datt, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
         be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
-        if (m->par.cp > 1)
-            pt_ring_backward(m, a, la->qkv, la->att, a->datt, la->lse, a->dqkv, l);
+        if (m->par.cp_ops)
+            m->par.cp_ops->attn_backward(m->par.cp_ops->ctx, &as, la->qkv, la->att, a->datt,
+                                         la->lse, a->dqkv, l, pt_poll_cb, m);
         else
             be->attention_backward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att,
                                    a->datt, la->lse, a->dqkv, a->dqkv + q, a->dqkv + q + kv);
@@ -1284,7 +1034,7 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
             be->gemm(be, PT_TRANS, PT_NO_TRANS, q, C, N, 1.0f, dqkv, qkv, la->xn1, C, 1.0f, g->wqkv, C);
             be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * kv, C, N, 1.0f, dqkv + q, qkv, la->xn1, C, 0.0f,
                      a->dkv, C);
-            pt_allreduce_sum(m->par.kv_comm, a->dkv, (size_t)2 * kv * C, PT_DTYPE_F32);
+            m->par.tp_ops->kv_sum(m->par.tp_ops->ctx, a->dkv, (size_t)2 * kv * C);
             be->add(be, g->wqkv + (size_t)q * C, a->dkv, (size_t)2 * kv * C);
         } else {
             be->gemm(be, PT_TRANS, PT_NO_TRANS, qkv, C, N, 1.0f, dqkv, qkv, la->xn1, C, 1.0f, g->wqkv, C);

@@ -14,6 +14,11 @@
  *   z   = z_loss_coef · mean over the sequence's tokens of logsumexp(logits)².
  * Routing decisions are made on the host (the router's probabilities are downloaded).
  *
+ * Expert parallelism (m->par.ep_ops) moves the sorted slots' rows to the ranks holding their
+ * experts and the outputs back (src/parallel/expert_parallel.c); this rank's experts run over
+ * what arrived, block by block. Context parallelism sums a sequence's routing statistics over
+ * the context ranks that hold its parts (m->par.cp_ops).
+ *
  * Tensor parallelism splits every expert (and the shared experts) as the dense MLP: each tp rank
  * holds rows [r·Fe/tp, (r+1)·Fe/tp) of w1 and w3 and those columns of w2, runs its slice on the
  * (gathered) input and returns a part of the output, which the caller sums over the tp ranks.
@@ -43,14 +48,20 @@ struct pt_moe_acts {
     float *gu_s, *h_s;     /* shared experts (N, 2Fs), (N, Fs) */
     float *dy, *dh, *dgu, *dxg; /* backward scratch */
     size_t bytes;
-    /* expert parallelism: the rows this rank's experts received (from every rank, per expert),
-     * kept from forward to backward; counts per (peer, local expert) */
-    int64_t *cnt_send, *cnt_recv; /* (ep, E/ep) */
-    size_t n_recv, cap_recv;      /* rows received */
-    float *xr, *gur, *hr, *yr;    /* (n_recv, C), (n_recv, 2Fe), (n_recv, Fe), (n_recv, C) */
-    float *dyr, *dxr, *dhr, *dgur; /* their backward's, the same sizes */
-    int64_t rows_sent, rows_recv; /* to and from other ranks, this micro-batch (dispatch) */
-    double *fseq;                 /* (B, E) each sequence's fₑ, then (B, E) probability sums */
+    /* expert parallelism: the exchange's state (what arrived, kept for backward), and this
+     * rank's experts' activations over the received rows, (rows, 2Fe), (rows, Fe) and their
+     * gradients (sized for the most rows that can arrive) */
+    pt_ep_state *ep;
+    const pt_ep_recv *recv;
+    float *gur, *hr, *dhr, *dgur;
+    /* host scratch, sized once */
+    double *fseq;     /* (2·N·E): each sequence's fₑ (B, E), then its probability sums (B, E) */
+    float *choose;    /* (E) */
+    int32_t *fill;    /* (E) */
+    float *sw, *bias; /* (N·k) the sorted slots' weights; (E) the router's selection bias */
+    double *dw, *dp;  /* (N·k) each slot's dout · y; (E) */
+    float *dl;        /* (N·E) the router logits' gradient */
+    double *h_dot, *d_dot; /* (N·k) each sorted slot's dout · y: host, device */
 };
 
 static float *pt_dev(pt_backend *be, size_t n, size_t *bytes) {
@@ -87,14 +98,26 @@ pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
     a->dh = pt_dev(be, S * Fe + (size_t)N * Fs, &a->bytes);
     a->dgu = pt_dev(be, S * 2 * Fe + (size_t)N * 2 * Fs, &a->bytes);
     a->dxg = pt_dev(be, S * C, &a->bytes);
+    a->d_dot = be->alloc(be, S * sizeof(double));
+    a->bytes += S * sizeof(double);
+    const pt_ep_ops *ep = m->par.ep_ops;
+    if (ep) {
+        a->ep = ep->state_create(ep->ctx, N);
+        a->bytes += ep->state_bytes(a->ep);
+        size_t R = ep->max_rows(ep->ctx, N);
+        a->gur = pt_dev(be, R * 2 * Fe, &a->bytes), a->dgur = pt_dev(be, R * 2 * Fe, &a->bytes);
+        a->hr = pt_dev(be, R * Fe, &a->bytes), a->dhr = pt_dev(be, R * Fe, &a->bytes);
+    }
+    a->fseq = pt_calloc((size_t)2 * N * E, sizeof(double));
+    a->choose = pt_calloc((size_t)E, sizeof(float));
+    a->fill = pt_calloc((size_t)E, sizeof(int32_t));
+    a->sw = pt_calloc(S, sizeof(float));
+    a->bias = pt_calloc((size_t)E, sizeof(float));
+    a->dw = pt_calloc(S, sizeof(double));
+    a->dp = pt_calloc((size_t)E, sizeof(double));
+    a->dl = pt_calloc((size_t)N * E, sizeof(float));
+    a->h_dot = pt_calloc(S, sizeof(double));
     return a;
-}
-
-/* Expert parallelism: the buffers of the rows this rank's experts receive. */
-static void pt_ep_free_rows(pt_backend *be, pt_moe_acts *a) {
-    float *bufs[] = {a->xr, a->gur, a->hr, a->yr, a->dyr, a->dxr, a->dhr, a->dgur};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        if (bufs[i]) be->free(be, bufs[i]);
 }
 
 void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
@@ -104,8 +127,14 @@ void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
                     a->dgu, a->dxg};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) be->free(be, dev[i]);
     be->free(be, a->d_tok);
-    pt_ep_free_rows(be, a);
-    free(a->cnt_send), free(a->cnt_recv), free(a->fseq);
+    be->free(be, a->d_dot);
+    if (a->ep) {
+        m->par.ep_ops->state_free(m->par.ep_ops->ctx, a->ep);
+        float *rows[] = {a->gur, a->hr, a->dhr, a->dgur};
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) be->free(be, rows[i]);
+    }
+    free(a->fseq), free(a->choose), free(a->fill), free(a->sw), free(a->bias), free(a->dw);
+    free(a->dp), free(a->dl), free(a->h_dot);
     free(a->probs), free(a->score), free(a->hlog), free(a->zlse), free(a->sel), free(a->w), free(a->off), free(a->slot_tok);
     free(a->slot_j);
     free(a);
@@ -120,7 +149,7 @@ size_t pt_moe_acts_bytes(const pt_moe_acts *a) { return a ? a->bytes : 0; }
  * (in token order) and the others are dropped. */
 static void pt_route(pt_moe_acts *a, const float *logits, int cap, const float *bias) {
     int N = a->N, E = a->E, k = a->k;
-    float *choose = pt_malloc((size_t)E * sizeof *choose);
+    float *choose = a->choose;
     for (int t = 0; t < N; t++) {
         const float *x = logits + (size_t)t * E;
         float *p = a->probs + (size_t)t * E, *sc = a->score + (size_t)t * E, mx = -INFINITY;
@@ -152,12 +181,11 @@ static void pt_route(pt_moe_acts *a, const float *logits, int cap, const float *
         for (int j = 0; j < k; j++)
             a->w[(size_t)t * k + j] = (float)(val[a->sel[(size_t)t * k + j]] / s);
     }
-    free(choose);
     /* the slots sorted by expert (stable: by token within an expert) */
     memset(a->off, 0, (size_t)(E + 1) * sizeof *a->off);
     for (int i = 0; i < N * k; i++) a->off[a->sel[i] + 1]++;
     for (int e = 0; e < E; e++) a->off[e + 1] += a->off[e];
-    int32_t *fill = pt_malloc((size_t)E * sizeof *fill);
+    int32_t *fill = a->fill;
     memcpy(fill, a->off, (size_t)E * sizeof *fill);
     for (int t = 0; t < N; t++)
         for (int j = 0; j < k; j++) {
@@ -165,7 +193,6 @@ static void pt_route(pt_moe_acts *a, const float *logits, int cap, const float *
             a->slot_tok[at] = t;
             a->slot_j[at] = j;
         }
-    free(fill);
     if (cap <= 0) return;
     int kept = 0;
     for (int e = 0; e < E; e++) {
@@ -200,104 +227,46 @@ static void pt_expert_backward(pt_backend *be, const float *w13, float *g13, int
     be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * Fe, 1.0f, dgu, 2 * Fe, w13, C, 0.0f, dx, C);
 }
 
-/* Expert parallelism: rows sorted by expert go to the ranks holding the experts (rank r holds
- * experts [r·E/ep, (r+1)·E/ep)), with an all-to-all(v) of (rows × C) after one of the counts. */
-static void pt_ep_exchange(pt_comm *cc, const float *send, const int64_t *rows_to, float *recv,
-                           const int64_t *rows_from, int C) {
-    int ep = cc->size;
-    int64_t *sc = pt_malloc((size_t)2 * ep * sizeof *sc), *rc = sc + ep;
-    for (int r = 0; r < ep; r++) sc[r] = rows_to[r] * C, rc[r] = rows_from[r] * C;
-    pt_comm_wait(cc, cc->ialltoallv(cc, send, sc, recv, rc, PT_DTYPE_F32));
-    free(sc);
-}
-
-static void pt_ep_rows(const int64_t *cnt, int ep, int el, int64_t *rows) {
-    for (int r = 0; r < ep; r++) {
-        rows[r] = 0;
-        for (int j = 0; j < el; j++) rows[r] += cnt[(size_t)r * el + j];
-    }
-}
-
 /* The experts' forward under expert parallelism: a->xg (sorted slots) dispatched, this rank's
- * experts run over what they received, the outputs combined back into a->y. */
+ * experts run over what arrived, block by block, the outputs combined back into a->y. */
 static void pt_ep_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w) {
-    pt_backend *be = m->be;
-    pt_comm *cc = m->par.ep_comm;
-    int ep = cc->size, me = cc->rank, E = a->E, el = E / ep, Fe = a->Fe, C = m->cfg.dim;
-    if (!a->cnt_send) {
-        a->cnt_send = pt_calloc((size_t)ep * el, sizeof(int64_t));
-        a->cnt_recv = pt_calloc((size_t)ep * el, sizeof(int64_t));
-    }
-    for (int e = 0; e < E; e++) a->cnt_send[e] = a->off[e + 1] - a->off[e]; /* expert e's rank: e/el */
-    int64_t *one = pt_malloc((size_t)2 * ep * sizeof *one);
-    for (int r = 0; r < ep; r++) one[r] = one[ep + r] = el;
-    pt_comm_wait(cc, cc->ialltoallv(cc, a->cnt_send, one, a->cnt_recv, one + ep, PT_DTYPE_I64));
-    free(one);
-    int64_t *to = pt_malloc((size_t)2 * ep * sizeof *to), *from = to + ep;
-    pt_ep_rows(a->cnt_send, ep, el, to);
-    pt_ep_rows(a->cnt_recv, ep, el, from);
-    a->n_recv = 0;
-    a->rows_sent = a->rows_recv = 0;
-    for (int r = 0; r < ep; r++) {
-        a->n_recv += (size_t)from[r];
-        if (r != me) a->rows_sent += to[r], a->rows_recv += from[r];
-    }
-    if (a->n_recv > a->cap_recv) { /* the received rows' buffers grow to the most seen */
-        pt_ep_free_rows(be, a);
-        /* counted with the activations: 4 of (rows, C) and 3 of (rows, Fe) floats per row */
-        m->ep_recv_bytes += (a->n_recv - a->cap_recv) * (4 * (size_t)C + 6 * (size_t)Fe) * sizeof(float);
-        size_t n = a->cap_recv = a->n_recv;
-        a->xr = be->alloc(be, n * C * sizeof(float)), a->dxr = be->alloc(be, n * C * sizeof(float));
-        a->yr = be->alloc(be, n * C * sizeof(float)), a->dyr = be->alloc(be, n * C * sizeof(float));
-        a->gur = be->alloc(be, n * 2 * Fe * sizeof(float));
-        a->dgur = be->alloc(be, n * 2 * Fe * sizeof(float));
-        a->hr = be->alloc(be, n * Fe * sizeof(float)), a->dhr = be->alloc(be, n * Fe * sizeof(float));
-    }
-    pt_ep_exchange(cc, a->xg, to, a->xr, from, C);
-    /* the received rows: from each rank, per local expert */
+    const pt_ep_ops *ep = m->par.ep_ops;
+    int Fe = a->Fe, C = m->cfg.dim;
+    const pt_ep_recv *r = a->recv = ep->dispatch(ep->ctx, a->ep, a->xg, a->off);
     size_t at = 0;
-    for (int r = 0; r < ep; r++)
-        for (int j = 0; j < el; j++) {
-            int n = (int)a->cnt_recv[(size_t)r * el + j];
-            if (n)
-                pt_expert_forward(be, w->experts + (size_t)j * 3 * Fe * C, Fe, C, a->xr + at * C,
-                                  a->gur + at * 2 * Fe, a->hr + at * Fe, a->yr + at * C, n);
-            at += (size_t)n;
-        }
-    pt_ep_exchange(cc, a->yr, from, a->y, to, C);
-    free(to);
+    for (int b = 0; b < r->n_blocks; b++) {
+        int n = (int)r->rows[b], j = b % r->el;
+        if (n)
+            pt_expert_forward(m->be, w->experts + (size_t)j * 3 * Fe * C, Fe, C, r->x + at * C,
+                              a->gur + at * 2 * Fe, a->hr + at * Fe, r->y + at * C, n);
+        at += (size_t)n;
+    }
+    ep->combine(ep->ctx, a->ep, a->y);
 }
 
 /* Its backward: the slots' output gradients dispatched like the inputs were, the input
  * gradients combined back into a->dxg. */
 static void pt_ep_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w,
                            const pt_layer_view *g) {
-    pt_backend *be = m->be;
-    pt_comm *cc = m->par.ep_comm;
-    int ep = cc->size, E = a->E, el = E / ep, Fe = a->Fe, C = m->cfg.dim;
-    int64_t *to = pt_malloc((size_t)2 * ep * sizeof *to), *from = to + ep;
-    pt_ep_rows(a->cnt_send, ep, el, to);
-    pt_ep_rows(a->cnt_recv, ep, el, from);
-    float *dyr = a->dyr, *dxr = a->dxr;
-    pt_ep_exchange(cc, a->dy, to, dyr, from, C);
+    const pt_ep_ops *ep = m->par.ep_ops;
+    const pt_ep_recv *r = a->recv;
+    int Fe = a->Fe, C = m->cfg.dim;
+    ep->dispatch_grad(ep->ctx, a->ep, a->dy);
     size_t at = 0;
-    for (int r = 0; r < ep; r++)
-        for (int j = 0; j < el; j++) {
-            int k = (int)a->cnt_recv[(size_t)r * el + j];
-            if (k)
-                pt_expert_backward(be, w->experts + (size_t)j * 3 * Fe * C,
-                                   g->experts + (size_t)j * 3 * Fe * C, Fe, C, a->xr + at * C,
-                                   a->gur + at * 2 * Fe, a->hr + at * Fe, dyr + at * C,
-                                   a->dhr + at * Fe, a->dgur + at * 2 * Fe, dxr + at * C, k);
-            at += (size_t)k;
-        }
-    pt_ep_exchange(cc, dxr, from, a->dxg, to, C);
-    free(to);
+    for (int b = 0; b < r->n_blocks; b++) {
+        int n = (int)r->rows[b], j = b % r->el;
+        if (n)
+            pt_expert_backward(m->be, w->experts + (size_t)j * 3 * Fe * C,
+                               g->experts + (size_t)j * 3 * Fe * C, Fe, C, r->x + at * C,
+                               a->gur + at * 2 * Fe, a->hr + at * Fe, r->dy + at * C,
+                               a->dhr + at * Fe, a->dgur + at * 2 * Fe, r->dx + at * C, n);
+        at += (size_t)n;
+    }
+    ep->combine_grad(ep->ctx, a->ep, a->dxg);
 }
 
-void pt_moe_a2a_rows(const pt_moe_acts *a, int64_t *sent, int64_t *recv) {
-    *sent += a->rows_sent;
-    *recv += a->rows_recv;
+void pt_moe_a2a_rows(const pt_model *m, const pt_moe_acts *a, int64_t *sent, int64_t *recv) {
+    if (a->ep) m->par.ep_ops->rows_moved(a->ep, sent, recv);
 }
 
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
@@ -312,22 +281,20 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
     be->download(be, a->hlog, a->logits, (size_t)N * E * sizeof(float));
     float *bias = NULL;
     if (c->router_sigmoid) {
-        bias = pt_malloc((size_t)E * sizeof *bias);
+        bias = a->bias;
         be->download(be, bias, w->router_bias, (size_t)E * sizeof *bias);
     }
     pt_route(a, a->hlog, cap, bias);
-    free(bias);
     int S = a->off[E]; /* the token-slots kept */
     for (int e = 0; e < E; e++) load[e] += a->off[e + 1] - a->off[e];
-    float *sw = pt_malloc((size_t)S * sizeof(float));
+    float *sw = a->sw;
     for (int i = 0; i < S; i++) sw[i] = a->w[(size_t)a->slot_tok[i] * k + a->slot_j[i]];
     be->upload(be, a->d_tok, a->slot_tok, (size_t)S * sizeof(int32_t));
     be->upload(be, a->d_w, sw, (size_t)S * sizeof(float));
-    free(sw);
     /* each expert's rows: one grouped SwiGLU */
     be->rows_gather(be, a->xg, xn, a->d_tok, NULL, S, C);
-    if (m->par.ep > 1) pt_ep_forward(m, a, w);
-    for (int e = 0; e < E && m->par.ep <= 1; e++) {
+    if (m->par.ep_ops) pt_ep_forward(m, a, w);
+    for (int e = 0; e < E && !m->par.ep_ops; e++) {
         int o = a->off[e], n = a->off[e + 1] - o;
         if (n == 0) continue; /* an expert no token chose */
         const float *w13 = w->experts + (size_t)e * 3 * Fe * C, *w2 = w13 + (size_t)2 * Fe * C;
@@ -348,8 +315,7 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
      * hold its parts (each of Tt = T·cp tokens) */
     int cp = m->par.cp > 1 ? m->par.cp : 1;
     double Tt = (double)T * cp, aux = 0, z = 0;
-    free(a->fseq);
-    a->fseq = pt_calloc((size_t)2 * B * E, sizeof(double)); /* counts, then probability sums */
+    memset(a->fseq, 0, (size_t)2 * B * E * sizeof(double)); /* counts, then probability sums */
     double *cnt = a->fseq, *psum = a->fseq + (size_t)B * E;
     for (int b = 0; b < B; b++)
         for (int t = b * T; t < (b + 1) * T; t++)
@@ -357,7 +323,7 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
                 psum[(size_t)b * E + e] += a->probs[(size_t)t * E + e];
                 for (int j = 0; j < k; j++) cnt[(size_t)b * E + e] += a->sel[(size_t)t * k + j] == e;
             }
-    if (cp > 1) pt_allreduce_sum(m->par.cp_comm, a->fseq, (size_t)2 * B * E, PT_DTYPE_F64);
+    if (m->par.cp_ops) m->par.cp_ops->sum_host_f64(m->par.cp_ops->ctx, a->fseq, (size_t)2 * B * E);
     for (int i = 0; i < B * E; i++) {
         cnt[i] /= Tt * k; /* fₑ of the sequence */
         aux += cnt[i] * psum[i] / Tt;
@@ -378,8 +344,8 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
     /* experts: dY = w · dout of each slot's token (dropped slots have none) */
     be->rows_gather(be, a->dy, dout, a->d_tok, a->d_w, S, C);
     be->zero(be, a->dxg, (size_t)S * C * sizeof(float));
-    if (m->par.ep > 1) pt_ep_backward(m, a, w, g);
-    for (int e = 0; e < E && m->par.ep <= 1; e++) {
+    if (m->par.ep_ops) pt_ep_backward(m, a, w, g);
+    for (int e = 0; e < E && !m->par.ep_ops; e++) {
         int o = a->off[e], n = a->off[e + 1] - o;
         if (n == 0) continue;
         const float *w13 = w->experts + (size_t)e * 3 * Fe * C, *w2 = w13 + (size_t)2 * Fe * C;
@@ -405,20 +371,15 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
     }
     /* the router: the weights' gradient (dout · y of each slot), through the renormalisation, the
      * balancing losses and the softmax */
-    float *hd = pt_malloc((size_t)N * C * sizeof(float)), *hy = pt_malloc((size_t)S * C * sizeof(float));
-    be->download(be, hd, dout, (size_t)N * C * sizeof(float));
-    be->download(be, hy, a->y, (size_t)S * C * sizeof(float));
-    double *dw = pt_calloc((size_t)N * k, sizeof(double));
-    for (int i = 0; i < S; i++) {
-        const float *x = hd + (size_t)a->slot_tok[i] * C, *y = hy + (size_t)i * C;
-        double s = 0;
-        for (int d = 0; d < C; d++) s += (double)x[d] * y[d];
-        dw[(size_t)a->slot_tok[i] * k + a->slot_j[i]] = s;
-    }
+    be->rows_dot(be, a->d_dot, dout, a->d_tok, a->y, S, C);
+    be->download(be, a->h_dot, a->d_dot, (size_t)S * sizeof(double));
+    double *dw = a->dw;
+    memset(dw, 0, (size_t)N * k * sizeof(double)); /* a dropped slot's is 0 */
+    for (int i = 0; i < S; i++) dw[(size_t)a->slot_tok[i] * k + a->slot_j[i]] = a->h_dot[i];
     /* with tp each rank's y is its slices' part of the experts' outputs: the dot products add up */
-    if (m->par.tp > 1) pt_allreduce_sum(m->par.tp_comm, dw, (size_t)N * k, PT_DTYPE_F64);
-    float *dl = pt_malloc((size_t)N * E * sizeof(float));
-    double *dp = pt_malloc((size_t)E * sizeof(double));
+    if (m->par.tp_ops) m->par.tp_ops->sum_host_f64(m->par.tp_ops->ctx, dw, (size_t)N * k);
+    float *dl = a->dl;
+    double *dp = a->dp;
     double aux_c = c->aux_loss_coef * E * m->aux_scale, z_c = c->z_loss_coef * m->aux_scale;
     for (int b = 0; b < B; b++) {
         /* fₑ of this sequence */
@@ -457,9 +418,4 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
      * (the caller sums the ranks' parts) */
     if (m->par.tp_rank == 0)
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, E, 1.0f, a->logits, E, w->router, C, 1.0f, dxn, C);
-    free(hd), free(hy), free(dw), free(dl), free(dp);
-}
-
-void pt_moe_load(const pt_moe_acts *a, int *counts) {
-    for (int e = 0; e < a->E; e++) counts[e] = a->off[e + 1] - a->off[e];
 }

@@ -21,8 +21,6 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
                      const float *xn, const float *dout, float *dxn, int B, int T);
 /* Rows this rank sent to and received from other ranks in the last forward's dispatch (expert
  * parallelism), added to *sent and *recv. */
-void pt_moe_a2a_rows(const pt_moe_acts *a, int64_t *sent, int64_t *recv);
-/* Tokens routed to each expert in the last forward (E counts). */
-void pt_moe_load(const pt_moe_acts *a, int *counts);
+void pt_moe_a2a_rows(const pt_model *m, const pt_moe_acts *a, int64_t *sent, int64_t *recv);
 
 #endif

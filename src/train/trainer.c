@@ -9,6 +9,9 @@
 #include <mpi.h>
 
 #include "pt/checkpoint.h"
+#include "pt/context_parallel.h"
+#include "pt/expert_parallel.h"
+#include "pt/tensor_parallel.h"
 #include "pt/hf_config.h"
 #include "pt/safetensors.h"
 
@@ -115,17 +118,15 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         par.tp = t->mesh->deg.tp;
         par.tp_rank = t->mesh->tp_i;
         par.sp = cfg->parallel.sp;
-        par.tp_comm = t->mesh->tp;
         /* the rows of a micro-batch this rank's tp group holds (its share of each sequence) */
         int mbt = cfg->training.micro_batch * (cfg->training.seq_len / t->mesh->deg.cp);
         if (par.sp && mbt % par.tp != 0)
             return pt_errorf(PT_ERR_CONFIG, "parallel.sp: micro_batch × seq_len / cp = %d rows must "
                              "be divisible by tp = %d", mbt, par.tp);
         pt_local_dims ld = pt_model_local_dims(&cfg->model, par.tp, par.tp_rank);
-        if (ld.kv_shared > 1) {
-            pt_mesh_make_kv(t->mesh, ld.kv_shared);
-            par.kv_comm = t->mesh->kv;
-        }
+        if (ld.kv_shared > 1) pt_mesh_make_kv(t->mesh, ld.kv_shared);
+        par.tp_ops = pt_tp_create(t->be, t->mesh->tp, ld.kv_shared > 1 ? t->mesh->kv : NULL, par.sp,
+                                  ld.V, ld.v0, ld.v_valid, mbt);
     }
     /* expert parallelism: this rank's experts of every MoE layer */
     int ep = t->mesh ? t->mesh->deg.ep : 1;
@@ -135,7 +136,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                              cfg->model.n_experts);
         par.ep = ep;
         par.ep_rank = t->mesh->ep_i;
-        par.ep_comm = t->mesh->ep;
+        par.ep_ops = pt_ep_create(t->be, t->mesh->ep, cfg->model.n_experts, cfg->model.top_k,
+                                  cfg->model.capacity_factor, cfg->model.dim);
         /* ZeRO-1 shards the regions in flat buckets (the dense one padded to the group); 2 and
          * 3 in whole units, padded per bucket */
         par.ep_zero_group = zero == 1 ? red : zero > 1 ? 1 : 0;
@@ -144,14 +146,16 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     int cp = t->mesh ? t->mesh->deg.cp : 1;
     if (cp > 1) {
         par.cp = cp;
-        par.cp_rank = t->mesh->cp_i;
-        par.cp_comm = t->mesh->cp;
-        par.cp_zigzag = !strcmp(cfg->parallel.cp_layout, "zigzag");
-        par.cp_overlap = cfg->parallel.overlap;
-        int unit = par.cp_zigzag ? 2 * cp : cp;
+        int zigzag = !strcmp(cfg->parallel.cp_layout, "zigzag");
+        int unit = zigzag ? 2 * cp : cp;
         if (cfg->training.seq_len % unit != 0)
             return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d (%s): training.seq_len = %d must be a "
                              "multiple of %d", cp, cfg->parallel.cp_layout, cfg->training.seq_len, unit);
+        int Tl = cfg->training.seq_len / cp, tp = t->mesh->deg.tp;
+        pt_local_dims ld = pt_model_local_dims(&cfg->model, tp, t->mesh->tp_i);
+        par.cp_ops = pt_cp_create(t->be, t->mesh->cp, zigzag, cfg->parallel.overlap,
+                                  cfg->training.micro_batch * Tl, ld.H, ld.KV,
+                                  cfg->model.dim / cfg->model.n_heads, Tl);
     }
     /* pipeline parallelism: this rank's stages, as model chunks */
     int pp = t->mesh ? t->mesh->deg.pp : 1;
@@ -288,7 +292,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     /* the global positions of this rank's tokens (all of them without context parallelism) */
     t->d_pos = t->be->alloc(t->be, (size_t)Tl * sizeof(int32_t));
     t->pos = pt_malloc((size_t)Tl * sizeof(int32_t));
-    pt_cp_positions(&t->model.par, t->model.par.cp_rank, Tl, t->pos);
+    pt_cp_positions(cp, !strcmp(cfg->parallel.cp_layout, "zigzag"), t->mesh ? t->mesh->cp_i : 0,
+                    Tl, t->pos);
     t->be->upload(t->be, t->d_pos, t->pos, (size_t)Tl * sizeof(int32_t));
 
     if (cfg->logging.metrics[0] && (!t->mesh || t->mesh->world_rank == 0)) {
@@ -353,11 +358,11 @@ static void pt_trainer_to_global(pt_trainer *t, const float *local, float *host)
                 memset(host + gp->offset, 0, gp->numel * sizeof(float));
         }
     if (t->model.par.tp > 1)
-        pt_allreduce_sum(t->model.par.tp_comm, host, t->model.gtable.total, PT_DTYPE_F32);
+        pt_allreduce_sum(t->mesh->tp, host, t->model.gtable.total, PT_DTYPE_F32);
     if (t->mesh && t->mesh->deg.pp > 1) /* the stages hold disjoint tensors */
         pt_allreduce_sum(t->mesh->pp, host, t->model.gtable.total, PT_DTYPE_F32);
     if (t->model.par.ep > 1) /* so do the expert ranks (their experts; the rest from the first) */
-        pt_allreduce_sum(t->model.par.ep_comm, host, t->model.gtable.total, PT_DTYPE_F32);
+        pt_allreduce_sum(t->mesh->ep, host, t->model.gtable.total, PT_DTYPE_F32);
 }
 
 void pt_trainer_get_params(pt_trainer *t, float *host) {
@@ -372,9 +377,9 @@ void pt_trainer_get_params(pt_trainer *t, float *host) {
 }
 
 size_t pt_trainer_act_bytes(const pt_trainer *t) {
-    /* plus, with expert parallelism, the buffers of the rows received from other ranks */
+    /* plus ring attention's buffers (context parallelism) */
     return (t->pipe.model ? pt_pipe_peak_bytes(&t->pipe) : pt_acts_bytes(t->acts)) +
-           t->model.ep_recv_bytes;
+           pt_cp_bytes(t->model.par.cp_ops);
 }
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
@@ -466,6 +471,9 @@ void pt_trainer_free(pt_trainer *t) {
     if (t->metrics) fclose(t->metrics);
     if (t->acts) pt_acts_free(&t->model, t->acts);
     pt_pipe_free(&t->pipe);
+    pt_tp_free((pt_tp_ops *)t->model.par.tp_ops);
+    pt_cp_free((pt_cp_ops *)t->model.par.cp_ops);
+    pt_ep_free((pt_ep_ops *)t->model.par.ep_ops);
     t->be->free(t->be, t->d_inputs);
     t->be->free(t->be, t->d_targets);
     t->be->free(t->be, t->d_pos);
@@ -520,7 +528,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     int cp = t->model.par.cp > 1 ? t->model.par.cp : 1, Tl = T / cp;
     double t0 = pt_now();
     double pp_wait0 = t->pipe.model ? t->mesh->pp->stats.wait_seconds : 0;
-    int64_t pairs0 = t->model.attn_pairs;
+    int64_t pairs0 = pt_cp_attn_pairs(t->model.par.cp_ops);
 
     /* the whole global batch is read first: its count of valid targets scales every micro-batch
      * on every rank, so any split over ranks and micro-batches gives the same step */
@@ -599,12 +607,12 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     /* expert load over the whole step: every data rank's tokens, every stage's layers */
     if (n_load && t->dpc) pt_allreduce_sum(t->dpc, t->model.expert_load, n_load, PT_DTYPE_F64);
     if (n_load && t->pipe.model) pt_allreduce_sum(t->mesh->pp, t->model.expert_load, n_load, PT_DTYPE_F64);
-    if (t->model.par.tp > 1) pt_allreduce_sum(t->model.par.tp_comm, &sumsq, 1, PT_DTYPE_F64);
+    if (t->model.par.tp > 1) pt_allreduce_sum(t->mesh->tp, &sumsq, 1, PT_DTYPE_F64);
     if (t->pipe.model) pt_allreduce_sum(t->mesh->pp, &sumsq, 1, PT_DTYPE_F64);
     /* without ZeRO the experts' ranks hold disjoint experts (the dense tensors counted by the
      * first); with it the data group (which holds the ep group) has summed everything */
     if (t->model.par.ep > 1 && !t->dp.zero)
-        pt_allreduce_sum(t->model.par.ep_comm, &sumsq, 1, PT_DTYPE_F64);
+        pt_allreduce_sum(t->mesh->ep, &sumsq, 1, PT_DTYPE_F64);
     double norm = sqrt(sumsq);
     if (!isfinite(norm))
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
@@ -633,9 +641,9 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->n_cp = 0;
     if (t->model.par.cp > 1 && t->model.par.cp <= 64) {
         /* each context rank's attention work, to see the balance of the layouts */
-        double mine = (double)(t->model.attn_pairs - pairs0);
+        double mine = (double)(pt_cp_attn_pairs(t->model.par.cp_ops) - pairs0);
         s->n_cp = t->model.par.cp;
-        pt_allgather(t->model.par.cp_comm, &mine, s->attn_pairs, 1, PT_DTYPE_F64);
+        pt_allgather(t->mesh->cp, &mine, s->attn_pairs, 1, PT_DTYPE_F64);
     }
     if (t->pipe.model && t->mesh->deg.pp <= 64) {
         /* each stage's idle share: its time blocked on pipeline transfers, gathered */

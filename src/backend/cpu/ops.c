@@ -280,6 +280,18 @@ void pt_cpu_rows_scatter_add(pt_backend *be, float *dst, const float *src, const
     }
 }
 
+void pt_cpu_rows_dot(pt_backend *be, double *out, const float *x, const int32_t *idx,
+                     const float *y, int n, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static) if ((int64_t)n * C >= PAR_MIN)
+    for (int i = 0; i < n; i++) {
+        const float *a = x + (size_t)idx[i] * C, *b = y + (size_t)i * C;
+        double s = 0;
+        for (int c = 0; c < C; c++) s += (double)a[c] * b[c];
+        out[i] = s;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Vector helpers */
 

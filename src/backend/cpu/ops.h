@@ -47,6 +47,8 @@ void pt_cpu_rows_gather(pt_backend *be, float *dst, const float *src, const int3
                         const float *scale, int n, int C);
 void pt_cpu_rows_scatter_add(pt_backend *be, float *dst, const float *src, const int32_t *idx,
                              const float *scale, int n, int C);
+void pt_cpu_rows_dot(pt_backend *be, double *out, const float *x, const int32_t *idx,
+                     const float *y, int n, int C);
 void pt_cpu_xent_stats(pt_backend *be, const float *logits, const int32_t *targets, int n, int V,
                        int ld, int v0, float *stats);
 void pt_cpu_xent_grad(pt_backend *be, float *logits, const int32_t *targets, int n, int V, int ld,

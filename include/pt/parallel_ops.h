@@ -1,0 +1,99 @@
+/* parallel_ops.h: the parallel operations the model calls, one small table per parallelism.
+ *
+ * The model computes; the parallel modules communicate. Where a layer's computation meets a
+ * parallel dimension (a row-parallel output to sum, a sequence-parallel gather, the attention
+ * over keys held by other context ranks, the tokens sent to experts on other ranks), the model
+ * calls an entry of the table of that parallelism. The tables are made by the modules under
+ * src/parallel/ (tensor_parallel.c, context_parallel.c, expert_parallel.c), installed into the
+ * model by src/parallel/layout.c, and NULL at degree 1: a NULL table is the single-process path,
+ * the same kernels and fused GEMMs. This is Megatron's conjugate mappings (f / g) and torchtitan's
+ * plan applied to an unmodified model, in C: the model includes no communicator, and a module
+ * never calls the model (it may call backend kernels: ring attention's blocks, the
+ * vocabulary-parallel cross-entropy).
+ *
+ * Every buffer passed is backend (device) memory unless it says host. `ctx` is the module's.
+ */
+#ifndef PT_PARALLEL_OPS_H
+#define PT_PARALLEL_OPS_H
+
+#include "pt/backend.h"
+#include "pt/core.h"
+
+/* Tensor parallelism, with sequence parallelism (sp): this rank holds a block of the heads, the
+ * ffn and the vocabulary; with sp the residual stream is split by rows over the tp ranks. */
+typedef struct {
+    void *ctx;
+    /* g of a row-parallel linear: y (N,C) holds this rank's partial sums; afterwards y holds
+     * their sum over the tp ranks, all N rows (all-reduce), or with sp this rank's N/tp rows at
+     * the start of y (reduce-scatter) */
+    void (*reduce)(void *ctx, float *y, int N, int C);
+    /* sp's gather: full (N,C) holds this rank's rows at their place; afterwards every rank's */
+    void (*gather)(void *ctx, float *full, int N, int C);
+    /* n floats summed over the tp ranks (sp: the norms' weight gradients of a micro-batch) */
+    void (*sum)(void *ctx, float *x, size_t n);
+    /* n host doubles summed over the tp ranks (the router's per-slot dot products) */
+    void (*sum_host_f64)(void *ctx, double *x, size_t n);
+    /* the weight gradient of a key/value head held by several tp ranks, summed over them (NULL
+     * when every rank holds its own heads) */
+    void (*kv_sum)(void *ctx, float *x, size_t n);
+    /* Vocabulary-parallel cross-entropy of n rows of logits (n, V_local: this rank's block of
+     * the vocabulary): the blocks' row statistics combined over the tp ranks; host losses (n),
+     * and the logits replaced by dscale · (softmax − onehot). */
+    void (*xent)(void *ctx, float *logits, const int32_t *targets, int n, float dscale,
+                 float *losses);
+} pt_tp_ops;
+
+/* Context parallelism: each rank holds T/cp tokens of every sequence (contiguous or zigzag). */
+typedef struct {
+    void *ctx;
+    /* Attention of this rank's queries against the keys and values of every context rank (ring
+     * attention). s is the local call (q, k, v in qkv at strides s->ldq; s->q_pos this rank's
+     * positions); att and lse as attention_forward. poll(user) lets other pending communication
+     * progress between blocks. */
+    void (*attn_forward)(void *ctx, const pt_attn_shape *s, const float *qkv, float *att,
+                         float *lse, int layer, void (*poll)(void *), void *user);
+    /* Its backward: dqkv (zeroed by the caller) gets the gradient of this rank's q, k and v. */
+    void (*attn_backward)(void *ctx, const pt_attn_shape *s, const float *qkv, const float *att,
+                          const float *datt, const float *lse, float *dqkv, int layer,
+                          void (*poll)(void *), void *user);
+    /* n host doubles summed over the context ranks (a sequence's routing statistics) */
+    void (*sum_host_f64)(void *ctx, double *x, size_t n);
+} pt_cp_ops;
+
+/* Expert parallelism: each rank holds E/ep experts of every MoE layer; token-slots travel to the
+ * rank holding their expert (dispatch) and their outputs back (combine), by all-to-all. */
+typedef struct pt_ep_state pt_ep_state; /* one MoE layer's exchange of one micro-batch */
+
+/* What this rank's experts received: rows in blocks, block b from rank b / el for local expert
+ * b % el, rows[b] of them, one after another. x is kept from forward to backward. */
+typedef struct {
+    float *x, *y;   /* (rows, C): the received inputs; the experts' outputs to send back */
+    float *dy, *dx; /* backward: the received output gradients; the input gradients to send back */
+    const int64_t *rows; /* (ep · el) */
+    int n_blocks, el;
+} pt_ep_recv;
+
+typedef struct {
+    void *ctx;
+    /* a layer's state for micro-batches of up to N tokens (buffers sized at set-up for the most
+     * rows that can arrive) */
+    pt_ep_state *(*state_create)(void *ctx, int N);
+    /* the most rows a state for N tokens can receive */
+    size_t (*max_rows)(void *ctx, int N);
+    void (*state_free)(void *ctx, pt_ep_state *s);
+    size_t (*state_bytes)(const pt_ep_state *s);
+    /* The slots' rows (S,C), sorted by expert (off: E + 1 offsets), sent to the ranks holding
+     * their experts; returns what this rank received (valid until the state's next dispatch). */
+    const pt_ep_recv *(*dispatch)(void *ctx, pt_ep_state *s, const float *rows,
+                                  const int32_t *off);
+    /* recv->y sent back: out (S,C) gets each slot's output, in the order dispatched */
+    void (*combine)(void *ctx, pt_ep_state *s, float *out);
+    /* Backward: the slots' output gradients (S,C) go where their inputs went (to recv->dy), and
+     * recv->dx comes back into dx (S,C). */
+    void (*dispatch_grad)(void *ctx, pt_ep_state *s, const float *dy);
+    void (*combine_grad)(void *ctx, pt_ep_state *s, float *dx);
+    /* rows this rank sent to and received from other ranks in the state's last dispatch */
+    void (*rows_moved)(const pt_ep_state *s, int64_t *sent, int64_t *recv);
+} pt_ep_ops;
+
+#endif
