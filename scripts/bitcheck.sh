@@ -23,6 +23,7 @@
 #   BITCHECK_DIR=DIR      where the worktree, its build, the data and the runs go (runs/old,
 #                         runs/new: NAME.{jsonl,st,log,txt} of the last check, for a closer look)
 #   BITCHECK_LIST=1       print the layouts (name, ranks, arguments) and exit
+#   BITCHECK_NEW_BIN=BIN  compare BIN (e.g. a build of the staged tree) instead of building build/
 #
 # 58 layouts (up to 16 oversubscribed ranks), each run twice: ~9 min of CPU, so about 5 min on a
 # quiet 2-core machine (13 min when it was shared at a load of ~20), plus the builds (~35 s each
@@ -132,7 +133,7 @@ if (( ${#names[@]} == 0 )); then echo "bitcheck: no layout matches BITCHECK_ONLY
 
 # ---- the two binaries, the data ------------------------------------------------------------------
 ref_build "${1:-}"
-new_build
+if [[ -n ${BITCHECK_NEW_BIN:-} ]]; then NEW_BIN="$BITCHECK_NEW_BIN"; else new_build; fi
 t_built=$SECONDS
 # the synthetic shard of tests/parallel_common.sh: 30000 tokens, vocab 97, (7i mod 97) with 10% noise
 if [[ ! -f $data/train_000000.bin ]]; then

@@ -11,6 +11,7 @@
 #     the single-process one's;
 #   - the run report: every rank's memory row equals what that rank's metrics say (rank 0), the
 #     dimensions listed are the ones that communicate;
+#   - no allocation inside a step after the first, on any rank of the 16-rank runs;
 #   - a rank killed mid-step (SIGKILL) ends the job non-zero within seconds, naming the rank.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
@@ -58,6 +59,20 @@ dense 16 dp4_pp2_tp2_1f1b_z1 $P.dp=4 $P.pp=2 $P.tp=2 $P.zero=1 $P.pp_schedule=1f
 dense 16 dp2_cp4_tp2_z2 $P.dp=2 $P.cp=4 $P.tp=2 $P.zero=2 --training.micro_batch=2
 dense 16 dp8_tp2_z3_sp $P.dp=8 $P.tp=2 $P.zero=3 $P.sp=true --training.micro_batch=1
 mixed 16 moe_dp4_cp2_tp2_ep4_z2 $P.dp=4 $P.cp=2 $P.tp=2 $P.ep=4 $P.zero=2 --training.micro_batch=1
+
+# no allocation inside a step (set-up allocates, steps do not): in the 16-rank runs of all five,
+# every step after the first made none on rank 0 (metrics) and no rank warned of any (logs)
+for name in moe_5d_ep2_zb_z1_sp 5d_zb_z1_sp; do
+  "$PY" - "$tmp/$name.jsonl" "$tmp/$name.log" "$name" <<'PY' && ok || bad "$name allocated during a step"
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+late = {s["step"]: s["allocs"] for s in steps if s["step"] > 1 and s["allocs"] != 0}
+warned = [l for l in open(sys.argv[2]) if "allocations during the step" in l]
+print(f"{sys.argv[3]}: allocations per step {[s['allocs'] for s in steps]} (rank 0); "
+      f"{len(warned)} warnings from any rank")
+sys.exit(0 if len(steps) >= 5 and not late and not warned else 1)
+PY
+done
 
 # degrees other than powers of two (12 ranks; 3 layers, 24-token sequences, 12 rows, 6 experts)
 O=(--model.n_layers=3 --training.seq_len=24 --training.global_batch=12)

@@ -106,15 +106,17 @@ static void check_model(const char *extra, int tied) {
     if (rel > 1e-5) fail_msg("loss %.9f vs torch %.9f (rel %.2e)", loss / nvalid, want_loss, rel);
     float *g = malloc(m.table.total * sizeof(float));
     double worst_grad = 0;
+    float *grads = tu_download(be, m.grads, m.table.total);
     for (int i = 0; i < m.table.n; i++) {
         const pt_param *p = &m.table.p[i];
         char name[160];
         snprintf(name, sizeof name, "grad.%s", p->name);
         if (pt_st_read_f32(ex, name, p->shape, p->ndim, g) != PT_OK) fail_msg("%s", pt_last_error());
-        double e = tu_rel_err(m.grads + p->offset, g, p->numel);
+        double e = tu_rel_err(grads + p->offset, g, p->numel);
         if (e > 1e-5) fail_msg("gradient of %s: relative error %.3e > 1e-5", p->name, e);
         if (e > worst_grad) worst_grad = e;
     }
+    free(grads);
 
     /* 10 AdamW steps with clipping and gradient accumulation as the reference did */
     pt_optim o;
@@ -155,14 +157,16 @@ static void check_model(const char *extra, int tied) {
     }
     /* weights after the last step */
     double worst = 0;
+    float *params = tu_download(be, m.params, m.table.total);
     for (int i = 0; i < m.table.n; i++) {
         const pt_param *p = &m.table.p[i];
         char name[160];
         snprintf(name, sizeof name, "final.%s", p->name);
         if (pt_st_read_f32(ex, name, p->shape, p->ndim, g) != PT_OK) fail_msg("%s", pt_last_error());
-        double e = tu_rel_err(m.params + p->offset, g, p->numel);
+        double e = tu_rel_err(params + p->offset, g, p->numel);
         if (e > worst) worst = e;
     }
+    free(params);
     tu_check_rel("final weights after training", worst, 1e-4);
     print_message("logits %.2e, loss %.2e, worst gradient %.2e, worst of %d step losses %.2e, "
                   "final weights %.2e (relative to PyTorch)\n",

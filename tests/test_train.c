@@ -106,9 +106,14 @@ static void test_resume_is_bitwise(void **state) {
         if (memcmp(&st.loss, &losses[s], sizeof(double)) != 0)
             fail_msg("step %d: resumed loss %.17g != uninterrupted %.17g", s + 1, st.loss, losses[s]);
     }
-    assert_memory_equal(r.model.params, a.model.params, a.model.table.total * sizeof(float));
-    assert_memory_equal(r.opt.m, a.opt.m, a.model.table.total * sizeof(float));
-    assert_memory_equal(r.opt.v, a.opt.v, a.model.table.total * sizeof(float));
+    const float *dev[3][2] = {{r.model.params, a.model.params}, {r.opt.m, a.opt.m},
+                              {r.opt.v, a.opt.v}};
+    for (int i = 0; i < 3; i++) {
+        float *hr = tu_download(r.be, dev[i][0], a.model.table.total);
+        float *ha = tu_download(a.be, dev[i][1], a.model.table.total);
+        assert_memory_equal(hr, ha, a.model.table.total * sizeof(float));
+        free(hr), free(ha);
+    }
     pt_trainer_free(&r);
     pt_trainer_free(&a);
 }
@@ -129,8 +134,10 @@ static void test_accumulation_does_not_change_the_step(void **state) {
         double rel = fabs(sa.loss - sb.loss) / sa.loss;
         if (rel > 1e-5) fail_msg("step %d: loss %.9g (mb 4) vs %.9g (mb 1)", s + 1, sa.loss, sb.loss);
     }
-    tu_check_rel("weights after accumulation",
-                 tu_rel_err(b.model.params, a.model.params, a.model.table.total), 1e-5);
+    float *pa = tu_download(a.be, a.model.params, a.model.table.total);
+    float *pb = tu_download(b.be, b.model.params, b.model.table.total);
+    tu_check_rel("weights after accumulation", tu_rel_err(pb, pa, a.model.table.total), 1e-5);
+    free(pa), free(pb);
     pt_trainer_free(&a);
     pt_trainer_free(&b);
 }
@@ -242,7 +249,10 @@ static void test_init_from_export_reproduces_the_model(void **state) {
     pt_trainer b;
     init_or_fail(&b, &d);
     assert_int_equal(b.model.cfg.dim, 32);
-    assert_memory_equal(b.model.params, a.model.params, a.model.table.total * sizeof(float));
+    float *pa = tu_download(a.be, a.model.params, a.model.table.total);
+    float *pb = tu_download(b.be, b.model.params, b.model.table.total);
+    assert_memory_equal(pb, pa, a.model.table.total * sizeof(float));
+    free(pa), free(pb);
     pt_trainer_free(&a);
     pt_trainer_free(&b);
 }
@@ -258,10 +268,11 @@ static void test_init_from_bf16_weights(void **state) {
     init_or_fail(&a, &c);
     assert_int_equal(pt_ckpt_export_hf(dir, &a.model), PT_OK);
     pt_st_writer *w = pt_st_writer_create();
+    float *pa = tu_download(a.be, a.model.params, a.model.table.total);
     for (int i = 0; i < a.model.table.n; i++) {
         const pt_param *p = &a.model.table.p[i];
-        assert_int_equal(pt_st_writer_add_f32(w, p->name, p->shape, p->ndim,
-                                              a.model.params + p->offset, PT_ST_DTYPE_BF16),
+        assert_int_equal(pt_st_writer_add_f32(w, p->name, p->shape, p->ndim, pa + p->offset,
+                                              PT_ST_DTYPE_BF16),
                          PT_OK);
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -272,12 +283,13 @@ static void test_init_from_bf16_weights(void **state) {
     snprintf(d.init_from, sizeof d.init_from, "%s", dir);
     pt_trainer b;
     init_or_fail(&b, &d);
+    float *pb = tu_download(b.be, b.model.params, b.model.table.total);
     for (size_t i = 0; i < a.model.table.total; i++) {
-        float want = pt_bf16_to_f32(pt_f32_to_bf16(a.model.params[i]));
-        if (b.model.params[i] != want)
-            fail_msg("element %zu: %.9g loaded, %.9g expected (bf16 of %.9g)", i, b.model.params[i],
-                     want, a.model.params[i]);
+        float want = pt_bf16_to_f32(pt_f32_to_bf16(pa[i]));
+        if (pb[i] != want)
+            fail_msg("element %zu: %.9g loaded, %.9g expected (bf16 of %.9g)", i, pb[i], want, pa[i]);
     }
+    free(pa), free(pb);
     pt_step_stats st;
     assert_int_equal(pt_trainer_step(&b, &st), PT_OK);
     pt_trainer_free(&a);

@@ -25,6 +25,13 @@ double tu_rel_err_d(const float *a, const double *b, size_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+float *tu_download(pt_backend *be, const float *dev, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) fail_msg("out of memory");
+    be->download(be, h, dev, n * sizeof(float));
+    return h;
+}
+
 void tu_check_rel(const char *what, double err, double tol) {
     if (!(err <= tol)) fail_msg("%s: relative error %.3e exceeds %.1e", what, err, tol);
 }

@@ -1,5 +1,7 @@
 /* comm.h: the communication layer. A communicator is one process group (dp, tp, pp, cp, ep, ...)
- * with a table of functions behind it: MPI now (src/comm/comm_mpi.c), NCCL later.
+ * with a table of functions behind it, its backend: MPI now (src/comm/comm_mpi.c, the one file
+ * that sees MPI), NCCL later as one more file of the same shape. Nothing outside a backend touches
+ * its handles: groups are made by splitting the world communicator with the backend's split.
  *
  * Every call is collective over its group (send/recv: between two members) and counted per
  * operation: calls, and bytes as the bus-bandwidth convention of ../shared/FORMULAS.md counts them
@@ -8,6 +10,11 @@
  * nonblocking ones followed by pt_comm_wait, which gives up after the configured timeout and
  * aborts the whole job with a message naming the group and operation: a dead rank never leaves
  * the others hanging.
+ *
+ * Requests come from a pool per communicator (src/comm/comm.c), kept at twice the most ever
+ * pending at once (16 at least) and grown only when more are pending than half of it: once the
+ * first step has run, communicating allocates nothing unless a later step keeps more than twice
+ * as many pending, which pt_comm_reserve at set-up rules out.
  */
 #ifndef PT_COMM_H
 #define PT_COMM_H
@@ -40,9 +47,16 @@ typedef struct pt_comm_req pt_comm_req; /* a pending nonblocking operation */
 struct pt_comm {
     char name[16]; /* the group: "world", "dp", "tp", "pp", "cp", "dpcp", "ep", "edp" */
     int rank, size;
-    void *handle;  /* the backend's communicator (an MPI_Comm) */
+    void *handle;  /* the backend's communicator, opaque outside the backend */
     pt_comm_stats stats;
     double timeout_s;
+    /* the request pool (comm.c): idle requests, the blocks they were made in (freed by c->free),
+     * the size of one (the backend's request type, set by the backend), how many were made and
+     * how many are pending now */
+    pt_comm_req *req_idle;
+    void *req_blocks;
+    size_t req_size;
+    int req_made, req_pending;
     /* backend table */
     pt_comm_req *(*iallreduce)(pt_comm *c, void *buf, size_t count, pt_dtype dt);
     /* send = NULL: in place, the input is recv (size·recv_count), the result its first slice */
@@ -57,16 +71,29 @@ struct pt_comm {
     pt_comm_req *(*irecv)(pt_comm *c, void *buf, size_t count, pt_dtype dt, int peer, int tag);
     pt_comm_req *(*ibcast)(pt_comm *c, void *buf, size_t count, pt_dtype dt, int root);
     pt_comm_req *(*ibarrier)(pt_comm *c);
-    /* 1 when done (frees the request); 0 while pending. Drives progress. */
+    /* 1 when done (the request goes back to the pool); 0 while pending. Drives progress. */
     int (*test)(pt_comm *c, pt_comm_req *r);
+    /* Lets pending operations progress without completing any (MPI progresses nonblocking
+     * collectives only inside calls). */
+    void (*progress)(pt_comm *c);
+    /* A new group of the members with equal color, ranked by key then by rank in c (the
+     * semantics of MPI_Comm_split); it inherits c's timeout. Collective over c. */
+    pt_comm *(*split)(pt_comm *c, int color, int key, const char *name);
+    /* A new group of the same members, with its own counters and traffic. Collective over c. */
+    pt_comm *(*dup)(pt_comm *c, const char *name);
+    /* Frees c, its backend communicator and every request of its pool. */
     void (*free)(pt_comm *c);
 };
 
 size_t pt_dtype_size(pt_dtype dt);
 
-/* Waits for r, aborting the job after c->timeout_s seconds. */
+/* Makes c's pool hold at least n requests (allocating now, if it does not), for a caller that
+ * knows how many it keeps pending at once at most (buckets, pipeline slots): then no later call
+ * allocates, whatever the timing. */
+void pt_comm_reserve(pt_comm *c, int n);
+/* Waits for r (c->test until done), aborting the job after c->timeout_s seconds. */
 void pt_comm_wait(pt_comm *c, pt_comm_req *r);
-/* Lets pending operations progress (MPI progresses nonblocking collectives only inside calls). */
+/* Lets pending operations progress (c->progress). */
 void pt_comm_poll(pt_comm *c, pt_comm_req *r);
 
 /* Blocking conveniences (sum reductions, in place where it reads so). */
@@ -79,5 +106,17 @@ void pt_barrier(pt_comm *c);
 /* Adds every counter of `from` into `to`. */
 void pt_comm_stats_add(pt_comm_stats *to, const pt_comm_stats *from);
 const char *pt_comm_op_name(pt_comm_op op);
+
+/* The distributed runtime: the processes of the job and their world (MPI's launcher and
+ * MPI_COMM_WORLD, src/comm/comm_mpi.c). */
+/* Starts it; after this PT_ASSERT and pt_fatal end the whole job, so no rank is left waiting. */
+pt_status pt_comm_runtime_init(int *rank, int *world);
+void pt_comm_runtime_finalize(void);
+/* Ends every process of the job with exit code `code`. */
+void pt_comm_runtime_abort(int code);
+/* 1 once the runtime is started (by pt_comm_runtime_init or a test), else 0. */
+int pt_comm_distributed(void);
+/* A new communicator "world" over every process of the job (collective). */
+pt_comm *pt_comm_world(double timeout_s);
 
 #endif

@@ -59,7 +59,34 @@ void *pt_calloc(size_t n, size_t size);
 /* 64-byte aligned, zeroed; free with pt_free_aligned. */
 void *pt_alloc_aligned(size_t bytes);
 void pt_free_aligned(void *p);
+void *pt_realloc(void *p, size_t bytes);
+/* Allocations made so far by pentatron's code (the allocators above and the backends'); an
+ * allocator of its own calls pt_count_alloc. Steps allocate nothing: tests hold them to zero. */
+int64_t pt_alloc_count(void);
+void pt_count_alloc(void);
 char *pt_strdup(const char *s);
+
+/* The backend-memory guard (src/backend/cpu/guard.c, a test facility): memory from a guarded
+ * backend's alloc is inaccessible except while a hold is taken. Every guarded backend call holds
+ * around itself; the comm layer holds from the start of an operation on guarded memory until its
+ * request completes. Holds nest and are process-wide. Without a guard installed these are one
+ * branch each and do nothing. */
+typedef struct {
+    void (*hold)(void);
+    void (*release)(void);
+    int (*covers)(const void *p); /* 1 when p lies in guarded memory */
+} pt_guard_hooks;
+void pt_guard_install(const pt_guard_hooks *hooks); /* NULL uninstalls */
+extern const pt_guard_hooks *pt_guard_hooks_;
+static inline void pt_guard_hold(void) {
+    if (pt_guard_hooks_) pt_guard_hooks_->hold();
+}
+static inline void pt_guard_release(void) {
+    if (pt_guard_hooks_) pt_guard_hooks_->release();
+}
+static inline int pt_guard_covers(const void *p) {
+    return pt_guard_hooks_ && p && pt_guard_hooks_->covers(p);
+}
 
 double pt_now(void);                    /* monotonic seconds */
 int64_t pt_peak_rss_bytes(void);        /* peak resident set size of this process */

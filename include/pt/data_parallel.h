@@ -33,7 +33,15 @@
 
 #include "pt/comm.h"
 #include "pt/model.h"
-#include "pt/optim.h"
+
+/* A range one rank's optimizer owns: elements [lo, hi) of the table, whose parameters are at
+ * param, gradients at grad (device pointers to element lo: into the model's buffers, or into
+ * ZeRO's shards), moments at off in the optimizer's buffers. param = grad = NULL means the
+ * model's own buffers. */
+typedef struct {
+    size_t lo, hi, off;
+    float *param, *grad;
+} pt_owned_range;
 
 typedef struct {
     size_t lo, hi;       /* [lo, hi) of the table (zero ≤ 1: of the padded buffer) */
@@ -100,7 +108,7 @@ pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, int zero, 
                             size_t hi, double bucket_mb, int overlap);
 /* The ranges this rank's optimizer owns, with where their parameters and gradients live (the
  * whole table without ZeRO); caller frees. */
-pt_optim_range *pt_dp_owned_ranges(const pt_dp *d, int *n);
+pt_owned_range *pt_dp_owned_ranges(const pt_dp *d, int *n);
 /* Sets the parameters from a host array of the whole table (each rank keeps what it holds). */
 void pt_dp_set_params(pt_dp *d, const float *host);
 /* The whole table's parameters into a host array, on every rank (collective with ZeRO-3). */

@@ -7,8 +7,8 @@
  * consecutive blocks of ep ranks of the dp × cp group ("ep"); the ranks holding the same experts
  * form the expert-data group ("edp") over which expert gradients are reduced.
  *
- * Each group's communicator is made with MPI_Comm_split(color = the other coordinates, key = the
- * own coordinate), from a duplicate of the caller's communicator; freed in reverse order.
+ * Each group's communicator is made with the comm backend's split (color = the other coordinates,
+ * key = the own coordinate) of the world communicator (pt_comm_world); freed in reverse order.
  */
 #ifndef PT_MESH_H
 #define PT_MESH_H
@@ -34,7 +34,7 @@ typedef struct {
 /* Fills in -1 degrees ("the rest of the world") and checks the layout; PT_ERR_CONFIG with one
  * message naming the violated constraint. Does not communicate. */
 pt_status pt_degrees_resolve(pt_degrees *d, int world_size);
-/* Builds the mesh over MPI_COMM_WORLD (collective over the world). */
+/* Builds the mesh over every process of the job (collective over the world). */
 pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *d, double timeout_s);
 void pt_mesh_free(pt_mesh *m);
 /* The kv group: consecutive blocks of `shared` tp ranks (collective over the world). */

@@ -295,6 +295,11 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
 void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos,
                      float *host_logits);
 
+/* Greedy / temperature / top-k continuation of a prompt (host tokens) by an unsplit model, n_new
+ * tokens appended to out (src/model/generate.c). */
+int pt_generate(pt_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n_new,
+                float temperature, int top_k, uint64_t seed);
+
 /* Model FLOPs per token (forward + backward = 6Ψ + attention as executed, causal halved). */
 double pt_model_flops_per_token(const pt_model_config *c, int T);
 

@@ -7,6 +7,7 @@
 #ifndef PT_OPTIM_H
 #define PT_OPTIM_H
 
+#include "pt/data_parallel.h"
 #include "pt/model.h"
 
 typedef struct {
@@ -18,14 +19,9 @@ typedef struct {
 
 enum { PT_LR_CONSTANT = 0, PT_LR_COSINE, PT_LR_LINEAR };
 
-/* A range this optimizer owns: elements [lo, hi) of the table, whose parameters are at param,
- * gradients at grad (device pointers to element lo: into the model's buffers, or into ZeRO's
- * shards), moments at m + off, v + off. One range [0, total) without ZeRO; the rank's shard of
- * every bucket with ZeRO. param = grad = NULL means the model's own buffers. */
-typedef struct {
-    size_t lo, hi, off;
-    float *param, *grad;
-} pt_optim_range;
+/* A range this optimizer owns (data_parallel.h), moments at m + off, v + off. One range
+ * [0, total) without ZeRO; the rank's shard of every bucket with ZeRO. */
+typedef pt_owned_range pt_optim_range;
 
 typedef struct {
     pt_optim_config cfg;

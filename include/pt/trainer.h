@@ -12,26 +12,13 @@
 #include "pt/config.h"
 #include "pt/data.h"
 #include "pt/data_parallel.h"
+#include "pt/layout.h"
+#include "pt/metrics.h"
 #include "pt/mesh.h"
 #include "pt/model.h"
 #include "pt/optim.h"
 #include "pt/pipeline.h"
 
-typedef struct {
-    int64_t step;      /* from 1 */
-    double loss;       /* mean loss of this step's batch before its update */
-    double grad_norm;  /* before clipping */
-    double aux_loss, z_loss; /* mixture of experts: the balancing losses (in the objective) */
-    float lr;
-    int64_t tokens;    /* tokens in the batch */
-    double seconds;    /* wall time of the step */
-    double tokens_per_s;
-    double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
-    int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */
-    double idle[64];   /* pipeline: each stage's time blocked on its transfers / step time */
-    int n_cp;          /* context parallelism: ranks of the cp group (0 without) */
-    double attn_pairs[64]; /* each cp rank's visible attention (query, key) pairs computed */
-} pt_step_stats;
 
 typedef struct {
     pt_config cfg;
@@ -39,20 +26,17 @@ typedef struct {
     pt_model model;
     pt_optim opt;
     pt_data data;
-    pt_mesh *mesh;                 /* NULL when MPI is not initialised (one process) */
-    pt_comm *dpc;                  /* the data-parallel group (NULL without a mesh) */
-    pt_dp dp;
-    pt_dp dpe;                     /* expert parallelism: the experts' reduction (dpe.model NULL without) */
-    int dp_rank, dp_size;
+    pt_layout lay;                 /* the layout: groups, data parallelism, parallel tables */
+    pt_mesh *mesh;                 /* = lay.mesh: NULL when MPI is not initialised (one process) */
     pt_pipe pipe;                  /* pipeline parallelism (pipe.model NULL without) */
     pt_acts *acts;                 /* the activations without a pipeline */
     int32_t *h_inputs, *h_targets; /* (global_batch, T) host */
     int32_t *d_inputs, *d_targets, *d_pos;
     int32_t *l_inputs, *l_targets; /* (rows of this rank, its tokens) host */
-    int32_t *pos;                  /* global positions of this rank's tokens (host) */
     int64_t step;                  /* steps done */
-    FILE *metrics;
+    pt_metrics metrics;            /* logging.metrics (metrics.f NULL: none) */
     int grads_dumped;
+    float *bias_host;              /* (n_experts) host scratch of the balancing bias update */
     double peak_flops;             /* measured sgemm FLOP/s of this process */
     double flops_per_token;
 } pt_trainer;
@@ -74,25 +58,11 @@ pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank);
 size_t pt_trainer_act_bytes(const pt_trainer *t);
 /* Bytes of model state per rank (parameters, gradients, optimizer; pooled buffers' peaks). */
 pt_dp_memory pt_trainer_memory(const pt_trainer *t);
-/* The run report: per parallel dimension the bytes sent and the time blocked, per rank the
- * memory by kind (src/train/report.c). A mark is the counters at a point; print reports the
- * steps since one (collective over the world; rank 0 prints). */
-typedef struct {
-    int64_t step;
-    double time;
-    int n_groups;
-    double bytes[PT_MESH_MAX_GROUPS], wait[PT_MESH_MAX_GROUPS];
-} pt_report_mark;
-pt_report_mark pt_report_mark_now(const pt_trainer *t);
-void pt_report_print(const pt_trainer *t, const pt_report_mark *since);
+/* This rank's memory by kind, as the metrics and the run report give it. */
+pt_rank_memory pt_trainer_rank_memory(const pt_trainer *t);
 /* One optimizer step. */
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s);
 /* Steps until training.steps, logging and checkpointing as configured. */
 pt_status pt_trainer_run(pt_trainer *t);
-/* Greedy / temperature / top-k continuation of a prompt (host tokens), n_new tokens appended. */
-int pt_generate(pt_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n_new,
-                float temperature, int top_k, uint64_t seed);
-/* sgemm FLOP/s of the backend, measured now (a few hundred milliseconds). */
-double pt_measure_gemm_peak(pt_backend *be);
 
 #endif

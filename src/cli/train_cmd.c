@@ -3,11 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <mpi.h>
-
 #include "cli/commands.h"
-#include "comm/comm_mpi.h"
 #include "pt/checkpoint.h"
+#include "pt/comm.h"
 #include "pt/config.h"
 #include "pt/hf_config.h"
 #include "pt/tokenizer.h"
@@ -65,17 +63,17 @@ int pt_cmd_train(int argc, char **argv) {
     }
     /* every rank parses the same arguments, so a bad one is reported by rank 0 and every rank
      * exits non-zero at once, before any collective */
-    MPI_Init(NULL, NULL);
-    pt_comm_mpi_install_abort();
     int rank = 0, world = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (pt_comm_runtime_init(&rank, &world) != PT_OK) {
+        pt_log_error("%s", pt_last_error());
+        return 1;
+    }
     pt_log_set_rank(rank, world);
     pt_config cfg;
     pt_config_defaults(&cfg);
     if (pt_config_from_args(&cfg, argc, argv) != PT_OK) {
         if (rank == 0) pt_log_error("%s", pt_last_error());
-        MPI_Finalize();
+        pt_comm_runtime_finalize();
         return 2;
     }
     pt_trainer t;
@@ -99,11 +97,11 @@ int pt_cmd_train(int argc, char **argv) {
         /* a layout or config error is the same on every rank: one message, from rank 0 */
         if (rank == 0 || st != PT_ERR_CONFIG) pt_log_error("%s", pt_last_error());
         /* other failures may be one rank's own: end the whole job rather than leave peers waiting */
-        if (world > 1 && st != PT_ERR_CONFIG) MPI_Abort(MPI_COMM_WORLD, 1);
+        if (world > 1 && st != PT_ERR_CONFIG) pt_comm_runtime_abort(1);
     }
     pt_model_free(&whole);
     pt_trainer_free(&t);
-    MPI_Finalize();
+    pt_comm_runtime_finalize();
     return st == PT_OK ? 0 : 1;
 }
 

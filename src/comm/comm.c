@@ -1,5 +1,10 @@
-/* comm.c: backend-independent parts of the communication layer: blocking wrappers and counters. */
-#include "pt/comm.h"
+/* comm.c: backend-independent parts of the communication layer: blocking wrappers, waiting,
+ * counters and the request pool. Calls backends only through the table of pt_comm. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "comm/comm_backend.h"
 
 size_t pt_dtype_size(pt_dtype dt) {
     switch (dt) {
@@ -16,6 +21,94 @@ const char *pt_comm_op_name(pt_comm_op op) {
                                                   "all-to-all", "send", "recv", "broadcast",
                                                   "barrier"};
     return op < PT_COMM_OP_COUNT ? names[op] : "?";
+}
+
+enum { PT_COMM_POOL_MIN = 16 };
+
+/* One allocation of requests for c's pool. */
+typedef struct pt_comm_block {
+    struct pt_comm_block *next;
+    _Alignas(max_align_t) unsigned char reqs[];
+} pt_comm_block;
+
+/* Makes c's pool hold `total` requests. */
+static void pt_comm_pool_grow(pt_comm *c, int total) {
+    if (total <= c->req_made) return;
+    size_t al = _Alignof(max_align_t), size = (c->req_size + al - 1) / al * al;
+    PT_ASSERT(c->req_size >= sizeof(pt_comm_req));
+    int n = total - c->req_made;
+    pt_comm_block *b = pt_calloc(1, sizeof *b + (size_t)n * size);
+    b->next = c->req_blocks;
+    c->req_blocks = b;
+    for (int i = n - 1; i >= 0; i--) {
+        pt_comm_req *r = (pt_comm_req *)(b->reqs + (size_t)i * size);
+        r->next_idle = c->req_idle;
+        c->req_idle = r;
+    }
+    c->req_made = total;
+}
+
+void pt_comm_reserve(pt_comm *c, int n) { pt_comm_pool_grow(c, n); }
+
+pt_comm_req *pt_comm_req_take(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *a,
+                              const void *b) {
+    /* twice the most ever pending: a later step whose timing leaves a few more requests pending
+     * at once than the first one did (fewer tests happening to find them done) finds them made */
+    if (2 * (c->req_pending + 1) > c->req_made) {
+        int want = 2 * (c->req_pending + 1);
+        pt_comm_pool_grow(c, want > PT_COMM_POOL_MIN ? want : PT_COMM_POOL_MIN);
+    }
+    pt_comm_req *r = c->req_idle;
+    c->req_idle = r->next_idle;
+    c->req_pending++;
+    r->next_idle = NULL;
+    r->op = op;
+    r->held = pt_guard_covers(a) || pt_guard_covers(b);
+    if (r->held) pt_guard_hold();
+    c->stats.calls[op]++;
+    c->stats.bytes[op] += bytes;
+    return r;
+}
+
+void pt_comm_req_done(pt_comm *c, pt_comm_req *r) {
+    if (r->held) pt_guard_release();
+    r->held = 0;
+    r->next_idle = c->req_idle;
+    c->req_idle = r;
+    c->req_pending--;
+}
+
+void pt_comm_req_free_all(pt_comm *c) {
+    for (pt_comm_block *b = c->req_blocks, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    c->req_blocks = NULL;
+    c->req_idle = NULL;
+    c->req_made = c->req_pending = 0;
+}
+
+void pt_comm_wait(pt_comm *c, pt_comm_req *r) {
+    if (!r) return;
+    pt_comm_op op = r->op; /* r returns to the pool once done */
+    double t0 = pt_now();
+    struct timespec nap = {0, 20000};
+    for (long spins = 0;; spins++) {
+        if (c->test(c, r)) break;
+        /* spin briefly, then yield the core: oversubscribed ranks must let their peers run */
+        if (spins > 1000) nanosleep(&nap, NULL);
+        if ((spins & 1023) == 0 && c->timeout_s > 0 && pt_now() - t0 > c->timeout_s)
+            pt_fatal(__FILE__, __LINE__,
+                     "%s over group \"%s\" (rank %d of %d) did not complete within %.0f s "
+                     "(parallel.timeout_s): a peer died or skipped the collective",
+                     pt_comm_op_name(op), c->name, c->rank, c->size, c->timeout_s);
+    }
+    c->stats.wait_seconds += pt_now() - t0;
+}
+
+void pt_comm_poll(pt_comm *c, pt_comm_req *r) {
+    (void)r;
+    c->progress(c);
 }
 
 void pt_allreduce_sum(pt_comm *c, void *buf, size_t count, pt_dtype dt) {

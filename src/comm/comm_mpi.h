@@ -1,4 +1,5 @@
-/* comm_mpi.h: building communicators over MPI (private to src/comm and src/parallel). */
+/* comm_mpi.h: wrapping an MPI communicator of one's own (private to src/comm and the tests; the
+ * rest of the code gets its communicators from pt_comm_world and split, include/pt/comm.h). */
 #ifndef PT_COMM_MPI_H
 #define PT_COMM_MPI_H
 
@@ -6,7 +7,5 @@
 
 /* Takes ownership of *(MPI_Comm *)mpi_comm (freed by c->free). */
 pt_comm *pt_comm_mpi_wrap(void *mpi_comm, const char *name, double timeout_s);
-/* PT_ASSERT and pt_fatal end the whole job with MPI_Abort, so no rank is left waiting. */
-void pt_comm_mpi_install_abort(void);
 
 #endif

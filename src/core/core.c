@@ -65,6 +65,10 @@ void pt_log_error(const char *fmt, ...) {
 
 void pt_set_abort(pt_abort_fn fn) { pt_abort_hook = fn; }
 
+const pt_guard_hooks *pt_guard_hooks_ = NULL;
+
+void pt_guard_install(const pt_guard_hooks *hooks) { pt_guard_hooks_ = hooks; }
+
 _Noreturn void pt_fatal(const char *file, int line, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -77,13 +81,23 @@ _Noreturn void pt_fatal(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
+/* Allocations made by pentatron's code (every allocator below, and backends' own): a test holds
+ * a training step's count to zero. */
+static int64_t pt_allocs;
+
+void pt_count_alloc(void) { __atomic_fetch_add(&pt_allocs, 1, __ATOMIC_RELAXED); }
+
+int64_t pt_alloc_count(void) { return __atomic_load_n(&pt_allocs, __ATOMIC_RELAXED); }
+
 void *pt_malloc(size_t bytes) {
+    pt_count_alloc();
     void *p = malloc(bytes ? bytes : 1);
     PT_ASSERTF(p != NULL, "out of memory allocating %zu bytes", bytes);
     return p;
 }
 
 void *pt_calloc(size_t n, size_t size) {
+    pt_count_alloc();
     void *p = calloc(n ? n : 1, size ? size : 1);
     PT_ASSERTF(p != NULL, "out of memory allocating %zu x %zu bytes", n, size);
     return p;
@@ -91,6 +105,7 @@ void *pt_calloc(size_t n, size_t size) {
 
 void *pt_alloc_aligned(size_t bytes) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
+    pt_count_alloc();
     void *p = aligned_alloc(64, rounded ? rounded : 64);
     PT_ASSERTF(p != NULL, "out of memory allocating %zu bytes", bytes);
     memset(p, 0, rounded ? rounded : 64);
@@ -98,6 +113,13 @@ void *pt_alloc_aligned(size_t bytes) {
 }
 
 void pt_free_aligned(void *p) { free(p); }
+
+void *pt_realloc(void *p, size_t bytes) {
+    pt_count_alloc();
+    void *q = realloc(p, bytes ? bytes : 1);
+    PT_ASSERTF(q != NULL, "out of memory reallocating %zu bytes", bytes);
+    return q;
+}
 
 char *pt_strdup(const char *s) {
     size_t n = strlen(s) + 1;

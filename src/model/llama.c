@@ -185,8 +185,7 @@ static void pt_table_add(pt_param_table *t, int *cap, const pt_tensor_spec *sp, 
                          int layer, pt_pp_place pp) {
     if (t->n == *cap) {
         *cap = *cap ? 2 * *cap : 64;
-        t->p = realloc(t->p, (size_t)*cap * sizeof *t->p);
-        PT_ASSERT(t->p != NULL);
+        t->p = pt_realloc(t->p, (size_t)*cap * sizeof *t->p);
     }
     pt_param *p = &t->p[t->n++];
     memset(p, 0, sizeof *p);

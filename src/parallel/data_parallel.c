@@ -30,8 +30,7 @@ static float *pt_pool_get(pt_dp *d, int *live, int *peak) {
 static void pt_pool_put(pt_dp *d, float *buf, int *live) {
     if (d->pool_n == d->pool_cap) {
         d->pool_cap = d->pool_cap ? 2 * d->pool_cap : 8;
-        d->pool = realloc(d->pool, (size_t)d->pool_cap * sizeof *d->pool);
-        PT_ASSERT(d->pool != NULL);
+        d->pool = pt_realloc(d->pool, (size_t)d->pool_cap * sizeof *d->pool);
     }
     d->pool[d->pool_n++] = buf;
     --*live;
@@ -340,6 +339,9 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
             be->zero(be, d->pshard, (d->n_shard ? d->n_shard : 1) * sizeof(float));
         }
     }
+    /* every bucket's reduction and (ZeRO-3) gather may be pending at once: twice their requests made
+     * now, so that no step allocates */
+    pt_comm_reserve(comm, comm->req_made + 4 * d->n_buckets + 8);
     d->next = model->hooks;
     model->hooks.acquire = pt_dp_acquire;
     model->hooks.release = pt_dp_release;
@@ -377,16 +379,16 @@ void pt_dp_free(pt_dp *d) {
     memset(d, 0, sizeof *d);
 }
 
-pt_optim_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
+pt_owned_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
     if (d->zero == 0 || (d->zero == 1 && d->comm->size == 1)) {
-        pt_optim_range *r = pt_calloc(1, sizeof *r);
+        pt_owned_range *r = pt_calloc(1, sizeof *r);
         int region = d->zero > 0 && d->region_hi; /* ZeRO-0 regions: the optimizer has it all */
         r->lo = region ? d->region_lo : 0;
         r->hi = region ? d->region_hi : d->model->table.total;
         *n = 1;
         return r;
     }
-    pt_optim_range *r = pt_calloc((size_t)d->n_buckets, sizeof *r);
+    pt_owned_range *r = pt_calloc((size_t)d->n_buckets, sizeof *r);
     int k = 0;
     /* ascending offsets so that the optimizer's moments follow the table's order */
     for (int i = d->n_buckets - 1; i >= 0; i--) {

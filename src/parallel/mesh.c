@@ -1,11 +1,8 @@
 /* mesh.c: the 5D process mesh (see include/pt/mesh.h). */
 #include "pt/mesh.h"
 
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "comm/comm_mpi.h"
 
 pt_status pt_degrees_resolve(pt_degrees *d, int world) {
     const char *names[] = {"dp", "tp", "pp", "cp", "ep"};
@@ -33,24 +30,15 @@ pt_status pt_degrees_resolve(pt_degrees *d, int world) {
     return PT_OK;
 }
 
-/* One group: ranks with equal `color` (the other coordinates), ordered by `key`. */
-static pt_comm *pt_split(MPI_Comm world, int color, int key, const char *name, double timeout) {
-    MPI_Comm c;
-    int rc = MPI_Comm_split(world, color, key, &c);
-    PT_ASSERTF(rc == MPI_SUCCESS, "MPI_Comm_split for group %s failed", name);
-    return pt_comm_mpi_wrap(&c, name, timeout);
-}
-
 pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     memset(m, 0, sizeof *m);
-    MPI_Comm world;
-    MPI_Comm_dup(MPI_COMM_WORLD, &world);
-    MPI_Comm_rank(world, &m->world_rank);
-    MPI_Comm_size(world, &m->world_size);
+    pt_comm *world = pt_comm_world(timeout_s);
+    m->world_rank = world->rank;
+    m->world_size = world->size;
     m->deg = *deg;
     pt_status st = pt_degrees_resolve(&m->deg, m->world_size);
     if (st != PT_OK) {
-        MPI_Comm_free(&world);
+        world->free(world);
         return st;
     }
     const pt_degrees *d = &m->deg;
@@ -64,23 +52,23 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     m->edp_i = m->dpcp_i / d->ep;
     int ndpcp = d->dp * d->cp;
 
-    /* colors: a number unique to the other coordinates */
-    m->tp = pt_split(world, ((m->pp_i * d->dp + m->dp_i) * d->cp + m->cp_i), m->tp_i, "tp", timeout_s);
-    m->cp = pt_split(world, ((m->pp_i * d->dp + m->dp_i) * d->tp + m->tp_i), m->cp_i, "cp", timeout_s);
-    m->dp = pt_split(world, ((m->pp_i * d->cp + m->cp_i) * d->tp + m->tp_i), m->dp_i, "dp", timeout_s);
-    m->pp = pt_split(world, ((m->dp_i * d->cp + m->cp_i) * d->tp + m->tp_i), m->pp_i, "pp", timeout_s);
-    m->dpcp = pt_split(world, m->pp_i * d->tp + m->tp_i, m->dpcp_i, "dpcp", timeout_s);
-    m->ep = pt_split(world, (m->pp_i * d->tp + m->tp_i) * ndpcp + m->edp_i, m->ep_i, "ep", timeout_s);
-    m->edp = pt_split(world, (m->pp_i * d->tp + m->tp_i) * ndpcp + m->ep_i, m->edp_i, "edp", timeout_s);
+    /* one group each: ranks with equal color (a number unique to the other coordinates), ordered
+     * by key (the own coordinate) */
+    m->tp = world->split(world, ((m->pp_i * d->dp + m->dp_i) * d->cp + m->cp_i), m->tp_i, "tp");
+    m->cp = world->split(world, ((m->pp_i * d->dp + m->dp_i) * d->tp + m->tp_i), m->cp_i, "cp");
+    m->dp = world->split(world, ((m->pp_i * d->cp + m->cp_i) * d->tp + m->tp_i), m->dp_i, "dp");
+    m->pp = world->split(world, ((m->dp_i * d->cp + m->cp_i) * d->tp + m->tp_i), m->pp_i, "pp");
+    m->dpcp = world->split(world, m->pp_i * d->tp + m->tp_i, m->dpcp_i, "dpcp");
+    m->ep = world->split(world, (m->pp_i * d->tp + m->tp_i) * ndpcp + m->edp_i, m->ep_i, "ep");
+    m->edp = world->split(world, (m->pp_i * d->tp + m->tp_i) * ndpcp + m->ep_i, m->edp_i, "edp");
     int ends = m->pp_i == 0 || m->pp_i == d->pp - 1, coords = (m->dp_i * d->cp + m->cp_i) * d->tp + m->tp_i;
-    m->emb = pt_split(world, ends ? coords : m->world_size + r, 0, "emb", timeout_s);
-    m->world = pt_comm_mpi_wrap(&world, "world", timeout_s);
+    m->emb = world->split(world, ends ? coords : m->world_size + r, 0, "emb");
+    m->world = world;
     return PT_OK;
 }
 
 void pt_mesh_make_kv(pt_mesh *m, int shared) {
-    MPI_Comm tp = *(MPI_Comm *)m->tp->handle;
-    m->kv = pt_split(tp, m->tp_i / shared, m->tp_i, "kv", m->tp->timeout_s);
+    m->kv = m->tp->split(m->tp, m->tp_i / shared, m->tp_i, "kv");
 }
 
 void pt_mesh_free(pt_mesh *m) {

@@ -141,6 +141,9 @@ pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind,
     p->live = pt_calloc((size_t)v, sizeof *p->live);
     p->peak = pt_calloc((size_t)v, sizeof *p->peak);
     p->set_bytes = pt_calloc((size_t)v, sizeof *p->set_bytes);
+    /* up to four transfers per activation set in flight: twice their requests made now (the pool
+     * grows when half of it is pending) */
+    pt_comm_reserve(pp, 2 * (4 * n_micro * v * 2) + 4);
     return PT_OK;
 }
 

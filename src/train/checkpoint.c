@@ -107,8 +107,7 @@ static int pt_list_steps(const char *root, int64_t **steps) {
         if (!pt_is_step_dir(e->d_name, &s)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
-            *steps = realloc(*steps, (size_t)cap * sizeof **steps);
-            PT_ASSERT(*steps != NULL);
+            *steps = pt_realloc(*steps, (size_t)cap * sizeof **steps);
         }
         (*steps)[n++] = s;
     }
@@ -456,8 +455,7 @@ pt_status pt_ckpt_open(pt_ckpt **out, const char *dir, const pt_param_table *t) 
                                                         "is not [tensor, r0, r1, c0, c1]", path, s, i));
             if ((size_t)c->n_blocks == cap) {
                 cap = cap ? 2 * cap : 64;
-                c->blocks = realloc(c->blocks, cap * sizeof *c->blocks);
-                PT_ASSERT(c->blocks != NULL);
+                c->blocks = pt_realloc(c->blocks, cap * sizeof *c->blocks);
             }
             pt_ckpt_block *k = &c->blocks[c->n_blocks++];
             for (int j = 0; j < PT_BLOCK_INTS; j++)

@@ -1,7 +1,7 @@
 /* report.c: the run report rank 0 prints at the end of a run (and every logging.report_every
  * steps): per parallel dimension, the bytes each rank sent and the time it was blocked; per rank,
  * its memory split into parameters, gradients, optimizer state and activations. */
-#include "pt/trainer.h"
+#include "pt/metrics.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +25,11 @@ static const char *pt_group_role(const char *name) {
     return "";
 }
 
-pt_report_mark pt_report_mark_now(const pt_trainer *t) {
-    pt_report_mark m = {.step = t->step, .time = pt_now()};
-    if (!t->mesh) return m;
+pt_report_mark pt_report_mark_now(const pt_mesh *mesh, int64_t step) {
+    pt_report_mark m = {.step = step, .time = pt_now()};
+    if (!mesh) return m;
     const pt_comm *g[PT_MESH_MAX_GROUPS];
-    m.n_groups = pt_mesh_groups(t->mesh, g);
+    m.n_groups = pt_mesh_groups(mesh, g);
     for (int i = 0; i < m.n_groups; i++) {
         for (int op = 0; op < PT_COMM_OP_COUNT; op++) m.bytes[i] += (double)g[i]->stats.bytes[op];
         m.wait[i] = g[i]->stats.wait_seconds;
@@ -40,43 +40,43 @@ pt_report_mark pt_report_mark_now(const pt_trainer *t) {
 /* Per rank, one row of the gathered table: bytes and seconds blocked per group, then memory. */
 enum { PT_MEM_FIELDS = 6 };
 
-void pt_report_print(const pt_trainer *t, const pt_report_mark *since) {
-    pt_report_mark now = pt_report_mark_now(t);
+void pt_report_print(const pt_mesh *mesh, const pt_report_mark *since, int64_t step,
+                     const pt_rank_memory *rm) {
+    pt_report_mark now = pt_report_mark_now(mesh, step);
     int64_t steps = now.step - since->step;
     if (steps <= 0) return;
     double wall = now.time - since->time;
-    int ng = now.n_groups, R = t->mesh ? t->mesh->world_size : 1;
+    int ng = now.n_groups, R = mesh ? mesh->world_size : 1;
     int width = 2 * PT_MESH_MAX_GROUPS + PT_MEM_FIELDS;
     double mine[2 * PT_MESH_MAX_GROUPS + PT_MEM_FIELDS] = {0};
     for (int i = 0; i < ng; i++) {
         mine[i] = (now.bytes[i] - since->bytes[i]) / (double)steps;
         mine[PT_MESH_MAX_GROUPS + i] = (now.wait[i] - since->wait[i]) / (double)steps;
     }
-    pt_dp_memory m = pt_trainer_memory(t);
     double *mem = mine + 2 * PT_MESH_MAX_GROUPS;
-    mem[0] = (double)m.params;
-    mem[1] = (double)m.grads;
-    mem[2] = (double)m.optim;
-    mem[3] = (double)pt_trainer_act_bytes(t);
-    mem[4] = (double)(m.params_transient + m.grads_transient);
+    mem[0] = (double)rm->params;
+    mem[1] = (double)rm->grads;
+    mem[2] = (double)rm->optim;
+    mem[3] = (double)rm->activations;
+    mem[4] = (double)(rm->params_transient + rm->grads_transient);
     mem[5] = (double)pt_peak_rss_bytes();
     double *all = pt_malloc((size_t)R * width * sizeof(double));
-    if (t->mesh)
-        pt_allgather(t->mesh->world, mine, all, (size_t)width, PT_DTYPE_F64);
+    if (mesh)
+        pt_allgather(mesh->world, mine, all, (size_t)width, PT_DTYPE_F64);
     else
         memcpy(all, mine, sizeof mine);
-    if (t->mesh && t->mesh->world_rank != 0) {
+    if (mesh && mesh->world_rank != 0) {
         free(all);
         return;
     }
 
-    const pt_degrees *d = t->mesh ? &t->mesh->deg : &(pt_degrees){1, 1, 1, 1, 1};
+    const pt_degrees *d = mesh ? &mesh->deg : &(pt_degrees){1, 1, 1, 1, 1};
     pt_log_info("run report, steps %lld-%lld (%.2f s/step): %d rank%s = dp %d × pp %d × cp %d × "
                 "tp %d, ep %d", (long long)since->step + 1, (long long)now.step, wall / steps, R,
                 R > 1 ? "s" : "", d->dp, d->pp, d->cp, d->tp, d->ep);
     if (ng > 0) {
         const pt_comm *g[PT_MESH_MAX_GROUPS];
-        pt_mesh_groups(t->mesh, g);
+        pt_mesh_groups(mesh, g);
         pt_log_info("  %-5s %-28s %14s %14s %12s %12s %7s", "group", "carries", "bytes/step",
                     "max rank", "blocked s", "max rank", "% step");
         for (int i = 0; i < ng; i++) {
@@ -97,7 +97,7 @@ void pt_report_print(const pt_trainer *t, const pt_report_mark *since) {
     for (int r = 0; r < R; r++) {
         const double *x = all + (size_t)r * width + 2 * PT_MESH_MAX_GROUPS;
         char who[96];
-        if (t->mesh) {
+        if (mesh) {
             /* the rank's coordinates, from the mesh's rank order */
             int tp = r % d->tp, cp = (r / d->tp) % d->cp, dp = (r / (d->tp * d->cp)) % d->dp;
             int pp = r / (d->tp * d->cp * d->dp);

@@ -1,0 +1,82 @@
+/* metrics.h: what a training step measured, and how it is told: the step's log line, its JSON
+ * line (logging.metrics), MFU against the measured GEMM peak, and the run report
+ * (src/train/metrics.c, src/train/report.c). These take numbers, not the trainer. */
+#ifndef PT_METRICS_H
+#define PT_METRICS_H
+
+#include <stdio.h>
+
+#include "pt/backend.h"
+#include "pt/mesh.h"
+#include "pt/model.h"
+
+typedef struct {
+    int64_t step;      /* from 1 */
+    double loss;       /* mean loss of this step's batch before its update */
+    double grad_norm;  /* before clipping */
+    double aux_loss, z_loss; /* mixture of experts: the balancing losses (in the objective) */
+    float lr;
+    int64_t tokens;    /* tokens in the batch */
+    double seconds;    /* wall time of the step */
+    double tokens_per_s;
+    double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
+    int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */
+    double idle[64];   /* pipeline: each stage's time blocked on its transfers / step time */
+    int n_cp;          /* context parallelism: ranks of the cp group (0 without) */
+    double attn_pairs[64]; /* each cp rank's visible attention (query, key) pairs computed */
+    int64_t allocs;    /* allocations this rank's code made during the step (0 after the first) */
+    const double *expert_load; /* mixture of experts: (n_layers, n_experts) token-slots, or NULL */
+    int ep;            /* expert parallelism: rows this rank dispatched and received (ep_rows) */
+    int64_t ep_rows[2];
+} pt_step_stats;
+
+/* Bytes of one rank's memory by kind. */
+typedef struct {
+    size_t params, grads, optim, params_transient, grads_transient, activations;
+} pt_rank_memory;
+
+/* The JSON lines of logging.metrics: one per step; every comm_every steps (and at the last) with
+ * this rank's communication since the previous such line, by operation and by group, and its
+ * memory. */
+typedef struct {
+    FILE *f;
+    int64_t total_steps, comm_every;
+    const pt_mesh *mesh; /* NULL: one process */
+    pt_comm_stats since;
+    uint64_t group_since[2 * PT_MESH_MAX_GROUPS];
+} pt_metrics;
+
+/* Opens (appends to) path, making its directory if missing; PT_ERR_IO naming what failed. */
+pt_status pt_metrics_open(pt_metrics *mx, const char *path, const pt_mesh *mesh,
+                          int64_t total_steps, int64_t comm_every);
+void pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
+                      const pt_rank_memory *mem);
+/* Communication counted from now on (the start of the training loop). */
+void pt_metrics_begin(pt_metrics *mx);
+void pt_metrics_close(pt_metrics *mx);
+
+/* The step's log line (rank 0), with a progress bar and ETA: "[#####.....] ETA 1m23s". */
+void pt_step_print(const pt_step_stats *s, int64_t total_steps, const char *progress);
+void pt_progress_bar(int64_t step, int64_t total_steps, double elapsed, int64_t first_step,
+                     char *out, size_t cap);
+
+/* sgemm FLOP/s of the backend, measured now (a few hundred milliseconds). */
+double pt_measure_gemm_peak(pt_backend *be);
+/* Model FLOPs utilisation per rank: the FLOPs of the tokens processed over every rank's peak
+ * (each rank does its share: its data rows, its tensor blocks, its pipeline stages). */
+double pt_mfu(double flops_per_token, double tokens_per_s, int ranks, double peak_flops);
+
+/* The run report: per parallel dimension the bytes sent and the time blocked, per rank the
+ * memory by kind (src/train/report.c). A mark is the counters at a point; print reports the
+ * steps since one (collective over the world; rank 0 prints). */
+typedef struct {
+    int64_t step;
+    double time;
+    int n_groups;
+    double bytes[PT_MESH_MAX_GROUPS], wait[PT_MESH_MAX_GROUPS];
+} pt_report_mark;
+pt_report_mark pt_report_mark_now(const pt_mesh *mesh, int64_t step);
+void pt_report_print(const pt_mesh *mesh, const pt_report_mark *since, int64_t step,
+                     const pt_rank_memory *mem);
+
+#endif

@@ -1,0 +1,28 @@
+/* comm_backend.h: what a comm backend (src/comm/comm_<name>.c) builds on, from comm.c: the head of
+ * every request and the per-communicator request pool. Private to src/comm. */
+#ifndef PT_COMM_BACKEND_H
+#define PT_COMM_BACKEND_H
+
+#include "pt/comm.h"
+
+/* The backend-neutral head of a request; a backend's request type starts with it and sets
+ * c->req_size to its size. */
+struct pt_comm_req {
+    pt_comm_req *next_idle; /* in c->req_idle while idle */
+    pt_comm_op op;
+    int held; /* a guard hold (core.h) taken on its buffers until it completes */
+};
+
+/* An idle request of c's pool, for an operation op moving `bytes` (counted in c->stats now). The
+ * pool grows (zeroed requests of c->req_size bytes, in one block) to twice the requests pending,
+ * 16 at least, whenever more than half of it is pending. a and b: the operation's buffers; on
+ * guarded backend memory they stay accessible (a hold) from here until pt_comm_req_done, since
+ * the backend reads and writes them in between. */
+pt_comm_req *pt_comm_req_take(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *a,
+                              const void *b);
+/* r completed: releases its hold and returns it to c's pool. */
+void pt_comm_req_done(pt_comm *c, pt_comm_req *r);
+/* Frees every request of c's pool, idle or not (from c->free). */
+void pt_comm_req_free_all(pt_comm *c);
+
+#endif

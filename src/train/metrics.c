@@ -1,0 +1,198 @@
+/* metrics.c: a step's log line and JSON line, MFU and the measured GEMM peak (see
+ * include/pt/metrics.h). */
+#include "pt/metrics.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+double pt_measure_gemm_peak(pt_backend *be) {
+    /* square sgemm large enough to reach the library's steady state */
+    const int n = 1024;
+    float *a = be->alloc(be, (size_t)n * n * sizeof(float));
+    float *b = be->alloc(be, (size_t)n * n * sizeof(float));
+    float *c = be->alloc(be, (size_t)n * n * sizeof(float));
+    float *h = pt_malloc((size_t)n * n * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * n; i++) h[i] = (float)(i % 17) * 0.01f;
+    be->upload(be, a, h, (size_t)n * n * sizeof(float));
+    be->upload(be, b, h, (size_t)n * n * sizeof(float));
+    free(h);
+    double best = 1e30;
+    /* best of 12: robust to a brief disturbance from other processes */
+    for (int r = 0; r < 12; r++) {
+        double t0 = pt_now();
+        be->gemm(be, PT_NO_TRANS, PT_TRANS, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        be->synchronize(be);
+        double dt = pt_now() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    be->free(be, a);
+    be->free(be, b);
+    be->free(be, c);
+    return 2.0 * n * n * (double)n / best;
+}
+
+double pt_mfu(double flops_per_token, double tokens_per_s, int ranks, double peak_flops) {
+    return flops_per_token * tokens_per_s / ranks / peak_flops;
+}
+
+static void pt_fmt_duration(double sec, char *out, size_t cap) {
+    long s = (long)(sec + 0.5);
+    if (s >= 3600)
+        snprintf(out, cap, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+    else
+        snprintf(out, cap, "%ldm%02lds", s / 60, s % 60);
+}
+
+void pt_progress_bar(int64_t step, int64_t total, double elapsed, int64_t first_step, char *out,
+                     size_t cap) {
+    int64_t done = step - first_step;
+    double eta = done > 0 ? elapsed / (double)done * (double)(total - step) : 0;
+    char eta_s[32], bar[24];
+    pt_fmt_duration(eta, eta_s, sizeof eta_s);
+    int width = 20, filled = total > 0 ? (int)(width * step / total) : width;
+    for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+    bar[width] = 0;
+    snprintf(out, cap, "[%s] ETA %s", bar, eta_s);
+}
+
+void pt_step_print(const pt_step_stats *s, int64_t total, const char *progress) {
+    pt_log_info("step %*lld/%lld | loss %.4f | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | "
+                "mem %.0f MiB | %s",
+                (int)snprintf(NULL, 0, "%lld", (long long)total), (long long)s->step,
+                (long long)total, s->loss, s->grad_norm, (double)s->lr, s->tokens_per_s,
+                100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, progress);
+}
+
+/* Bytes of every group so far (bus-bandwidth convention), and microseconds blocked waiting on it,
+ * in pt_mesh_groups order (out[i], out[PT_MESH_MAX_GROUPS + i]). */
+static void pt_group_bytes(const pt_mesh *mesh, uint64_t *out) {
+    const pt_comm *g[PT_MESH_MAX_GROUPS];
+    int n = pt_mesh_groups(mesh, g);
+    for (int i = 0; i < n; i++) {
+        out[i] = 0;
+        for (int op = 0; op < PT_COMM_OP_COUNT; op++) out[i] += g[i]->stats.bytes[op];
+        out[PT_MESH_MAX_GROUPS + i] = (uint64_t)(g[i]->stats.wait_seconds * 1e6);
+    }
+}
+
+pt_status pt_metrics_open(pt_metrics *mx, const char *path, const pt_mesh *mesh,
+                          int64_t total_steps, int64_t comm_every) {
+    memset(mx, 0, sizeof *mx);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) { /* its directory, made if missing */
+        *slash = 0;
+        if (pt_mkdirs(dir) != PT_OK)
+            return pt_errorf(PT_ERR_IO, "logging.metrics: cannot create the directory %s", dir);
+    }
+    mx->f = fopen(path, "a");
+    if (!mx->f) return pt_errorf(PT_ERR_IO, "logging.metrics: cannot open %s for appending", path);
+    mx->mesh = mesh;
+    mx->total_steps = total_steps;
+    mx->comm_every = comm_every;
+    pt_metrics_begin(mx);
+    return PT_OK;
+}
+
+void pt_metrics_begin(pt_metrics *mx) {
+    if (!mx->mesh) return;
+    pt_mesh_stats(mx->mesh, &mx->since);
+    pt_group_bytes(mx->mesh, mx->group_since);
+}
+
+void pt_metrics_close(pt_metrics *mx) {
+    if (mx->f) fclose(mx->f);
+    mx->f = NULL;
+}
+
+void pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
+                      const pt_rank_memory *mem) {
+    FILE *f = mx->f;
+    if (!f) return;
+    fprintf(f,
+            "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
+            "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld, "
+            "\"allocs\": %lld",
+            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
+            s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes(),
+            (long long)s->allocs);
+    if (mc->n_experts > 0 && s->expert_load) {
+        /* per MoE layer: token-slots per expert min, max, mean, max/mean */
+        fprintf(f, ", \"aux_loss\": %.9g, \"z_loss\": %.9g, \"expert_load\": {", s->aux_loss,
+                s->z_loss);
+        int first = 1;
+        for (int l = 0; l < mc->n_layers; l++) {
+            if (!pt_layer_is_moe(mc, l)) continue;
+            const double *ld = s->expert_load + (size_t)l * mc->n_experts;
+            double mn = ld[0], mx = ld[0], sum = 0;
+            for (int e = 0; e < mc->n_experts; e++) {
+                mn = ld[e] < mn ? ld[e] : mn, mx = ld[e] > mx ? ld[e] : mx;
+                sum += ld[e];
+            }
+            double mean = sum / mc->n_experts;
+            fprintf(f, "%s\"%d\": [%.0f, %.0f, %.2f, %.4f]", first ? "" : ", ", l, mn, mx, mean,
+                    mean > 0 ? mx / mean : 0.0);
+            first = 0;
+        }
+        fprintf(f, "}");
+        if (s->ep)
+            fprintf(f, ", \"ep_rows\": [%lld, %lld]", (long long)s->ep_rows[0],
+                    (long long)s->ep_rows[1]);
+    }
+    if (s->n_stages) {
+        fprintf(f, ", \"pp_idle\": [");
+        for (int i = 0; i < s->n_stages; i++) fprintf(f, "%s%.4f", i ? ", " : "", s->idle[i]);
+        fprintf(f, "]");
+    }
+    if (s->n_cp) {
+        fprintf(f, ", \"cp_attn_pairs\": [");
+        for (int i = 0; i < s->n_cp; i++) fprintf(f, "%s%.0f", i ? ", " : "", s->attn_pairs[i]);
+        fprintf(f, "]");
+    }
+    int64_t every = mx->comm_every;
+    if (mx->mesh && (s->step % every == 0 || s->step == mx->total_steps)) {
+        pt_comm_stats now, *since = &mx->since;
+        pt_mesh_stats(mx->mesh, &now);
+        uint64_t sent = 0;
+        char ops[512] = "";
+        size_t used = 0;
+        for (int op = 0; op < PT_COMM_OP_COUNT; op++) {
+            uint64_t b = now.bytes[op] - since->bytes[op], c = now.calls[op] - since->calls[op];
+            sent += b;
+            if (c && used < sizeof ops)
+                used += (size_t)snprintf(ops + used, sizeof ops - used, "%s\"%s\": [%llu, %llu]",
+                                         used ? ", " : "", pt_comm_op_name((pt_comm_op)op),
+                                         (unsigned long long)c, (unsigned long long)b);
+        }
+        int64_t steps = s->step % every == 0 ? every : s->step % every;
+        /* per group: {"tp": bytes, ...} */
+        const pt_comm *g[PT_MESH_MAX_GROUPS];
+        uint64_t gnow[2 * PT_MESH_MAX_GROUPS], *group_since = mx->group_since;
+        int ng = pt_mesh_groups(mx->mesh, g);
+        pt_group_bytes(mx->mesh, gnow);
+        char groups[512] = "", waits[512] = "";
+        size_t gu = 0, wu = 0;
+        for (int i = 0; i < ng && gu < sizeof groups && wu < sizeof waits; i++) {
+            if (gnow[i] != group_since[i])
+                gu += (size_t)snprintf(groups + gu, sizeof groups - gu, "%s\"%s\": %llu", gu ? ", " : "",
+                                       g[i]->name, (unsigned long long)(gnow[i] - group_since[i]));
+            uint64_t w = gnow[PT_MESH_MAX_GROUPS + i] - group_since[PT_MESH_MAX_GROUPS + i];
+            if (w)
+                wu += (size_t)snprintf(waits + wu, sizeof waits - wu, "%s\"%s\": %.6f", wu ? ", " : "",
+                                       g[i]->name, (double)w / 1e6);
+        }
+        memcpy(group_since, gnow, sizeof gnow);
+        fprintf(f,
+                ", \"comm_steps\": %lld, \"comm_bytes\": %llu, \"comm_wait_s\": %.6f, \"comm\": {%s}, "
+                "\"comm_groups\": {%s}, \"comm_wait_groups\": {%s}, "
+                "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"params_transient\": %zu, "
+                "\"grads_transient\": %zu, \"activations\": %zu}",
+                (long long)steps, (unsigned long long)sent, now.wait_seconds - since->wait_seconds,
+                ops, groups, waits, mem->params, mem->grads, mem->optim, mem->params_transient,
+                mem->grads_transient, mem->activations);
+        *since = now;
+    }
+    fprintf(f, "}\n");
+    fflush(f);
+}
