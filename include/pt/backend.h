@@ -132,12 +132,8 @@ struct pt_backend {
 
     /* y += x (n) */
     void (*add)(pt_backend *be, float *y, const float *x, size_t n);
-    /* x *= s (n) */
-    void (*scale)(pt_backend *be, float *x, float s, size_t n);
     /* Σ x² in double (n) */
     double (*sumsq)(pt_backend *be, const float *x, size_t n);
-    /* Σ x in double (n) */
-    double (*sum)(pt_backend *be, const float *x, size_t n);
 
     /* AdamW with PyTorch's semantics on n elements (step counts from 1), on the gradient
      * g·grad_scale (rounded to float first, as clip_grad_norm_ then AdamW would do):
@@ -158,5 +154,23 @@ typedef enum { PT_GEMM_ONEDNN = 0, PT_GEMM_OPENBLAS = 1 } pt_gemm_lib;
  * library. For OpenBLAS it selects the fastest kernel the CPU supports even where OpenBLAS does
  * not know the CPU model (see src/backend/cpu/gemm.c). Returns NULL with pt_last_error() set. */
 pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib);
+
+/* A test facility (src/backend/cpu/guard.c): a backend whose every slot calls `inner`'s, whose
+ * alloc hands out page-aligned zeroed blocks of one reserved region (16 GiB of address space,
+ * committed as used) that is inaccessible (PROT_NONE) except while a hold is taken
+ * (pt_guard_hold in core.h): during every call of this backend and while a comm operation on
+ * such memory is pending. Host code that reads or writes backend memory directly dies of
+ * SIGSEGV at the access. Takes ownership of inner (destroyed with the wrapper, or on failure:
+ * NULL with pt_last_error() set). pt_backend_cpu_create returns a guarded CPU backend when the
+ * environment has PT_BACKEND_GUARD=1, and one in report mode with PT_BACKEND_GUARD=report. */
+pt_backend *pt_backend_guard(pt_backend *inner);
+/* Report mode, to find every offender in one run: a stray access to guarded memory prints the
+ * faulting instruction's backtrace (once per instruction, frames as binary+0xOFFSET for
+ * addr2line) on stderr, or appended to log_path when not NULL, and proceeds instead of killing
+ * the process (PT_BACKEND_GUARD=report, PT_BACKEND_GUARD_LOG=path). Installs a SIGSEGV handler
+ * (chaining to the one it replaces for other faults) unless it is already the current one:
+ * pt_backend_cpu_create calls it for every backend it makes, since cmocka resets the handler
+ * around each test. */
+void pt_backend_guard_report(const char *log_path);
 
 #endif

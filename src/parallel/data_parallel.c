@@ -109,8 +109,9 @@ static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
             b->gathered = 1;
         } else if (d->zero == 1) {
             float *g = d->model->grads;
-            size_t own = pt_own_lo(d, b);
-            if (own != b->lo) memmove(g + own, g + b->lo, b->shard * sizeof(float));
+            size_t own = pt_own_lo(d, b); /* rank r's slice: at lo + r·shard, past the first */
+            pt_backend *be = d->model->be;
+            if (own != b->lo) be->copy(be, g + own, g + b->lo, b->shard * sizeof(float));
         }
         return;
     }

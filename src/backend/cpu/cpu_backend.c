@@ -89,12 +89,22 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
         .rows_dot = pt_cpu_rows_dot,
         .xent_grad = pt_cpu_xent_grad,
         .add = pt_cpu_add,
-        .scale = pt_cpu_scale,
         .sumsq = pt_cpu_sumsq,
-        .sum = pt_cpu_sum,
         .adamw = pt_cpu_adamw,
         .describe = cpu_describe,
         .destroy = cpu_destroy,
     };
+    /* the guard (src/backend/cpu/guard.c), a test facility */
+    const char *guard = getenv("PT_BACKEND_GUARD");
+    int report = guard && strcmp(guard, "report") == 0;
+    if (guard && (strcmp(guard, "1") == 0 || report)) {
+        static int logged;
+        if (!logged)
+            pt_log_info("PT_BACKEND_GUARD=%s: backend memory is inaccessible outside backend calls "
+                        "and communication%s", guard, report ? " (stray accesses reported)" : "");
+        logged = 1;
+        if (report) pt_backend_guard_report(getenv("PT_BACKEND_GUARD_LOG"));
+        return pt_backend_guard(be);
+    }
     return be;
 }

@@ -302,18 +302,11 @@ void pt_cpu_add(pt_backend *be, float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-/* x (n) *= s */
-void pt_cpu_scale(pt_backend *be, float *x, float s, size_t n) {
-    (void)be;
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
-/* Σ x or Σ x² in double. The blocks depend only on n (at most MAX_BLOCKS, at least BLOCK_MIN
- * elements each) and are added in order, so the result does not depend on the thread count. */
+/* Σ x² in double. The blocks depend only on n (at most MAX_BLOCKS, at least BLOCK_MIN elements
+ * each) and are added in order, so the result does not depend on the thread count. */
 #define MAX_BLOCKS 256
 #define BLOCK_MIN 8192
-static double reduce_blocks(const float *x, size_t n, int squares) {
+static double reduce_blocks(const float *x, size_t n) {
     size_t bs = (n + MAX_BLOCKS - 1) / MAX_BLOCKS;
     if (bs < BLOCK_MIN) bs = BLOCK_MIN;
     int nblk = (int)((n + bs - 1) / bs);
@@ -322,13 +315,8 @@ static double reduce_blocks(const float *x, size_t n, int squares) {
     for (int b = 0; b < nblk; b++) {
         size_t lo = (size_t)b * bs, hi = lo + bs < n ? lo + bs : n;
         double acc = 0.0;
-        if (squares) {
 #pragma omp simd reduction(+ : acc)
-            for (size_t i = lo; i < hi; i++) acc += (double)x[i] * x[i];
-        } else {
-#pragma omp simd reduction(+ : acc)
-            for (size_t i = lo; i < hi; i++) acc += x[i];
-        }
+        for (size_t i = lo; i < hi; i++) acc += (double)x[i] * x[i];
         part[b] = acc;
     }
     double total = 0.0;
@@ -338,12 +326,7 @@ static double reduce_blocks(const float *x, size_t n, int squares) {
 
 double pt_cpu_sumsq(pt_backend *be, const float *x, size_t n) {
     (void)be;
-    return reduce_blocks(x, n, 1);
-}
-
-double pt_cpu_sum(pt_backend *be, const float *x, size_t n) {
-    (void)be;
-    return reduce_blocks(x, n, 0);
+    return reduce_blocks(x, n);
 }
 
 /* ---------------------------------------------------------------------------------------------

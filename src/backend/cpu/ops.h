@@ -57,9 +57,7 @@ void pt_cpu_softmax_xent(pt_backend *be, float *logits, float *losses, const int
                          int n, int V, int ld, float dscale);
 
 void pt_cpu_add(pt_backend *be, float *y, const float *x, size_t n);
-void pt_cpu_scale(pt_backend *be, float *x, float s, size_t n);
 double pt_cpu_sumsq(pt_backend *be, const float *x, size_t n);
-double pt_cpu_sum(pt_backend *be, const float *x, size_t n);
 
 void pt_cpu_adamw(pt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
