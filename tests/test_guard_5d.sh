@@ -4,7 +4,9 @@
 # calls and communication, so any code that reads or writes it directly dies of SIGSEGV.
 #   - the guarded single-process reference, and dp2·pp2·cp2·tp2 with ep 2, zero bubble and ZeRO-1
 #     (test_5d's moe_5d_ep2_zb_z1), guarded, reproducing it;
-#   - the same layout without the guard reproduces it too, with bitwise the losses of the guarded
+#   - two 8-rank layouts guarded for the other data-parallel paths (ZeRO-3 with tp, sp, ep and cp;
+#     ZeRO-0 over dp × cp with a pipeline), each reproducing the reference;
+#   - the same 16-rank layout without the guard reproduces it too, with bitwise the losses of the guarded
 #     run (the guard changes no arithmetic), and only the guarded runs say the guard is on.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
@@ -35,11 +37,21 @@ t0=$SECONDS
 PT_BACKEND_GUARD=1 check 16 guarded_moe_5d_ep2_zb_z1 mref "${moe[@]}" "${full[@]}" $P.ep=2
 explain guarded_moe_5d_ep2_zb_z1
 echo "guarded 16 ranks: $((SECONDS - t0)) s"
+# and the data-parallel paths the layout above does not take: ZeRO-0 (its all-gather half) over
+# dp × cp with a pipeline, ZeRO-3 with experts, tp and sp
+t0=$SECONDS
+PT_BACKEND_GUARD=1 check 8 guarded_moe_dp2_cp2_tp2_ep2_sp_z3 mref "${moe[@]}" $P.dp=2 $P.cp=2 $P.tp=2 \
+  $P.ep=2 $P.sp=true $P.zero=3 --training.micro_batch=2
+explain guarded_moe_dp2_cp2_tp2_ep2_sp_z3
+PT_BACKEND_GUARD=1 check 8 guarded_moe_dp2_pp2_cp2_afab_z0 mref "${moe[@]}" $P.dp=2 $P.pp=2 $P.cp=2 \
+  $P.pp_schedule=afab $P.zero=0 --training.micro_batch=2
+explain guarded_moe_dp2_pp2_cp2_afab_z0
+echo "guarded 8 ranks (ZeRO-3, ZeRO-0): $((SECONDS - t0)) s"
 t0=$SECONDS
 PT_BACKEND_GUARD= check 16 plain_moe_5d_ep2_zb_z1 mref "${moe[@]}" "${full[@]}" $P.ep=2
 echo "plain 16 ranks: $((SECONDS - t0)) s"
 
-for name in mref guarded_moe_5d_ep2_zb_z1; do
+for name in mref guarded_moe_5d_ep2_zb_z1 guarded_moe_dp2_cp2_tp2_ep2_sp_z3 guarded_moe_dp2_pp2_cp2_afab_z0; do
   grep -qF "$banner" "$tmp/$name.log" 2>/dev/null && ok || bad "$name: the guard was not on"
 done
 grep -qF "$banner" "$tmp/plain_moe_5d_ep2_zb_z1.log" 2>/dev/null &&

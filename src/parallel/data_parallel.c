@@ -1,4 +1,13 @@
-/* data_parallel.c: bucketed, overlapped gradient reduction and ZeRO-1/2/3 (see data_parallel.h). */
+/* data_parallel.c: data parallelism, ZeRO 0–3 (the stages are described in data_parallel.h).
+ *
+ * Each data rank runs the whole model (its tensor, pipeline and expert share of it) on its rows of
+ * the batch; the gradients are summed over the data group (dp × cp: context ranks hold other
+ * tokens of the same sequences). The module follows the model through pt_model_hooks: a unit's
+ * release of its gradients starts the reductions of the buckets it completes, overlapped with the
+ * rest of backward; with ZeRO the optimizer state (1), the gradients (2) and the parameters (3)
+ * are sharded over the group, parameters gathered after the step (1, 2) or unit by unit before
+ * use (3). With experts, layout.c makes one instance per region (dense, experts). It owns its
+ * buckets, shard buffers and a small pool of bucket-sized buffers; the group is dp (or dpcp, edp). */
 #include "pt/data_parallel.h"
 
 #include <math.h>
@@ -60,6 +69,15 @@ static void pt_point_bucket(pt_dp *d, const pt_dp_bucket *b, int use, float *buf
  * released after its reduce-scatter started (measured: 0.4 hides the most on both bench models) */
 #define PT_DP_GATHER_AFTER 0.4
 
+/* ZeRO-0/1: the rank's reduced slice, left at the start of the bucket by the in-place
+ * reduce-scatter, moved to its place (rank r's at lo + r·shard: past the first, no overlap). */
+static void pt_dp_move_slice(pt_dp *d, const pt_dp_bucket *b) {
+    float *g = d->model->grads;
+    size_t own = pt_own_lo(d, b);
+    pt_backend *be = d->model->be;
+    if (own != b->lo) be->copy(be, g + own, g + b->lo, b->shard * sizeof(float));
+}
+
 static void pt_dp_second_phase(pt_dp *d, int all) {
     if (d->plain) return;
     for (int i = 0; i < d->n_buckets; i++) {
@@ -71,11 +89,9 @@ static void pt_dp_second_phase(pt_dp *d, int all) {
             continue;
         if (b->req) pt_comm_wait(d->comm, b->req);
         b->req = NULL;
-        float *g = d->model->grads;
-        size_t own = pt_own_lo(d, b);
-        if (own != b->lo) memmove(g + own, g + b->lo, b->shard * sizeof(float));
+        pt_dp_move_slice(d, b);
         b->gathering = 1;
-        b->req = d->comm->iallgather(d->comm, NULL, g + b->lo, b->shard, PT_DTYPE_F32);
+        b->req = d->comm->iallgather(d->comm, NULL, d->model->grads + b->lo, b->shard, PT_DTYPE_F32);
     }
 }
 
@@ -108,10 +124,7 @@ static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
             b->gathering = 0;
             b->gathered = 1;
         } else if (d->zero == 1) {
-            float *g = d->model->grads;
-            size_t own = pt_own_lo(d, b); /* rank r's slice: at lo + r·shard, past the first */
-            pt_backend *be = d->model->be;
-            if (own != b->lo) be->copy(be, g + own, g + b->lo, b->shard * sizeof(float));
+            pt_dp_move_slice(d, b);
         }
         return;
     }

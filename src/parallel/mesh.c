@@ -1,4 +1,8 @@
-/* mesh.c: the 5D process mesh (see include/pt/mesh.h). */
+/* mesh.c: the 5D process mesh (see include/pt/mesh.h).
+ *
+ * Resolves the degrees (dp × pp × cp × tp = world, ep within dp × cp), this rank's coordinates, and
+ * one communicator per group (world, dp, tp, pp, cp, dpcp, ep, edp, emb, and kv when key/value
+ * heads are shared), split from the comm backend's world communicator. It knows no MPI. */
 #include "pt/mesh.h"
 
 #include <stdlib.h>

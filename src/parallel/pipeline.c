@@ -1,4 +1,12 @@
-/* pipeline.c: the stage split and the schedule engine (see include/pt/pipeline.h). */
+/* pipeline.c: pipeline parallelism: the stage split and the schedule engine (see
+ * include/pt/pipeline.h).
+ *
+ * The layers are cut into stages (contiguous, minimising the largest stage's cost, or as given),
+ * each rank holding one chunk (v with the interleaved schedule); the model runs a chunk
+ * (pt_acts_input / output / grad carry its boundary). The engine walks this rank's action list of
+ * the schedule (schedule.c: AFAB, 1F1B, interleaved, zero bubble): forward, backward (whole or
+ * input then weight), and the sends and receives of activations and their gradients over the pp
+ * group, nonblocking, each micro-batch's activations in a set from a pool (their peak measured). */
 #include "pt/pipeline.h"
 
 #include <math.h>
