@@ -4,6 +4,7 @@
 #   compare REF NAME [A B N Z] tests/ref/compare_runs.py against the reference run
 #   check NP NAME REF ARGS...  a run that must reproduce REF (run, then compare)
 #   expect_fail NP NEEDLE ARGS a layout that must fail fast with one message
+#   killed_rank NP RANK ARGS   a rank SIGKILLed once training runs must end the job fast
 #   ok / bad MESSAGE           count a pass / a failure
 bin="$1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -63,4 +64,31 @@ check() { # NP NAME REF ARGS...: a run that must reproduce the run REF
   else
     bad "$name failed: $(tail -3 "$tmp/$name.log")"
   fi
+}
+
+# killed_rank NP RANK ARGS...: rank RANK killed (SIGKILL) once the run has reached step 2: the job
+# must end non-zero within 30 s (not by the test's timeout, not as a failed start), naming the rank
+killed_rank() {
+  local np="$1" rank="$2"; shift 2
+  local out="$tmp/kill.log" victim="" job rc t0 took
+  timeout 60 mpiexec -np "$np" "$bin" train "${tiny[@]}" "$@" --training.steps=1000000 > "$out" 2>&1 &
+  job=$!
+  for _ in $(seq 1 100); do
+    sleep 0.1
+    grep -Eq "step +2/" "$out" 2>/dev/null || continue
+    for p in $(pgrep -f "$tmp/train_"); do
+      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$p
+    done
+    [ -n "$victim" ] && break
+  done
+  t0=$SECONDS
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $job; rc=$?
+  took=$((SECONDS - t0))
+  if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] && grep -q "rank $rank" "$out"; then
+    ok; echo "killed rank $rank (pid $victim): exit $rc after ${took}s: $(grep "rank $rank" "$out" | head -1)"
+  else
+    bad "killed rank $rank: pid '$victim', exit $rc after ${took}s: $(tail -5 "$out")"
+  fi
+  pkill -9 -f "$tmp/train_" 2>/dev/null
 }

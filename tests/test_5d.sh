@@ -141,29 +141,7 @@ sys.exit(0 if ok else 1)
 PY
 
 # a rank killed mid-step: the job ends, non-zero, naming the rank
-out="$tmp/kill.log"
-timeout 60 mpiexec -np 8 "$bin" train "${tiny[@]}" "${L4[@]}" $P.dp=2 $P.tp=2 $P.pp=2 \
-  --training.micro_batch=2 --training.steps=1000000 > "$out" 2>&1 &
-job=$!
-victim=""
-for _ in $(seq 1 100); do
-  sleep 0.1
-  grep -Eq "step +2/" "$out" 2>/dev/null || continue
-  for p in $(pgrep -f "$tmp/train_"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=3" && victim=$p
-  done
-  [ -n "$victim" ] && break
-done
-t0=$SECONDS
-[ -n "$victim" ] && kill -9 "$victim"
-wait $job; rc=$?
-took=$((SECONDS - t0))
-if [ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] && grep -q "rank 3" "$out"; then
-  ok; echo "killed rank 3 (pid $victim): exit $rc after ${took}s: $(grep "rank 3" "$out" | head -1)"
-else
-  bad "killed rank: pid '$victim', exit $rc after ${took}s: $(tail -5 "$out")"
-fi
-pkill -9 -f "$tmp/train_" 2>/dev/null
+killed_rank 8 3 "${L4[@]}" $P.dp=2 $P.tp=2 $P.pp=2 --training.micro_batch=2
 
 echo "test_5d: $pass passed, $fail failed"
 [ $fail -eq 0 ]
