@@ -45,8 +45,6 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     if (!t->be) return PT_ERR_RUNTIME;
 
     /* the layout: groups, this rank's share of the model and of the batch, parallel tables */
-    int mpi_on = 0;
-    mpi_on = pt_comm_distributed();
     pt_layout_spec spec = {
         .deg = {cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.cp,
                 cfg->parallel.ep},
@@ -64,7 +62,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         .pp_layers = cfg->parallel.pp_layers,
     };
     pt_layout *lay = &t->lay;
-    PT_TRY(pt_layout_init(lay, &spec, &cfg->model, t->be, mpi_on));
+    PT_TRY(pt_layout_init(lay, &spec, &cfg->model, t->be, pt_comm_distributed()));
     t->mesh = lay->mesh;
     cfg->parallel.dp = lay->dp_size;
     pt_log_info("backend: %s", t->be->describe(t->be));

@@ -261,12 +261,12 @@ def main():
     defs, undefs = {}, {}
     for s, obj in sorted(objects.items()):
         # out of date like make sees it: older than its source or a project header it includes
-        seen, todo = {s}, [s]
-        while todo:
-            for w in inc.get(todo.pop(), {}):
+        seen, frontier = {s}, [s]
+        while frontier:
+            for w in inc.get(frontier.pop(), {}):
                 if w not in seen and not w.startswith("<"):
                     seen.add(w)
-                    todo.append(w)
+                    frontier.append(w)
         newer = sorted(f for f in seen if os.path.getmtime(os.path.join(a.src, f)) > os.path.getmtime(obj))
         if newer:
             problems.append(f"{os.path.relpath(obj, a.build)} is older than {', '.join(newer)}: rebuild first")
