@@ -60,6 +60,14 @@ void pt_step_print(const pt_step_stats *s, int64_t total_steps, const char *prog
 void pt_progress_bar(int64_t step, int64_t total_steps, double elapsed, int64_t first_step,
                      char *out, size_t cap);
 
+/* Bytes this process may use when training.memory_limit is 0: the host's available memory
+ * (MemAvailable, and the cgroup's limit less its usage when lower) divided by the ranks on this
+ * host (OMPI_COMM_WORLD_LOCAL_SIZE, else 1). */
+int64_t pt_memory_available(void);
+/* PT_ERR_CONFIG when the set-up's need (the sum of mem's kinds) exceeds limit bytes, the message
+ * listing the need by kind; `what` names where the limit came from. */
+pt_status pt_memory_check(const pt_rank_memory *mem, int64_t limit, const char *what);
+
 /* sgemm FLOP/s of the backend, measured now (a few hundred milliseconds). */
 double pt_measure_gemm_peak(pt_backend *be);
 /* Model FLOPs utilisation per rank: the FLOPs of the tokens processed over every rank's peak

@@ -199,6 +199,22 @@ typedef struct {
 /* Activations of one micro-batch (B, T), held from its forward to its backward. Sized once. */
 typedef struct pt_acts pt_acts;
 
+/* Activation recomputation (training.recompute): what a layer keeps from its forward for its
+ * backward, the rest being computed again in backward from what it kept.
+ *   NONE       everything (the layer input, both norms' outputs and statistics, q/k/v, the
+ *              attention's output and log-sum-exp, the residual after attention, gate/up, h);
+ *   SELECTIVE  all but the attention core (its output and log-sum-exp, recomputed from q/k/v)
+ *              and the SwiGLU activation h (recomputed from gate/up); under context parallelism
+ *              the attention's output is kept (recomputing it would run the ring again);
+ *   FULL       the layer input only; backward first runs the layer's forward again (its
+ *              communication too: tp's gathers and reductions, cp's ring, ep's dispatch and
+ *              combine).
+ * Under a split backward (zero bubble) the weight gradients' operands (xn1, att, xn2, h) stay
+ * from the input pass to the weight pass. What a layer does not keep lives in one workspace of
+ * the model, shared by every layer and micro-batch (one layer is recomputed at a time).
+ * Recomputation is exact: the same kernels on the same inputs, bit for bit. */
+typedef enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL } pt_recompute;
+
 /* Units are what the model tells its owner about as it runs: unit 0 is the embedding, unit l + 1
  * layer l, unit L + 1 the final norm, unit L + 2 the head (empty when tied: the head is then
  * unit 0). A unit's tensors are contiguous in the table. Before the model reads a unit's
@@ -242,6 +258,8 @@ typedef struct {
     double aux_scale, aux_loss, z_loss;
     double *expert_load; /* (n_layers, n_experts): token-slots routed to each expert (counter) */
     int64_t a2a_sent, a2a_recv; /* expert parallelism: rows dispatched to / from other ranks (counter) */
+    int recompute, recompute_layers; /* pt_recompute, pt_model_set_recompute */
+    struct pt_model_ws *ws;          /* the recomputation workspace (llama.c), NULL when none */
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);
@@ -250,6 +268,11 @@ pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be)
 pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *be,
                            size_t alloc_total, int flags, const pt_model_parallel *par);
 void pt_model_free(pt_model *m);
+/* Sets the mode for activations created from now on; with FULL, layers > 0 recomputes only the
+ * first `layers` layers of each chunk (Megatron's recompute_num_layers; 0: all). */
+void pt_model_set_recompute(pt_model *m, pt_recompute mode, int layers);
+/* Bytes of the model's recomputation workspace (0 when nothing is recomputed). */
+size_t pt_model_workspace_bytes(const pt_model *m);
 /* Points the view of one unit's parameters (use = PT_USE_PARAMS) or gradients at buf, which holds
  * the table's elements [buf_lo, buf_hi): the unit's tensors that start there (buf = NULL clears
  * them). */

@@ -49,9 +49,10 @@ typedef struct {
     /* Attention of this rank's queries against the keys and values of every context rank (ring
      * attention). s is the local call (q, k, v in qkv at strides s->ldq; s->q_pos this rank's
      * positions); att and lse as attention_forward. poll(user) lets other pending communication
-     * progress between blocks. */
+     * progress between blocks. recompute: a second forward of the layer (full activation
+     * recomputation in backward), whose attention pairs are not counted again. */
     void (*attn_forward)(void *ctx, const pt_attn_shape *s, const float *qkv, float *att,
-                         float *lse, int layer, void (*poll)(void *), void *user);
+                         float *lse, int layer, int recompute, void (*poll)(void *), void *user);
     /* Its backward: dqkv (zeroed by the caller) gets the gradient of this rank's q, k and v. */
     void (*attn_backward)(void *ctx, const pt_attn_shape *s, const float *qkv, const float *att,
                           const float *datt, const float *lse, float *dqkv, int layer,

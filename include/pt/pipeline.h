@@ -45,6 +45,7 @@ typedef struct {
     pt_acts **pool;       /* free activation sets, per chunk: pool[c · m + i] */
     int *pool_n, *live, *peak;
     size_t *set_bytes;    /* one set's bytes, per chunk (recorded when the first is made) */
+    size_t setup_bytes;   /* the sets made at set-up: those the schedule holds at once */
 } pt_pipe;
 
 pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,16 +104,40 @@ void *pt_calloc(size_t n, size_t size) {
     return p;
 }
 
+/* Large blocks are mapped: zero pages the kernel provides on first touch, so that memory is
+ * committed only as it is used and a set-up can be measured against training.memory_limit before
+ * its buffers are written. A 64-byte header before every block says how it was made. */
+enum { PT_MAP_MIN = 1 << 20, PT_HDR = 64 };
+typedef struct {
+    size_t mapped; /* bytes of the mapping, 0: from aligned_alloc */
+} pt_block_hdr;
+
 void *pt_alloc_aligned(size_t bytes) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
     pt_count_alloc();
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    PT_ASSERTF(p != NULL, "out of memory allocating %zu bytes", bytes);
-    memset(p, 0, rounded ? rounded : 64);
-    return p;
+    char *p;
+    if (rounded >= PT_MAP_MIN) {
+        size_t len = rounded + PT_HDR;
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        PT_ASSERTF(p != MAP_FAILED, "out of memory mapping %zu bytes: %s", bytes, strerror(errno));
+        ((pt_block_hdr *)p)->mapped = len;
+    } else {
+        p = aligned_alloc(64, rounded + PT_HDR);
+        PT_ASSERTF(p != NULL, "out of memory allocating %zu bytes", bytes);
+        memset(p, 0, rounded + PT_HDR);
+    }
+    return p + PT_HDR;
 }
 
-void pt_free_aligned(void *p) { free(p); }
+void pt_free_aligned(void *ptr) {
+    if (!ptr) return;
+    char *p = (char *)ptr - PT_HDR;
+    size_t mapped = ((pt_block_hdr *)p)->mapped;
+    if (mapped)
+        munmap(p, mapped);
+    else
+        free(p);
+}
 
 void *pt_realloc(void *p, size_t bytes) {
     pt_count_alloc();

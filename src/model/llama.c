@@ -42,6 +42,8 @@ typedef struct {
     float *gu;     /* (N,2F) */
     float *h;      /* (N,F) */
     struct pt_moe_acts *moe; /* a mixture-of-experts layer's routing and experts' activations */
+    int re;        /* pt_recompute: what this layer computes again in backward */
+    unsigned keep; /* bit PT_A_*: the array is this layer's own (else the workspace's) */
     /* zero bubble: what the deferred weight gradients need */
     float *z_dmlp, *z_dgu, *z_datt, *z_dqkv; /* (N,C), (N,2F), (N,C), (N, q+2kv) */
 } pt_layer_acts;
@@ -78,6 +80,19 @@ struct pt_acts {
     float *h_losses;  /* (head_rows) host: a chunk's losses */
     int has_targets;
     float *block;     /* the one allocation everything above points into */
+};
+
+/* The recomputation workspace: one layer's arrays that layers do not keep (sized for the first
+ * activations made), the output of a recomputed layer, and a recomputed MoE layer's routing. */
+struct pt_model_ws {
+    pt_layer_acts la;
+    struct pt_moe_acts *moe;
+    float *xnext; /* (R,C) */
+    double *load; /* (E) host: a recomputed routing's counts, not counted again */
+    float *block;
+    int B, T, zb;
+    int users; /* the activations that point into it: the last one freed frees it */
+    size_t bytes;
 };
 
 static int pt_head_dim(const pt_model_config *c) { return c->dim / c->n_heads; }
@@ -545,6 +560,7 @@ void pt_model_free(pt_model *m) {
     pt_param_table_free(&m->table);
     pt_param_table_free(&m->gtable);
     free(m->expert_load);
+    PT_ASSERTF(!m->ws, "activations outlive their model");
     memset(m, 0, sizeof *m);
 }
 
@@ -598,7 +614,89 @@ pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
     return pt_acts_create_chunk(m, B, T, 0, 0);
 }
 
-pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
+/* A layer's arrays, in the order they are laid out. */
+enum { PT_A_X, PT_A_RSTD1, PT_A_XN1, PT_A_QKV, PT_A_ATT, PT_A_LSE, PT_A_XMID, PT_A_RSTD2, PT_A_XN2,
+       PT_A_GU, PT_A_H, PT_A_COUNT };
+
+static float **pt_layer_array(pt_layer_acts *la, int i) {
+    float **f[PT_A_COUNT] = {&la->x,    &la->rstd1, &la->xn1, &la->qkv, &la->att, &la->lse,
+                             &la->xmid, &la->rstd2, &la->xn2, &la->gu,  &la->h};
+    return f[i];
+}
+
+/* Elements of each of a layer's arrays for B sequences of T tokens (a MoE layer's gate/up and h
+ * live in its pt_moe_acts). */
+static void pt_layer_sizes(const pt_model *m, int B, int T, int moe, size_t *n) {
+    const pt_local_dims *d = &m->loc;
+    size_t N = (size_t)B * T, R = (size_t)pt_res_rows(m, (int)N), C = (size_t)m->cfg.dim;
+    size_t hd = (size_t)pt_head_dim(&m->cfg), q = (size_t)d->H * hd, kv = (size_t)d->KV * hd;
+    size_t F = moe ? 0 : (size_t)d->F;
+    size_t sz[PT_A_COUNT] = {R * C, R,         N * C, N * (q + 2 * kv), N * q, (size_t)B * d->H * T,
+                             R * C, R,         N * C, N * 2 * F,        N * F};
+    memcpy(n, sz, sizeof sz);
+}
+
+/* Whether a layer recomputing in mode re keeps array i for its backward (model.h). The
+ * log-sum-exp goes with the attention's output. */
+static int pt_layer_keeps(int re, int i, int zb, int cp) {
+    if (re == PT_RECOMPUTE_NONE || i == PT_A_X) return 1;
+    if (zb && (i == PT_A_XN1 || i == PT_A_ATT || i == PT_A_LSE || i == PT_A_XN2 || i == PT_A_H))
+        return 1; /* the weight gradients' operands, from the input pass to the weight pass */
+    if (re == PT_RECOMPUTE_FULL) return 0;
+    if (i == PT_A_ATT || i == PT_A_LSE) return cp; /* selective: the attention core */
+    return i != PT_A_H;                            /* ... and the SwiGLU activation */
+}
+
+
+void pt_model_set_recompute(pt_model *m, pt_recompute mode, int layers) {
+    PT_ASSERTF(!m->ws, "the recompute mode is set before the first activations are made");
+    m->recompute = mode;
+    m->recompute_layers = layers > 0 ? layers : 0;
+}
+
+size_t pt_model_workspace_bytes(const pt_model *m) { return m->ws ? m->ws->bytes : 0; }
+
+/* The mode of the i-th layer of a chunk. */
+static int pt_layer_mode(const pt_model *m, int i) {
+    if (m->recompute == PT_RECOMPUTE_FULL && m->recompute_layers && i >= m->recompute_layers)
+        return PT_RECOMPUTE_NONE;
+    return m->recompute;
+}
+
+/* Rounds every array up to 16 floats (64 bytes). */
+static size_t pt_round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static void pt_ws_create(pt_model *m, int B, int T, int zb) {
+    struct pt_model_ws *ws = m->ws = pt_calloc(1, sizeof *ws);
+    size_t n[PT_A_COUNT], total = 0, N = (size_t)B * T, R = (size_t)pt_res_rows(m, (int)N);
+    pt_layer_sizes(m, B, T, 0, n);
+    int cp = m->par.cp_ops != NULL;
+    for (int i = 0; i < PT_A_COUNT; i++)
+        if (!pt_layer_keeps(m->recompute, i, zb, cp)) total += pt_round16(n[i]);
+    if (m->recompute == PT_RECOMPUTE_FULL) total += pt_round16(R * m->cfg.dim);
+    ws->block = m->be->alloc(m->be, (total ? total : 1) * sizeof(float));
+    float *p = ws->block;
+    for (int i = 0; i < PT_A_COUNT; i++)
+        if (!pt_layer_keeps(m->recompute, i, zb, cp)) *pt_layer_array(&ws->la, i) = p, p += pt_round16(n[i]);
+    if (m->recompute == PT_RECOMPUTE_FULL) ws->xnext = p;
+    ws->bytes = total * sizeof(float);
+    ws->load = pt_calloc((size_t)(m->cfg.n_experts ? m->cfg.n_experts : 1), sizeof *ws->load);
+    ws->B = B, ws->T = T, ws->zb = zb;
+}
+
+/* The MoE activations a layer of mode re uses: its own, or the workspace's (full). */
+static struct pt_moe_acts *pt_moe_acts_for(pt_model *m, int re, int N) {
+    if (re != PT_RECOMPUTE_FULL) return pt_moe_acts_create(m, N);
+    struct pt_model_ws *ws = m->ws;
+    if (!ws->moe) {
+        ws->moe = pt_moe_acts_create(m, N);
+        ws->bytes += pt_moe_acts_bytes(ws->moe);
+    }
+    return ws->moe;
+}
+
+pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
+    pt_model *m = (pt_model *)mc; /* the workspace is made with the first activations */
     const pt_model_config *c = &m->cfg;
     PT_ASSERTF(T <= c->max_seq_len, "sequence length %d exceeds model.max_seq_len %d", T,
                c->max_seq_len);
@@ -611,16 +709,27 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
                "sequence parallelism: micro_batch × seq_len = %zu rows must be divisible by tp = %d",
                N, m->par.tp);
     size_t R = (size_t)pt_res_rows(m, (int)N);
-    size_t q = (size_t)d->H * hd, qkv = q + 2 * (size_t)d->KV * hd, H = (size_t)d->H;
-    int sp = m->par.sp && m->par.tp > 1;
-    size_t per_layer = R * C + R + N * C + N * qkv + N * q + (size_t)B * H * T + R * C + R +
-                       N * C + N * 2 * F + N * F + (zb ? N * C * 2 + N * 2 * F + N * qkv : 0);
+    size_t q = (size_t)d->H * hd, qkv = q + 2 * (size_t)d->KV * hd;
+    int sp = m->par.sp && m->par.tp > 1, cp = m->par.cp_ops != NULL;
+    if (m->recompute != PT_RECOMPUTE_NONE && !m->ws) pt_ws_create(m, B, T, zb);
+    if (m->ws) m->ws->users++;
+    PT_ASSERTF(!m->ws || ((size_t)m->ws->B * m->ws->T >= N && m->ws->T >= T && m->ws->zb == zb),
+               "the recomputation workspace was made for (%d,%d%s)", m->ws->B, m->ws->T,
+               m->ws->zb ? ", zero bubble" : "");
     size_t HR = last ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
-    size_t rest = R * C + R + N * C + N * C + HR * V + HR + R * C + N * C + N * qkv + N * q +
-                  N * 2 * F + N * F + (sp ? N * C : 0) + 2 * C + 2 * (size_t)d->KV * hd * C;
-    /* each array is rounded up to 16 floats (64 bytes) */
-    size_t n_arrays = 15 * (size_t)nl + 22;
-    size_t total = per_layer * nl + rest + 16 * n_arrays;
+    const size_t rest[] = {R * C, R, N * C, N * C, HR * V, HR, R * C, N * C, N * qkv, N * q,
+                           N * 2 * F, N * F, sp ? N * C : 0, 2 * C, 2 * (size_t)d->KV * hd * C};
+    const size_t zbs[] = {N * C, N * 2 * F, N * C, N * qkv};
+    /* what the layers keep, then the rest, each array rounded up to 16 floats */
+    size_t total = 0, n[PT_A_COUNT];
+    for (int l = 0; l < nl; l++) {
+        int moe = pt_layer_is_moe(c, ch.l0 + l), re = pt_layer_mode(m, l);
+        pt_layer_sizes(m, B, T, moe, n);
+        for (int i = 0; i < PT_A_COUNT; i++)
+            if (pt_layer_keeps(re, i, zb, cp)) total += pt_round16(n[i]);
+        for (size_t i = 0; zb && i < sizeof zbs / sizeof *zbs; i++) total += pt_round16(zbs[i]);
+    }
+    for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) total += pt_round16(rest[i]);
 
     pt_acts *a = pt_calloc(1, sizeof *a);
     a->B = a->cap_B = B;
@@ -632,27 +741,24 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     a->zb = zb;
     a->block = m->be->alloc(m->be, total * sizeof(float));
     float *p = a->block;
-#define PT_TAKE(n) (p += (((n) + 15) & ~(size_t)15), p - (((n) + 15) & ~(size_t)15))
+#define PT_TAKE(n) (p += pt_round16(n), p - pt_round16(n))
     a->layers = pt_calloc((size_t)(nl ? nl : 1), sizeof *a->layers);
     for (int l = 0; l < nl; l++) {
         pt_layer_acts *la = &a->layers[l];
-        la->x = PT_TAKE(R * C);
-        la->rstd1 = PT_TAKE(R);
-        la->xn1 = PT_TAKE(N * C);
-        la->qkv = PT_TAKE(N * qkv);
-        la->att = PT_TAKE(N * q);
-        la->lse = PT_TAKE((size_t)B * H * T);
-        la->xmid = PT_TAKE(R * C);
-        la->rstd2 = PT_TAKE(R);
-        la->xn2 = PT_TAKE(N * C);
-        la->gu = PT_TAKE(N * 2 * F);
-        la->h = PT_TAKE(N * F);
-        if (pt_layer_is_moe(c, ch.l0 + l)) la->moe = pt_moe_acts_create(m, (int)N);
+        int moe = pt_layer_is_moe(c, ch.l0 + l);
+        la->re = pt_layer_mode(m, l);
+        pt_layer_sizes(m, B, T, moe, n);
+        for (int i = 0; i < PT_A_COUNT; i++) {
+            int keep = pt_layer_keeps(la->re, i, zb, cp);
+            *pt_layer_array(la, i) = keep ? PT_TAKE(n[i]) : *pt_layer_array(&m->ws->la, i);
+            la->keep |= (unsigned)keep << i;
+        }
+        if (moe) la->moe = pt_moe_acts_for(m, la->re, (int)N);
         if (zb) {
-            la->z_dmlp = PT_TAKE(N * C);
-            la->z_dgu = PT_TAKE(N * 2 * F);
-            la->z_datt = PT_TAKE(N * C);
-            la->z_dqkv = PT_TAKE(N * qkv);
+            la->z_dmlp = PT_TAKE(zbs[0]);
+            la->z_dgu = PT_TAKE(zbs[1]);
+            la->z_datt = PT_TAKE(zbs[2]);
+            la->z_dqkv = PT_TAKE(zbs[3]);
         }
     }
     a->xout = PT_TAKE(R * C);
@@ -660,8 +766,8 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     a->xf = PT_TAKE(N * C);
     a->dxf = PT_TAKE(N * C);
     a->head_rows = (int)HR;
-    a->logits = HR ? PT_TAKE(HR * V) : NULL;
-    a->losses = HR ? PT_TAKE(HR) : NULL;
+    a->logits = PT_TAKE(HR * V);
+    a->losses = PT_TAKE(HR);
     a->dx = PT_TAKE(R * C);
     a->dxn = PT_TAKE(N * C);
     a->dqkv = PT_TAKE(N * qkv);
@@ -672,9 +778,11 @@ pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb) {
     a->dnorm = PT_TAKE(2 * C);
     a->dkv = PT_TAKE(2 * (size_t)d->KV * hd * C);
 #undef PT_TAKE
-    PT_ASSERT((size_t)(p - a->block) <= total);
-    a->bytes = (size_t)(p - a->block) * sizeof(float); /* what the arrays use */
-    for (int l = 0; l < nl; l++) a->bytes += pt_moe_acts_bytes(a->layers[l].moe);
+    if (!HR) a->logits = a->losses = NULL;
+    PT_ASSERT((size_t)(p - a->block) == total);
+    a->bytes = total * sizeof(float); /* what the arrays use */
+    for (int l = 0; l < nl; l++)
+        if (a->layers[l].re != PT_RECOMPUTE_FULL) a->bytes += pt_moe_acts_bytes(a->layers[l].moe);
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
@@ -691,7 +799,16 @@ float *pt_acts_grad(pt_acts *a) { return a->dx; }
 void pt_acts_free(const pt_model *m, pt_acts *a) {
     if (!a) return;
     m->be->free(m->be, a->block);
-    for (int l = 0; l < a->l1 - a->l0; l++) pt_moe_acts_free(m, a->layers[l].moe);
+    for (int l = 0; l < a->l1 - a->l0; l++)
+        if (a->layers[l].re != PT_RECOMPUTE_FULL) pt_moe_acts_free(m, a->layers[l].moe);
+    struct pt_model_ws *ws = m->ws;
+    if (ws && --ws->users == 0) {
+        m->be->free(m->be, ws->block);
+        pt_moe_acts_free(m, ws->moe);
+        free(ws->load);
+        free(ws);
+        ((pt_model *)m)->ws = NULL;
+    }
     free(a->layers);
     free(a->pos);
     m->be->free(m->be, a->d_pos);
@@ -784,22 +901,93 @@ static void pt_norm_gather(pt_model *m, float *full, float *rstd, const float *x
     pt_tp_gather(m, full, N, C);
 }
 
-/* Runs the layers and the final norm; leaves the full xf (N,C) in a->xf. */
-static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos) {
+/* Layer l's forward from its input la->x to xnext. recompute: a second forward in backward (full
+ * recomputation), whose routing counts and balancing losses are not counted again. */
+static void pt_layer_forward(pt_model *m, pt_acts *a, int l, float *xnext, int recompute) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     const pt_local_dims *d = &m->loc;
     int N = a->B * a->T, C = c->dim, F = d->F, hd = pt_head_dim(c), R = pt_res_rows(m, N);
     int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
     size_t RC = (size_t)R * C * sizeof(float);
+    pt_attn_shape as = pt_attn_shape_for(m, a);
+    const pt_cp_ops *cp = m->par.cp_ops;
+    float *y = a->dxn; /* (N,C) scratch for the row-parallel outputs (free in forward, and in
+                        * backward between layers) */
+    pt_layer_acts *la = &a->layers[l - a->l0];
+    const pt_layer_view *w = &m->w.layers[l];
+    pt_norm_gather(m, la->xn1, la->rstd1, la->x, w->attn_norm, N);
+    /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads */
+    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, qkv, C, 1.0f, la->xn1, C, w->wqkv, C, 0.0f, la->qkv,
+             qkv);
+    pt_poll(m);
+    /* rope on q (H heads) and k (KV heads, starting at column q) */
+    be->rope(be, la->qkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
+    be->rope(be, la->qkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
+    if (cp)
+        cp->attn_forward(cp->ctx, &as, la->qkv, la->att, la->lse, l, recompute, pt_poll_cb, m);
+    else
+        be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
+    pt_poll(m);
+    /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
+    be->copy(be, la->xmid, la->x, RC);
+    pt_row_linear(m, la->xmid, la->att, w->wo, N, q, y);
+    pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
+    if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every expert
+                    * give a part, summed like the dense MLP's */
+        int tp = m->par.tp_ops != NULL;
+        double aux = m->aux_loss, z = m->z_loss;
+        be->copy(be, xnext, la->xmid, RC);
+        if (tp) be->zero(be, y, (size_t)N * C * sizeof(float));
+        pt_moe_forward(m, la->moe, w, la->xn2, tp ? y : xnext, a->B, a->T,
+                       recompute ? m->ws->load : m->expert_load + (size_t)l * c->n_experts);
+        if (tp) pt_tp_reduce_add(m, xnext, y, N);
+        if (recompute)
+            m->aux_loss = aux, m->z_loss = z;
+        else
+            pt_moe_a2a_rows(m, la->moe, &m->a2a_sent, &m->a2a_recv);
+        return;
+    }
+    /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F) -> h (N,F) */
+    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, 2 * F, C, 1.0f, la->xn2, C, w->wgu, C, 0.0f, la->gu,
+             2 * F);
+    be->swiglu_forward(be, la->h, la->gu, N, F);
+    pt_poll(m);
+    /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
+    be->copy(be, xnext, la->xmid, RC);
+    pt_row_linear(m, xnext, la->h, w->wdown, N, F, y);
+}
+
+/* What layer l did not keep of its forward, computed again before its backward (model.h:
+ * pt_recompute): the whole layer, or the attention core and the SwiGLU activation. */
+static void pt_layer_recompute(pt_model *m, pt_acts *a, int l) {
+    pt_backend *be = m->be;
+    pt_layer_acts *la = &a->layers[l - a->l0];
+    if (la->re == PT_RECOMPUTE_FULL) {
+        pt_layer_forward(m, a, l, m->ws->xnext, 1);
+        return;
+    }
+    int q = m->loc.H * pt_head_dim(&m->cfg), kv = m->loc.KV * pt_head_dim(&m->cfg);
+    if (!(la->keep >> PT_A_ATT & 1)) { /* never under context parallelism (it keeps them) */
+        pt_attn_shape as = pt_attn_shape_for(m, a);
+        be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
+    }
+    if (!la->moe && !(la->keep >> PT_A_H & 1)) be->swiglu_forward(be, la->h, la->gu, a->B * a->T, m->loc.F);
+}
+
+/* Runs the layers and the final norm; leaves the full xf (N,C) in a->xf. */
+static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos) {
+    pt_backend *be = m->be;
+    const pt_model_config *c = &m->cfg;
+    const pt_local_dims *d = &m->loc;
+    int N = a->B * a->T, C = c->dim, R = pt_res_rows(m, N);
+    size_t RC = (size_t)R * C * sizeof(float);
     /* positions (T) are shared by the B sequences; rope wants one per row */
     be->download(be, a->pos, pos, (size_t)a->T * sizeof *pos);
     be->copy(be, a->d_pos, pos, (size_t)a->T * sizeof *pos);
     for (int i = 0; i < N; i++) a->h_rows[i] = a->pos[i % a->T];
     be->upload(be, a->d_rows, a->h_rows, (size_t)N * sizeof *a->h_rows);
-    pt_attn_shape as = pt_attn_shape_for(m, a);
-    const pt_cp_ops *cp = m->par.cp_ops;
-    float *y = a->dxn; /* (N,C) scratch for the row-parallel outputs (backward's, unused here) */
+    float *y = a->dxn; /* (N,C) scratch for the partial embedding rows (backward's, unused here) */
 
     /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks; a chunk that
      * does not start the model has its input in pt_acts_input already */
@@ -816,46 +1004,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     if (a->first && !c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
     for (int l = a->l0; l < a->l1; l++) {
         pt_acquire(m, l + 1, PT_USE_PARAMS, 0);
-        pt_layer_acts *la = &a->layers[l - a->l0];
-        const pt_layer_view *w = &m->w.layers[l];
-        float *xnext = l + 1 < a->l1 ? a->layers[l + 1 - a->l0].x : a->xout;
-        pt_norm_gather(m, la->xn1, la->rstd1, la->x, w->attn_norm, N);
-        /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads */
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, qkv, C, 1.0f, la->xn1, C, w->wqkv, C, 0.0f, la->qkv,
-                 qkv);
-        pt_poll(m);
-        /* rope on q (H heads) and k (KV heads, starting at column q) */
-        be->rope(be, la->qkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
-        be->rope(be, la->qkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
-        if (cp)
-            cp->attn_forward(cp->ctx, &as, la->qkv, la->att, la->lse, l, pt_poll_cb, m);
-        else
-            be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
-        pt_poll(m);
-        /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
-        be->copy(be, la->xmid, la->x, RC);
-        pt_row_linear(m, la->xmid, la->att, w->wo, N, q, y);
-        pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
-        if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every
-                        * expert give a part, summed like the dense MLP's */
-            int tp = m->par.tp_ops != NULL;
-            be->copy(be, xnext, la->xmid, RC);
-            if (tp) be->zero(be, y, (size_t)N * C * sizeof(float));
-            pt_moe_forward(m, la->moe, w, la->xn2, tp ? y : xnext, a->B, a->T,
-                           m->expert_load + (size_t)l * c->n_experts);
-            if (tp) pt_tp_reduce_add(m, xnext, y, N);
-            pt_moe_a2a_rows(m, la->moe, &m->a2a_sent, &m->a2a_recv);
-            pt_release(m, l + 1, PT_USE_PARAMS, 0);
-            continue;
-        }
-        /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F) -> h (N,F) */
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, 2 * F, C, 1.0f, la->xn2, C, w->wgu, C, 0.0f, la->gu,
-                 2 * F);
-        be->swiglu_forward(be, la->h, la->gu, N, F);
-        pt_poll(m);
-        /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
-        be->copy(be, xnext, la->xmid, RC);
-        pt_row_linear(m, xnext, la->h, w->wdown, N, F, y);
+        pt_layer_forward(m, a, l, l + 1 < a->l1 ? a->layers[l + 1 - a->l0].x : a->xout, 0);
         pt_release(m, l + 1, PT_USE_PARAMS, 0);
     }
     if (!a->last) return;
@@ -1076,6 +1225,7 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
     } /* else: the gradient of the chunk's output is in a->dx already */
     for (int l = a->l1 - 1; l >= a->l0; l--) {
         pt_acquire(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
+        pt_layer_recompute(m, a, l);
         pt_layer_backward(m, a, l, part);
         pt_release(m, l + 1, part == PT_BWD_ALL ? PT_USE_PARAMS | PT_USE_GRADS : PT_USE_PARAMS, 1);
     }

@@ -133,7 +133,8 @@ static void block_backward(pt_cp *c, const pt_attn_shape *as, const float *q, co
  * which travel round the ring (to rank + 1, from rank − 1) while the current block is computed;
  * the blocks' results merged by their log-sum-exp into att, lse. */
 static void cp_attn_forward(void *ctx, const pt_attn_shape *s, const float *qkv, float *att,
-                            float *lse, int layer, void (*poll)(void *), void *user) {
+                            float *lse, int layer, int recompute, void (*poll)(void *),
+                            void *user) {
     pt_cp *c = ctx;
     pt_backend *be = c->be;
     pt_comm *cc = c->cc;
@@ -155,8 +156,10 @@ static void cp_attn_forward(void *ctx, const pt_attn_shape *s, const float *qkv,
                 for (int k = 0; k < 2; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
         }
         as.k_pos = c->d_kpos + (size_t)src * T;
-        c->attn_pairs += s->B * s->n_heads *
-                         pt_attn_visible_pairs(c->kpos + (size_t)r * T, T, c->kpos + (size_t)src * T, T);
+        if (!recompute)
+            c->attn_pairs += s->B * s->n_heads *
+                             pt_attn_visible_pairs(c->kpos + (size_t)r * T, T,
+                                                   c->kpos + (size_t)src * T, T);
         if (j == 0) {
             block_forward(c, &as, qkv, c->kvb[cur], c->kvb[cur] + kv, att, lse);
         } else {

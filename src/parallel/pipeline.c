@@ -124,6 +124,31 @@ static void pt_pipe_give(pt_pipe *p, int c, pt_pipe_slot *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* Makes, per chunk, the activation sets that this rank's action list holds at once (a set is
+ * taken at its micro-batch's first action and given back after its last): the set-up's memory.
+ * A step makes more only while sends still pending hold sets back. */
+static void pt_pipe_prefill(pt_pipe *p) {
+    int n = p->sched.n[p->rank], *left = pt_calloc((size_t)p->m * p->v, sizeof *left);
+    int *held = pt_calloc((size_t)p->v, sizeof *held), *most = pt_calloc((size_t)p->v, sizeof *most);
+    const pt_action *acts = p->sched.a[p->rank];
+    for (int i = 0; i < n; i++) left[acts[i].micro * p->v + acts[i].chunk]++;
+    int *seen = pt_calloc((size_t)p->m * p->v, sizeof *seen);
+    for (int i = 0; i < n; i++) {
+        int c = acts[i].chunk, k = acts[i].micro * p->v + c;
+        if (!seen[k]++ && ++held[c] > most[c]) most[c] = held[c];
+        if (--left[k] == 0) held[c]--;
+    }
+    p->setup_bytes = 0;
+    for (int c = 0; c < p->v; c++)
+        for (int i = 0; i < most[c]; i++) {
+            pt_acts *a = pt_acts_create_chunk(p->model, p->B, p->T, c, p->zb);
+            p->set_bytes[c] = pt_acts_bytes(a);
+            p->setup_bytes += p->set_bytes[c];
+            p->pool[(size_t)c * p->m * 2 + p->pool_n[c]++] = a;
+        }
+    free(left), free(held), free(most), free(seen);
+}
+
 pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,
                        int B, int T) {
     memset(p, 0, sizeof *p);
@@ -152,6 +177,7 @@ pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind,
     /* up to four transfers per activation set in flight: twice their requests made now (the pool
      * grows when half of it is pending) */
     pt_comm_reserve(pp, 2 * (4 * n_micro * v * 2) + 4);
+    pt_pipe_prefill(p);
     return PT_OK;
 }
 

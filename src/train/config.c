@@ -81,6 +81,17 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "compute threads per process (0 = all cores)"),
     PT_K("training.gemm", PT_CFG_STR, training.gemm, "onednn", "onednn|openblas",
          "GEMM library of the CPU backend"),
+    PT_K("training.recompute", PT_CFG_STR, training.recompute, "none", "none|selective|full",
+         "activation recomputation: none; selective (the attention core and the SwiGLU activation "
+         "are recomputed in backward); full (only each layer's input is kept, the layer is run "
+         "again in backward)"),
+    PT_K("training.recompute_layers", PT_CFG_INT, training.recompute_layers, "0", NULL,
+         "with recompute = full: only the first n layers of each pipeline chunk are recomputed "
+         "(0 = all; Megatron's recompute_num_layers)"),
+    PT_K("training.memory_limit", PT_CFG_INT64, training.memory_limit, "0", NULL,
+         "bytes a rank may use; the trainer refuses to start, printing its need by category, "
+         "when it needs more (0 = this host's available memory, cgroup limit included, divided "
+         "by the ranks on it)"),
     PT_K("optimizer.lr", PT_CFG_FLOAT, optimizer.lr, "3e-4", NULL, "peak learning rate"),
     PT_K("optimizer.beta1", PT_CFG_FLOAT, optimizer.beta1, "0.9", NULL, "AdamW beta1"),
     PT_K("optimizer.beta2", PT_CFG_FLOAT, optimizer.beta2, "0.95", NULL, "AdamW beta2"),
@@ -338,6 +349,9 @@ pt_status pt_config_validate(const pt_config *c) {
     if (t->micro_batch <= 0) return pt_errorf(PT_ERR_CONFIG, "training.micro_batch must be > 0");
     if (t->seq_len <= 0) return pt_errorf(PT_ERR_CONFIG, "training.seq_len must be > 0");
     if (t->threads < 0) return pt_errorf(PT_ERR_CONFIG, "training.threads must be >= 0");
+    if (t->recompute_layers < 0)
+        return pt_errorf(PT_ERR_CONFIG, "training.recompute_layers must be >= 0");
+    if (t->memory_limit < 0) return pt_errorf(PT_ERR_CONFIG, "training.memory_limit must be >= 0");
     if (t->global_batch % t->micro_batch != 0)
         return pt_errorf(PT_ERR_CONFIG,
                          "training.global_batch (%d) must be divisible by training.micro_batch (%d)",

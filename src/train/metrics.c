@@ -63,6 +63,56 @@ void pt_step_print(const pt_step_stats *s, int64_t total, const char *progress) 
                 100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, progress);
 }
 
+/* A "key value kB" line of a /proc file, in bytes (-1: none). */
+static int64_t pt_proc_kb(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    int64_t v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = atoll(line + n + 1) * 1024;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* One number in a file (-1: none or "max"). */
+static int64_t pt_file_int(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char buf[64] = {0};
+    int64_t v = fgets(buf, sizeof buf, f) && buf[0] >= '0' && buf[0] <= '9' ? atoll(buf) : -1;
+    fclose(f);
+    return v;
+}
+
+int64_t pt_memory_available(void) {
+    int64_t avail = pt_proc_kb("/proc/meminfo", "MemAvailable");
+    int64_t max = pt_file_int("/sys/fs/cgroup/memory.max");
+    int64_t cur = pt_file_int("/sys/fs/cgroup/memory.current");
+    if (max > 0 && cur >= 0 && (avail < 0 || max - cur < avail)) avail = max - cur;
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int ranks = local && atoi(local) > 0 ? atoi(local) : 1;
+    return avail < 0 ? INT64_MAX : avail / ranks;
+}
+
+pt_status pt_memory_check(const pt_rank_memory *mem, int64_t limit, const char *what) {
+    double mib = 1048576.0;
+    size_t need = mem->params + mem->grads + mem->optim + mem->params_transient +
+                  mem->grads_transient + mem->activations;
+    if ((int64_t)need <= limit) return PT_OK;
+    return pt_errorf(PT_ERR_CONFIG,
+                     "this rank needs %.1f MiB but %s is %.1f MiB: parameters %.1f, gradients %.1f, "
+                     "optimizer %.1f, gathered parameters %.1f, gradient buffers %.1f, activations "
+                     "%.1f MiB (training.recompute = selective or full keeps fewer activations)",
+                     need / mib, what, limit / mib, mem->params / mib, mem->grads / mib,
+                     mem->optim / mib, mem->params_transient / mib, mem->grads_transient / mib,
+                     mem->activations / mib);
+}
+
 /* Bytes of every group so far (bus-bandwidth convention), and microseconds blocked waiting on it,
  * in pt_mesh_groups order (out[i], out[PT_MESH_MAX_GROUPS + i]). */
 static void pt_group_bytes(const pt_mesh *mesh, uint64_t *out) {

@@ -122,6 +122,12 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
 
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
     int per_rank = G / lay->dp_size, Tl = lay->T_local; /* Tl: this rank's tokens of a sequence */
+    const char *re = cfg->training.recompute;
+    pt_model_set_recompute(&t->model,
+                           !strcmp(re, "full")        ? PT_RECOMPUTE_FULL
+                           : !strcmp(re, "selective") ? PT_RECOMPUTE_SELECTIVE
+                                                      : PT_RECOMPUTE_NONE,
+                           cfg->training.recompute_layers);
     if (pp > 1) {
         PT_TRY(pt_pipe_init(&t->pipe, &t->model, t->mesh->pp, sched, cfg->parallel.pp_virtual,
                             per_rank / mb, mb, Tl));
@@ -162,16 +168,14 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                     "gradient buckets", t->mesh->world_size, lay->dp_size, pp, cp, t->mesh->deg.tp,
                     par->sp ? " (sp)" : "", ep, zero,
                     lay->dpc ? lay->dp.n_buckets + lay->dpe.n_buckets : 0);
-    pt_dp_memory mem = pt_trainer_memory(t);
-    char acts[64]; /* a pipeline's (and expert parallelism's) are known once a step ran */
-    if (t->pipe.model || ep > 1)
-        snprintf(acts, sizeof acts, "activations in the run report");
-    else
-        snprintf(acts, sizeof acts, "activations %.3f MiB", pt_trainer_act_bytes(t) / 1048576.0);
+    pt_rank_memory mem = pt_trainer_rank_memory(t);
     pt_log_info("memory per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer %.3f MiB, "
-                "%s; sgemm peak %.0f GFLOP/s", mem.params / 1048576.0, mem.grads / 1048576.0,
-                mem.optim / 1048576.0, acts, t->peak_flops / 1e9);
-    return PT_OK;
+                "activations %.3f MiB (recompute %s); sgemm peak %.0f GFLOP/s",
+                mem.params / 1048576.0, mem.grads / 1048576.0, mem.optim / 1048576.0,
+                mem.activations / 1048576.0, cfg->training.recompute, t->peak_flops / 1e9);
+    int64_t limit = cfg->training.memory_limit ? cfg->training.memory_limit : pt_memory_available();
+    return pt_memory_check(&mem, limit, cfg->training.memory_limit ? "training.memory_limit"
+                                                                   : "the memory available to it");
 }
 
 void pt_trainer_set_params(pt_trainer *t, const float *host) {
@@ -190,8 +194,12 @@ void pt_trainer_get_params(pt_trainer *t, float *host) {
 
 size_t pt_trainer_act_bytes(const pt_trainer *t) {
     /* plus ring attention's buffers (context parallelism) */
-    return (t->pipe.model ? pt_pipe_peak_bytes(&t->pipe) : pt_acts_bytes(t->acts)) +
-           pt_cp_bytes(t->model.par.cp_ops);
+    size_t acts = t->acts ? pt_acts_bytes(t->acts) : 0;
+    if (t->pipe.model) { /* the sets made at set-up, or the most a step held */
+        acts = pt_pipe_peak_bytes(&t->pipe);
+        if (acts < t->pipe.setup_bytes) acts = t->pipe.setup_bytes;
+    }
+    return acts + pt_model_workspace_bytes(&t->model) + pt_cp_bytes(t->model.par.cp_ops);
 }
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
