@@ -1,5 +1,6 @@
-/* gemm_bench.c: sgemm GFLOP/s of the CPU backend's GEMM libraries on the shapes a training step
- * uses (forward X·Wᵀ, input gradient dY·W, weight gradient dYᵀ·X), for docs/gemm.md.
+/* gemm_bench.c: GFLOP/s of the CPU backend's GEMM on the shapes a training step uses (forward
+ * X·Wᵀ, input gradient dY·W, weight gradient dYᵀ·X), fp32 (gemm, through the chosen library) and
+ * bf16 (gemm_bf16, oneDNN matmul), with the ratio bf16/fp32, for docs/gemm.md.
  *
  *   bench_gemm onednn|openblas [threads]
  * OpenBLAS's kernel is chosen by pentatron from the CPU flags unless OPENBLAS_CORETYPE is set
@@ -10,23 +11,28 @@
 
 #include "pt/backend.h"
 
-static double bench(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K) {
-    float *A = be->alloc(be, (size_t)M * K * sizeof(float));
-    float *B = be->alloc(be, (size_t)K * N * sizeof(float));
+/* Best of 5 timed calls after one untimed (which, for bf16, builds the shape's primitive). */
+static double bench(pt_backend *be, int bf16, pt_trans ta, pt_trans tb, int M, int N, int K) {
+    const size_t na = (size_t)M * K, nb = (size_t)K * N;
+    float *A = be->alloc(be, na * sizeof(float)), *B = be->alloc(be, nb * sizeof(float));
     float *C = be->alloc(be, (size_t)M * N * sizeof(float));
-    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)(i % 7) * 0.1f;
-    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (float)(i % 5) * 0.1f;
-    int lda = ta ? M : K, ldb = tb ? K : N;
+    pt_bf16 *A16 = be->alloc(be, na * sizeof(pt_bf16)), *B16 = be->alloc(be, nb * sizeof(pt_bf16));
+    for (size_t i = 0; i < na; i++) A[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < nb; i++) B[i] = (float)(i % 5) * 0.1f;
+    be->to_bf16(be, A16, A, na);
+    be->to_bf16(be, B16, B, nb);
+    const int lda = ta ? M : K, ldb = tb ? K : N;
     double best = 1e30;
     for (int r = 0; r < 6; r++) {
         double t0 = pt_now();
-        be->gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+        if (bf16)
+            be->gemm_bf16(be, ta, tb, M, N, K, A16, lda, B16, ldb, 0.0f, C, N);
+        else
+            be->gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
         double dt = pt_now() - t0;
         if (r > 0 && dt < best) best = dt;
     }
-    be->free(be, A);
-    be->free(be, B);
-    be->free(be, C);
+    be->free(be, A), be->free(be, B), be->free(be, C), be->free(be, A16), be->free(be, B16);
     return 2.0 * M * N * (double)K / best / 1e9;
 }
 
@@ -43,20 +49,33 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("# %s\n", be->describe(be));
-    /* rows = 4 sequences x 256 tokens; GPT-2-small-size widths */
-    int shapes[][3] = {{1024, 2304, 768}, {1024, 4096, 768}, {1024, 768, 2048}, {1024, 50257, 768}};
-    double sum = 0;
+    /* square; 2048 rows (8 × 256 tokens) at GPT-2-small width; 1024 rows (4 × 256) through the
+     * GPT-2-small projections (qkv, MLP up, MLP down, head) */
+    int shapes[][3] = {{1024, 1024, 1024}, {2048, 768, 768},   {1024, 2304, 768},
+                       {1024, 4096, 768},  {1024, 768, 2048}, {1024, 50257, 768}};
+    /* untimed: the first products of a process run slower (threads starting, clocks rising);
+     * without this the first row's fp32 forward read 40% low */
+    bench(be, 0, PT_NO_TRANS, PT_TRANS, 1024, 1024, 1024);
+    printf("%-19s %23s   %23s   %s\n", "M x N x K", "fp32 fwd / dX / dW", "bf16 fwd / dX / dW",
+           "bf16/fp32");
+    double sum[2] = {0, 0};
     int n = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-        double f = bench(be, PT_NO_TRANS, PT_TRANS, M, N, K);
-        double b = bench(be, PT_NO_TRANS, PT_NO_TRANS, M, K, N);
-        double w = bench(be, PT_TRANS, PT_NO_TRANS, N, K, M);
-        printf("%5d x %5d x %5d   fwd %6.1f   dX %6.1f   dW %6.1f GFLOP/s\n", M, N, K, f, b, w);
-        sum += f + b + w;
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        double g[2][3];
+        for (int b = 0; b < 2; b++) {
+            g[b][0] = bench(be, b, PT_NO_TRANS, PT_TRANS, M, N, K); /* X (M,K) · W (N,K)ᵀ */
+            g[b][1] = bench(be, b, PT_NO_TRANS, PT_NO_TRANS, M, K, N); /* dY (M,N) · W (N,K) */
+            g[b][2] = bench(be, b, PT_TRANS, PT_NO_TRANS, N, K, M); /* dY (M,N)ᵀ · X (M,K) */
+            sum[b] += g[b][0] + g[b][1] + g[b][2];
+        }
         n += 3;
+        printf("%5d x %5d x %5d   %6.1f %6.1f %6.1f GFLOP/s   %6.1f %6.1f %6.1f GFLOP/s   "
+               "%.2f %.2f %.2f\n", M, N, K, g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2],
+               g[1][0] / g[0][0], g[1][1] / g[0][1], g[1][2] / g[0][2]);
     }
-    printf("mean %.1f GFLOP/s\n", sum / n);
+    printf("mean fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s, ratio %.2f\n", sum[0] / n, sum[1] / n,
+           sum[1] / sum[0]);
     be->destroy(be);
     return 0;
 }

@@ -1,9 +1,14 @@
 /* test_gemm.c: the CPU backend's GEMM (both libraries, every transpose, alpha/beta, strides)
- * against a naive double-precision product, and the OpenBLAS kernel choice on this CPU. */
+ * against a naive double-precision product, the OpenBLAS kernel choice on this CPU, and the bf16
+ * GEMM under either library (every transpose, strides, beta 0 and 1, odd and model sizes, empty
+ * products, its shape cache, native or emulated: CTest runs this file again as
+ * test_gemm_isa_avx512_core with DNNL_MAX_CPU_ISA=AVX512_CORE, where oneDNN emulates bf16). */
 #include <cpuid.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "pt/backend.h"
 #include "pt/model.h"
@@ -23,6 +28,9 @@ static void naive(int ta, int tb, int M, int N, int K, float alpha, const float 
         }
 }
 
+static void check_bf16(pt_backend *be, int ta, int tb, int M, int N, int K, int pad, float beta);
+
+/* Both GEMMs of a backend made with `lib`: gemm through lib, gemm_bf16 (oneDNN whatever lib). */
 static void check_lib(pt_gemm_lib lib) {
     pt_backend *be = pt_backend_cpu_create(2, lib);
     if (!be) fail_msg("backend: %s", pt_last_error());
@@ -49,6 +57,10 @@ static void check_lib(pt_gemm_lib lib) {
             snprintf(what, sizeof what, "%s gemm ta=%d tb=%d", be->describe(be), ta, tb);
             tu_check_rel(what, tu_rel_err_d(got, want, (size_t)M * N), 1e-6);
             free(A), free(B), free(C), free(C0), free(got), free(want);
+            for (int beta = 0; beta < 2; beta++) {
+                check_bf16(be, ta, tb, M, N, K, pad, (float)beta);
+                check_bf16(be, ta, tb, M, N, K, 0, (float)beta);
+            }
         }
     be->destroy(be);
 }
@@ -101,12 +113,146 @@ static void test_activation_memory_is_linear_in_seq_len(void **state) {
     be->destroy(be);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * bf16 GEMM */
+
+/* op(X) of a stored bf16 matrix as a dense double (rows, cols) array: element (i, k) is
+ * X[i·ld + k], or X[k·ld + i] when transposed. */
+static double *bf16_op_d(const pt_bf16 *X, int ld, int trans, int rows, int cols) {
+    double *d = malloc((size_t)rows * cols * sizeof(double));
+    for (int i = 0; i < rows; i++)
+        for (int k = 0; k < cols; k++)
+            d[(size_t)i * cols + k] =
+                pt_bf16_to_float(trans ? X[(size_t)k * ld + i] : X[(size_t)i * ld + k]);
+    return d;
+}
+
+/* A random bf16 matrix stored as (rows, cols) at stride ld, the padding columns NaN so that a
+ * kernel reading them poisons its result. */
+static pt_bf16 *bf16_matrix(pt_backend *be, int rows, int cols, int ld, uint64_t seed) {
+    float *f = malloc((size_t)rows * ld * sizeof(float));
+    pt_bf16 *h = malloc((size_t)rows * ld * sizeof(pt_bf16));
+    tu_fill(f, (size_t)rows * ld, seed, 1.0f);
+    for (int i = 0; i < rows; i++)
+        for (int k = cols; k < ld; k++) f[(size_t)i * ld + k] = NAN;
+    be->to_bf16(be, h, f, (size_t)rows * ld);
+    free(f);
+    return h;
+}
+
+/* C (M,N at ldc) = op(A)·op(B) + beta·C through gemm_bf16, against the double product of the
+ * same bf16 values. Tolerance: the inputs are exact in bf16 (8 significant bits), so each
+ * product a·b (16 bits) is exact in fp32 and the only error is the fp32 accumulation: K − 1
+ * additions and the one of beta·C, in any order, each adding at most 2^-24 of a partial sum, so
+ * |err| ≤ (K + 1)·2^-24·(Σ_k |a_k·b_k| + |beta·C|) element by element (a worst case; a wrong
+ * transpose, stride or beta is off by the size of the entries). */
+static void check_bf16(pt_backend *be, int ta, int tb, int M, int N, int K, int pad, float beta) {
+    const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    pt_bf16 *A = bf16_matrix(be, ta ? K : M, ta ? M : K, lda, 11 + ta);
+    pt_bf16 *B = bf16_matrix(be, tb ? N : K, tb ? K : N, ldb, 13 + tb);
+    float *C = malloc((size_t)M * ldc * sizeof(float));
+    float *C0 = malloc((size_t)M * ldc * sizeof(float));
+    tu_fill(C0, (size_t)M * ldc, 17, 1.0f);
+    memcpy(C, C0, (size_t)M * ldc * sizeof(float));
+    be->gemm_bf16(be, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    double *a = bf16_op_d(A, lda, ta, M, K), *bt = bf16_op_d(B, ldb, !tb, N, K);
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double p = a[(size_t)i * K + k] * bt[(size_t)j * K + k];
+                s += p;
+                mag += fabs(p);
+            }
+            const double c0 = beta * (double)C0[(size_t)i * ldc + j], want = s + c0;
+            const double tol = (K + 1) * 0x1p-24 * (mag + fabs(c0));
+            const double got = C[(size_t)i * ldc + j];
+            if (!(fabs(got - want) <= tol))
+                fail_msg("gemm_bf16 ta=%d tb=%d %dx%dx%d pad %d beta %g: C[%d][%d] = %.9g, "
+                         "expected %.9g (tolerance %.3g)", ta, tb, M, N, K, pad, (double)beta,
+                         i, j, got, want, tol);
+        }
+        for (int j = N; j < ldc; j++) /* padding untouched */
+            assert_true(C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j]);
+    }
+    free(A), free(B), free(C), free(C0), free(a), free(bt);
+}
+
+static void test_gemm_bf16_model_sized(void **state) {
+    (void)state;
+    /* a GPT-2-small projection over 512 rows: forward X·Wᵀ, input gradient dY·W, weight
+     * gradient dYᵀ·X accumulated (beta 1), and both operands transposed */
+    pt_backend *be = pt_backend_cpu_create(2, PT_GEMM_ONEDNN);
+    check_bf16(be, 0, 1, 512, 768, 768, 0, 0.0f);
+    check_bf16(be, 0, 0, 512, 768, 768, 0, 0.0f);
+    check_bf16(be, 1, 0, 768, 768, 512, 0, 1.0f);
+    check_bf16(be, 1, 1, 512, 768, 768, 64, 1.0f);
+    be->destroy(be);
+}
+
+static void test_gemm_bf16_empty_products(void **state) {
+    (void)state;
+    pt_backend *be = pt_backend_cpu_create(1, PT_GEMM_ONEDNN);
+    pt_bf16 A[4] = {0}, B[4] = {0};
+    float C[6] = {1, 2, 3, 4, 5, 6};
+    be->gemm_bf16(be, PT_NO_TRANS, PT_NO_TRANS, 2, 2, 0, A, 1, B, 3, 1.0f, C, 3); /* C += 0 */
+    for (int i = 0; i < 6; i++) assert_true(C[i] == (float)(i + 1));
+    be->gemm_bf16(be, PT_NO_TRANS, PT_NO_TRANS, 0, 2, 2, A, 2, B, 2, 0.0f, C, 3); /* M = 0 */
+    be->gemm_bf16(be, PT_NO_TRANS, PT_NO_TRANS, 2, 0, 2, A, 2, B, 2, 0.0f, C, 3); /* N = 0 */
+    for (int i = 0; i < 6; i++) assert_true(C[i] == (float)(i + 1));
+    be->gemm_bf16(be, PT_NO_TRANS, PT_NO_TRANS, 2, 2, 0, A, 1, B, 3, 0.0f, C, 3); /* C = 0 */
+    const float want[6] = {0, 0, 3, 0, 0, 6};
+    for (int i = 0; i < 6; i++) assert_true(C[i] == want[i]);
+    be->destroy(be);
+}
+
+static void test_gemm_bf16_repeated_shape_allocates_nothing(void **state) {
+    (void)state;
+    pt_backend *be = pt_backend_cpu_create(2, PT_GEMM_ONEDNN);
+    enum { M = 64, N = 96, K = 128 };
+    pt_bf16 *A = bf16_matrix(be, M, K, K, 1), *B = bf16_matrix(be, N, K, K, 2);
+    float *C1 = calloc(M * N, sizeof(float)), *C2 = calloc(M * N, sizeof(float));
+    be->gemm_bf16(be, PT_NO_TRANS, PT_TRANS, M, N, K, A, K, B, K, 0.0f, C1, N); /* builds */
+    int64_t before = pt_alloc_count();
+    for (int r = 0; r < 3; r++)
+        be->gemm_bf16(be, PT_NO_TRANS, PT_TRANS, M, N, K, A, K, B, K, 0.0f, C2, N);
+    assert_int_equal(pt_alloc_count(), before);
+    assert_memory_equal(C1, C2, sizeof(float) * M * N); /* the cached primitive, same result */
+    free(A), free(B), free(C1), free(C2);
+    be->destroy(be);
+}
+
+static void test_bf16_native_follows_the_isa(void **state) {
+    (void)state;
+    /* DNNL_MAX_CPU_ISA=AVX512_CORE (the test_gemm_isa_avx512_core entry) caps oneDNN below its
+     * bf16 instructions: bf16 is emulated; otherwise it is native exactly when the CPU has
+     * AVX512-BF16 */
+    const char *cap = getenv("DNNL_MAX_CPU_ISA");
+    pt_backend *be = pt_backend_cpu_create(1, PT_GEMM_ONEDNN);
+    const char *desc = be->describe(be);
+    print_message("DNNL_MAX_CPU_ISA=%s: %s\n", cap ? cap : "(unset)", desc);
+    if (cap && strcasecmp(cap, "AVX512_CORE") == 0) {
+        assert_int_equal(be->bf16_native, 0);
+        assert_non_null(strstr(desc, "ISA avx512_core,"));
+        assert_non_null(strstr(desc, "bf16 emulated"));
+    } else if (!cap) {
+        __builtin_cpu_init();
+        assert_int_equal(be->bf16_native, __builtin_cpu_supports("avx512bf16") ? 1 : 0);
+        assert_non_null(strstr(desc, be->bf16_native ? "bf16 native" : "bf16 emulated"));
+    }
+    be->destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_onednn_gemm_matches_double),
         cmocka_unit_test(test_openblas_gemm_matches_double),
         cmocka_unit_test(test_openblas_gets_the_fast_kernel_unasked),
         cmocka_unit_test(test_activation_memory_is_linear_in_seq_len),
+        cmocka_unit_test(test_gemm_bf16_model_sized),
+        cmocka_unit_test(test_gemm_bf16_empty_products),
+        cmocka_unit_test(test_gemm_bf16_repeated_shape_allocates_nothing),
+        cmocka_unit_test(test_bf16_native_follows_the_isa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -543,6 +543,97 @@ static void test_adamw_vector_body_and_scalar_tail_agree_bitwise(void **state) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * fp32 <-> bf16 */
+
+/* bf16 round to nearest even of a non-NaN float, from its value rather than its bits: scale to
+ * 8 significant bits (bf16's denormals keep fp32's exponent floor, −126), nearbyint (ties to
+ * even), scale back; 2^128 becomes inf when cast to float. */
+static pt_bf16 bf16_oracle(float x) {
+    if (x == 0.0f || isinf(x)) return (pt_bf16)(tu_f32_bits(x) >> 16);
+    int e = ilogb(x) < -126 ? -126 : ilogb(x);
+    double y = ldexp(nearbyint(ldexp((double)x, 7 - e)), e - 7);
+    return (pt_bf16)(tu_f32_bits((float)y) >> 16);
+}
+
+/* Every sign, exponent (denormals, inf and NaN included) and upper 7 mantissa bits, each with
+ * the lower 16 bits at and around the rounding tie; then bit patterns spread over the whole
+ * space and random ones. Returns the count written into u. */
+static size_t bf16_test_patterns(uint32_t *u) {
+    static const uint32_t low[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff};
+    size_t n = 0;
+    for (uint32_t hi = 0; hi < 0x10000; hi++)
+        for (size_t j = 0; j < sizeof low / sizeof low[0]; j++) u[n++] = hi << 16 | low[j];
+    for (uint32_t i = 0; i < 1u << 20; i++) u[n++] = i * 4099u;
+    uint64_t r = 88172645463325252ull;
+    for (int i = 0; i < 1 << 20; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        u[n++] = (uint32_t)(r >> 16);
+    }
+    return n;
+}
+
+static void test_bf16_conversion_rounds_to_nearest_even_on_both_paths(void **state) {
+    (void)state;
+    uint32_t *u = malloc(sizeof(uint32_t) * (7 * 65536 + (2 << 20)));
+    const size_t n = bf16_test_patterns(u);
+    float *x = malloc(sizeof(float) * n);
+    pt_bf16 *ref = malloc(2 * n), *fast = malloc(2 * n), *slot = malloc(2 * n);
+    for (size_t i = 0; i < n; i++) x[i] = tu_f32_from_bits(u[i]);
+    pt_cpu_to_bf16_portable(ref, x, n);
+    for (size_t i = 0; i < n; i++) {
+        const pt_bf16 want = isnan(x[i]) ? (pt_bf16)(u[i] >> 16 | 0x40) : bf16_oracle(x[i]);
+        if (ref[i] != want)
+            fail_msg("portable bf16(0x%08X) = 0x%04X, expected 0x%04X", u[i], ref[i], want);
+    }
+    /* worked by hand: ties to even (1 + 2^-8 down, 1 + 3·2^-8 up, the denormal tie 0x00018000
+     * up to 0x0002, 0x00008000 down to 0), the largest float up to inf, −denormal max up to
+     * −2^-126, a signalling NaN made quiet */
+    const uint32_t in[] = {0x3F808000u, 0x3F818000u, 0x00018000u, 0x00008000u,
+                           0x7F7FFFFFu, 0x807FFFFFu, 0x7F800001u, 0xFF800000u};
+    const pt_bf16 want[] = {0x3F80, 0x3F82, 0x0002, 0x0000, 0x7F80, 0x8080, 0x7FC0, 0xFF80};
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        assert_int_equal(pt_bf16_round(tu_f32_from_bits(in[i])), want[i]);
+
+    if (pt_cpu_to_bf16_native(fast, x, n)) {
+        for (size_t i = 0; i < n; i++)
+            if (fast[i] != ref[i])
+                fail_msg("AVX512-BF16 bf16(0x%08X) = 0x%04X, portable 0x%04X", u[i], fast[i],
+                         ref[i]);
+        for (size_t m = 0; m <= 17; m++) { /* short tails: masked loads and stores */
+            memset(fast, 0xAB, 40);
+            assert_true(pt_cpu_to_bf16_native(fast, x + 3, m));
+            assert_memory_equal(fast, ref + 3, 2 * m);
+            assert_int_equal(fast[m], 0xABAB);
+        }
+    } else {
+        print_message("no AVX512-BF16 on this CPU: only the portable path tested\n");
+    }
+    for (int t = 1; t <= 2; t++) { /* the slot: blocks over threads, a ragged end */
+        set_threads(t);
+        memset(slot, 0, 2 * n);
+        pt_cpu_to_bf16(&be, slot, x, n);
+        assert_memory_equal(slot, ref, 2 * n);
+    }
+    set_threads(0);
+    free(u), free(x), free(ref), free(fast), free(slot);
+}
+
+static void test_bf16_to_float_is_exact(void **state) {
+    (void)state;
+    enum { N = 65536 };
+    pt_bf16 *h = malloc(2 * N), *back = malloc(2 * N);
+    float *f = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) h[i] = (pt_bf16)i;
+    pt_cpu_from_bf16(&be, f, h, N);
+    pt_cpu_to_bf16(&be, back, f, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tu_f32_bits(f[i]), (uint32_t)i << 16);
+        assert_int_equal(back[i], isnan(f[i]) ? (pt_bf16)(i | 0x40) : (pt_bf16)i);
+    }
+    free(h), free(back), free(f);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * attention */
 
 typedef struct {
@@ -844,6 +935,198 @@ static void test_attention_is_thread_count_independent(void **state) {
     free(pos);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * attention with bf16 probabilities (pt_attn_shape.p_bf16) */
+
+/* The p_bf16 reference of one (b, h) row i: p (Tk) normalised probabilities in double, p16 their
+ * bf16 values, and amb (Tk) the size of the step a probability could take to the neighbouring
+ * bf16 value when it lies within 1e-4 (relative) of a rounding boundary, 0 otherwise: there the
+ * kernel's fp32 probability (a few fp32 ulps from p: the fp32 scores, l and lse) may round the
+ * other way, and the tolerance allows it. */
+static void bf16_probs_d(const double *p, int n, double *p16, double *amb) {
+    for (int j = 0; j < n; j++) {
+        const float lo = (float)(p[j] * (1 - 1e-4)), hi = (float)(p[j] * (1 + 1e-4));
+        const double a = pt_bf16_to_float(pt_bf16_round(lo));
+        const double b = pt_bf16_to_float(pt_bf16_round(hi));
+        p16[j] = pt_bf16_to_float(pt_bf16_round((float)p[j]));
+        amb[j] = b - a;
+    }
+}
+
+/* Checks got (n) against want within tol element by element. So that the check is seen to
+ * tell rounding from no rounding, got must also be much closer to want than to `other` (the
+ * reference without rounding) in norm. */
+static void check_within(const char *what, const float *got, const double *want,
+                         const double *other, const double *tol, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!(fabs(got[i] - want[i]) <= tol[i]))
+            fail_msg("%s[%zu] = %.9g, expected %.9g (tolerance %.3g)", what, i, (double)got[i],
+                     want[i], tol[i]);
+    const double e = tu_rel_err_d(got, want, n), e32 = tu_rel_err_d(got, other, n);
+    print_message("%s: relative error %.2e, %.2e against the unrounded reference\n", what, e,
+                  e32);
+    assert_true(e32 > 100 * e);
+}
+
+/* out, dv with P16 (and with P, for the discrimination count), their per-element tolerances:
+ * fp32 accumulation of the terms, (terms + 2)·2^-24·Σ|term|, plus the ambiguous probabilities'
+ * possible steps; and dq, dk with dS = P∘(dP − D), D = rowsum(dout∘out) from the kernel's out. */
+typedef struct {
+    double *out, *out32, *tol_out, *dv, *dv32, *tol_dv, *dq, *dk;
+} attn_bf16_ref;
+
+static void attn_bf16_reference(const attn_ctx *c, const double *x, const float *dout,
+                                const float *out, attn_bf16_ref *r) {
+    const double *q = x, *k = x + nq_of(c), *v = k + nk_of(c);
+    const size_t nq = nq_of(c), nk = nk_of(c);
+    const double scale = 1.0 / sqrt((double)c->hd);
+    double *p = dvec(c->Tk), *p16 = dvec(c->Tk), *amb = dvec(c->Tk), *dp = dvec(c->Tk);
+    double *mag_dv = dvec(nk);
+    *r = (attn_bf16_ref){dvec(nq), dvec(nq), dvec(nq), dvec(nk), dvec(nk), dvec(nk), dvec(nq),
+                         dvec(nk)};
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < c->H; h++)
+            for (int i = 0; i < c->Tq; i++) {
+                const int g = h / (c->H / c->Hkv);
+                attn_probs_d(c, q, k, b, i, h, p);
+                bf16_probs_d(p, c->Tk, p16, amb);
+                double D = 0;
+                for (int d = 0; d < c->hd; d++)
+                    D += (double)dout[QI(b, i, h, d)] * out[QI(b, i, h, d)];
+                for (int j = 0; j < c->Tk; j++) {
+                    dp[j] = 0;
+                    for (int d = 0; d < c->hd; d++)
+                        dp[j] += dout[QI(b, i, h, d)] * v[KI(b, j, g, d)];
+                }
+                for (int d = 0; d < c->hd; d++) {
+                    double o = 0, o32 = 0, mag = 0, step = 0;
+                    for (int j = 0; j < c->Tk; j++) {
+                        const double vj = v[KI(b, j, g, d)], dod = dout[QI(b, i, h, d)];
+                        o += p16[j] * vj, o32 += p[j] * vj, mag += fabs(p16[j] * vj);
+                        step += amb[j] * fabs(vj);
+                        r->dv[KI(b, j, g, d)] += p16[j] * dod;
+                        r->dv32[KI(b, j, g, d)] += p[j] * dod;
+                        mag_dv[KI(b, j, g, d)] += fabs(p16[j] * dod);
+                        r->tol_dv[KI(b, j, g, d)] += amb[j] * fabs(dod);
+                    }
+                    r->out[QI(b, i, h, d)] = o, r->out32[QI(b, i, h, d)] = o32;
+                    r->tol_out[QI(b, i, h, d)] = (c->Tk + 2) * 0x1p-24 * mag + step;
+                }
+                for (int j = 0; j < c->Tk; j++) {
+                    const double ds = p[j] * (dp[j] - D);
+                    for (int d = 0; d < c->hd; d++) {
+                        r->dq[QI(b, i, h, d)] += scale * ds * k[KI(b, j, g, d)];
+                        r->dk[KI(b, j, g, d)] += scale * ds * q[QI(b, i, h, d)];
+                    }
+                }
+            }
+    const int terms = c->Tq * (c->H / c->Hkv);
+    for (size_t e = 0; e < nk; e++) r->tol_dv[e] += (terms + 2) * 0x1p-24 * mag_dv[e];
+    free(p), free(p16), free(amb), free(dp), free(mag_dv);
+}
+
+static void attn_bf16_ref_free(attn_bf16_ref *r) {
+    free(r->out), free(r->out32), free(r->tol_out), free(r->dv), free(r->dv32), free(r->tol_dv);
+    free(r->dq), free(r->dk);
+}
+
+/* Forward and backward with p_bf16 against the reference that rounds where backend.h says: out
+ * and dv with bf16(exp(s − lse)), dq and dk with the unrounded P; lse bitwise that of p_bf16 = 0;
+ * the same bits with 1 and 2 threads. */
+static void check_attention_bf16(const attn_ctx *c, const char *name) {
+    attn_data a;
+    attn_data_init(&a, c, 0, 700);
+    const size_t nq = nq_of(c), nk = nk_of(c), nl = (size_t)c->B * c->H * c->Tq;
+    float *lse32 = fvec(nl, 0, 0.0f), *out32 = fvec(nq, 0, 0.0f);
+    pt_cpu_attention_forward(&be, &a.s, a.q, a.k, a.v, out32, lse32);
+    a.s.p_bf16 = 1;
+    float *res[2][5];
+    for (int t = 0; t < 2; t++) {
+        set_threads(t + 1);
+        res[t][0] = fvec(nq, 0, 0.0f), res[t][1] = fvec(nl, 0, 0.0f);
+        res[t][2] = fvec(nq, 0, 0.0f), res[t][3] = fvec(nk, 0, 0.0f), res[t][4] = fvec(nk, 0, 0.0f);
+        pt_cpu_attention_forward(&be, &a.s, a.q, a.k, a.v, res[t][0], res[t][1]);
+        pt_cpu_attention_backward(&be, &a.s, a.q, a.k, a.v, res[t][0], a.dout, res[t][1],
+                                  res[t][2], res[t][3], res[t][4]);
+    }
+    set_threads(0);
+    char what[160];
+    const size_t sizes[5] = {nq, nl, nq, nk, nk};
+    for (int i = 0; i < 5; i++) {
+        snprintf(what, sizeof what, "%s: p_bf16 result %d, 2 threads vs 1", name, i);
+        check_bitwise(what, res[0][i], res[1][i], sizes[i]);
+    }
+    snprintf(what, sizeof what, "%s: p_bf16 lse vs fp32 lse", name);
+    check_bitwise(what, res[0][1], lse32, nl);
+
+    double *x = attn_pack_inputs(&a, c);
+    attn_bf16_ref r;
+    attn_bf16_reference(c, x, a.dout, res[0][0], &r);
+    snprintf(what, sizeof what, "%s: p_bf16 out", name);
+    check_within(what, res[0][0], r.out, r.out32, r.tol_out, nq);
+    snprintf(what, sizeof what, "%s: p_bf16 dv", name);
+    check_within(what, res[0][4], r.dv, r.dv32, r.tol_dv, nk);
+    snprintf(what, sizeof what, "%s: p_bf16 dq", name);
+    tu_check_rel(what, tu_rel_err_d(res[0][2], r.dq, nq), TOL_BWD);
+    snprintf(what, sizeof what, "%s: p_bf16 dk", name);
+    tu_check_rel(what, tu_rel_err_d(res[0][3], r.dk, nk), TOL_BWD);
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 5; i++) free(res[t][i]);
+    attn_bf16_ref_free(&r);
+    free(x), free(lse32), free(out32);
+    attn_data_free(&a);
+}
+
+static void test_attention_bf16_probabilities_match_reference(void **state) {
+    (void)state;
+    int32_t *pos = positions(150, 0), *late = positions(100, 10);
+    attn_ctx c1 = {2, 37, 37, 6, 2, 6, pos, pos};
+    check_attention_bf16(&c1, "T=37 hd=6 GQA 6/2");
+    attn_ctx c2 = {1, 150, 150, 4, 2, 16, pos, pos};
+    check_attention_bf16(&c2, "T=150 hd=16 GQA 4/2");
+    /* keys at 10..109: the first 10 queries see nothing (out 0, no gradient) */
+    attn_ctx c3 = {2, 40, 100, 4, 2, 6, pos, late};
+    check_attention_bf16(&c3, "rows without keys");
+    free(pos), free(late);
+}
+
+static void test_attention_bf16_forward_and_backward_round_the_same_probabilities(void **state) {
+    (void)state;
+    /* With v[j] = e_j (head_dim ≥ Tk) the forward's out[i][j] is P16[i][j] exactly, and with
+     * dout[i] = e_i (one query head per kv head) the backward's dv[j][i] is P16[i][j] exactly:
+     * the two must be the same bf16 values, bit for bit. A one-ulp difference in the fp32 P
+     * changes its bf16 value only near a tie (about 2^-16 of them), hence half a million
+     * probabilities. */
+    enum { B = 4, T = 200, H = 8, HD = 200 }; /* scale 1/sqrt(200), not a power of 2 */
+    int32_t *pos = positions(T, 0);
+    const attn_ctx ctx = {B, T, T, H, H, HD, pos, pos}, *c = &ctx;
+    attn_data a;
+    attn_data_init(&a, c, 0, 800);
+    a.s.p_bf16 = 1;
+    const size_t nq = nq_of(c), nk = nk_of(c);
+    memset(a.v, 0, sizeof(float) * nk);
+    memset(a.dout, 0, sizeof(float) * nq);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < T; j++) a.v[KI(b, j, h, j)] = 1.0f, a.dout[QI(b, j, h, j)] = 1.0f;
+    float *dq = fvec(nq, 0, 0.0f), *dk = fvec(nk, 0, 0.0f), *dv = fvec(nk, 0, 0.0f);
+    pt_cpu_attention_forward(&be, &a.s, a.q, a.k, a.v, a.out, a.lse);
+    pt_cpu_attention_backward(&be, &a.s, a.q, a.k, a.v, a.out, a.dout, a.lse, dq, dk, dv);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < T; j++) {
+                    const float fwd = a.out[QI(b, i, h, j)];
+                    const float bwd = dv[KI(b, j, h, i)];
+                    if ((tu_f32_bits(fwd) & 0xffff) != 0 || tu_f32_bits(fwd) != tu_f32_bits(bwd) ||
+                        (j > i) != (fwd == 0.0f))
+                        fail_msg("P16[b %d, h %d][%d][%d]: forward %.9g, backward %.9g", b, h, i,
+                                 j, (double)fwd, (double)bwd);
+                }
+    free(dq), free(dk), free(dv), free(pos);
+    attn_data_free(&a);
+}
+
 /* Copies keys j0..j0+n of each of the B sequences from a (B, T, w) tensor into a (B, n, w) block
  * (to_blk = 1) or back. */
 static void key_block(float *blk, float *full, int B, int T, int j0, int n, int w, int to_blk) {
@@ -1066,11 +1349,15 @@ int main(void) {
         cmocka_unit_test(test_sumsq_is_thread_count_independent),
         cmocka_unit_test(test_adamw_matches_double_reference_over_steps),
         cmocka_unit_test(test_adamw_vector_body_and_scalar_tail_agree_bitwise),
+        cmocka_unit_test(test_bf16_conversion_rounds_to_nearest_even_on_both_paths),
+        cmocka_unit_test(test_bf16_to_float_is_exact),
         cmocka_unit_test(test_attention_causal_gqa_matches_reference),
         cmocka_unit_test(test_attention_on_fused_qkv_views_matches_reference),
         cmocka_unit_test(test_attention_queries_after_keys_with_positions),
         cmocka_unit_test(test_attention_rows_without_visible_keys),
         cmocka_unit_test(test_attention_is_thread_count_independent),
+        cmocka_unit_test(test_attention_bf16_probabilities_match_reference),
+        cmocka_unit_test(test_attention_bf16_forward_and_backward_round_the_same_probabilities),
         cmocka_unit_test(test_attention_blocks_merge_like_ring_attention),
         cmocka_unit_test(test_ring_attention_zigzag_equals_full_attention),
         cmocka_unit_test(test_vocab_parallel_xent_equals_fused),

@@ -92,17 +92,6 @@ static pt_st_file *open_ok(const char *path) {
     return f;
 }
 
-static uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-}
-
-static float f32_from_bits(uint32_t u) {
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 /* ---- writing and reading back ---- */
 
@@ -207,7 +196,7 @@ static void test_bf16_rounding_hand_computed(void **state) {
     enum { N = sizeof in / sizeof in[0] };
     float x[N];
     for (int i = 0; i < N; i++) {
-        x[i] = f32_from_bits(in[i]);
+        x[i] = tu_f32_from_bits(in[i]);
         if (pt_f32_to_bf16(x[i]) != want[i])
             fail_msg("bf16(0x%08X) = 0x%04X, expected 0x%04X", in[i], pt_f32_to_bf16(x[i]),
                      want[i]);
@@ -232,7 +221,7 @@ static void test_bf16_rounding_hand_computed(void **state) {
     for (int i = 0; i < N; i++) {
         uint16_t h = (uint16_t)(raw[2 * i] | raw[2 * i + 1] << 8);
         assert_int_equal(h, want[i]);
-        if (f32_bits(back[i]) != f32_bits(want_f[i]))
+        if (tu_f32_bits(back[i]) != tu_f32_bits(want_f[i]))
             fail_msg("element %d read back as %g, expected %g", i, (double)back[i],
                      (double)want_f[i]);
     }
@@ -268,7 +257,7 @@ static void test_f16_decoding(void **state) {
                           65504.0f, INFINITY, -INFINITY, -0.0f,           0.333251953125f};
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
         float got = pt_f16_to_f32(in[i]);
-        if (f32_bits(got) != f32_bits(want[i]))
+        if (tu_f32_bits(got) != tu_f32_bits(want[i]))
             fail_msg("f16 0x%04X -> %.9g, expected %.9g", in[i], (double)got, (double)want[i]);
     }
     assert_true(isnan(pt_f16_to_f32(0x7E00)));
@@ -1012,9 +1001,9 @@ static void test_hf_config_write_read_round_trip(void **state) {
         assert_int_equal(c.n_kv_heads, w->n_kv_heads);
         assert_int_equal(c.ffn_dim, w->ffn_dim);
         assert_int_equal(c.max_seq_len, w->max_seq_len);
-        assert_int_equal(f32_bits(c.rope_theta), f32_bits(w->rope_theta));
-        assert_int_equal(f32_bits(c.norm_eps), f32_bits(w->norm_eps));
-        assert_int_equal(f32_bits(c.init_std), f32_bits(w->init_std));
+        assert_int_equal(tu_f32_bits(c.rope_theta), tu_f32_bits(w->rope_theta));
+        assert_int_equal(tu_f32_bits(c.norm_eps), tu_f32_bits(w->norm_eps));
+        assert_int_equal(tu_f32_bits(c.init_std), tu_f32_bits(w->init_std));
         assert_int_equal(c.tied_embeddings, w->tied_embeddings);
     }
     /* what transformers' LlamaConfig expects to find, with short floats */

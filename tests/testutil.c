@@ -36,6 +36,18 @@ void tu_check_rel(const char *what, double err, double tol) {
     if (!(err <= tol)) fail_msg("%s: relative error %.3e exceeds %.1e", what, err, tol);
 }
 
+uint32_t tu_f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+float tu_f32_from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
 void tu_fill(float *x, size_t n, uint64_t seed, float scale) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     for (size_t i = 0; i < n; i++) {

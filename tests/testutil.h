@@ -15,6 +15,9 @@ double tu_rel_err(const float *a, const float *b, size_t n);
 double tu_rel_err_d(const float *a, const double *b, size_t n);
 /* Fails the test with a message naming `what` when err > tol. */
 void tu_check_rel(const char *what, double err, double tol);
+/* A float's IEEE bits, and back. */
+uint32_t tu_f32_bits(float x);
+float tu_f32_from_bits(uint32_t u);
 /* Uniform values in [-scale, scale) from a fixed seed. */
 void tu_fill(float *x, size_t n, uint64_t seed, float scale);
 /* Environment path set by tests/CMakeLists.txt (PT_SOURCE_DIR, PT_DEPS_DIR, ...), or NULL. */

@@ -5,7 +5,8 @@
  * kernel live in memory from be->alloc; host data crosses with be->upload / be->download.
  * Only the CPU backend (src/backend/cpu) exists now; a CUDA one implements the same table.
  *
- * Conventions: all matrices are row-major fp32; "N" is a count of token rows, "C" a row width;
+ * Conventions: all matrices are row-major fp32 (bf16 where a slot says so: pt_bf16 in core.h);
+ * "N" is a count of token rows, "C" a row width;
  * a `ld*` argument is a row stride in elements. Kernels documented "+=" accumulate into their
  * output (parameter gradients, and the attention input gradients so that ring attention can sum
  * over key/value blocks); the others overwrite.
@@ -30,6 +31,25 @@ typedef struct {
     const int32_t *q_pos; /* (Tq) */
     const int32_t *k_pos; /* (Tk) */
     float scale;          /* 1/sqrt(head_dim) */
+    /* 1: the probabilities that multiply v are rounded to bf16, as a bf16 P·V product would
+     * have them. With s = q·kᵀ·scale and lse the row's log-sum-exp over this call's visible
+     * keys (the lse output), each visible (query i, key j) has
+     *   P[i][j] = exp(s[i][j] − lse[i])  (fp32, unrounded: the row sums to 1)
+     *   P16[i][j] = bf16(P[i][j])        (round to nearest even, pt_bf16_round)
+     * and out[i] = Σ_j P16[i][j]·v[j] in fp32, not renormalised. This is PyTorch's
+     * `(torch.softmax(s, -1).bfloat16().float()) @ v` up to the fp32 rounding of s and lse, which
+     * can move a probability lying within a few fp32 ulps of a bf16 rounding boundary to the
+     * neighbouring bf16 value. Backward recomputes P from lse and uses P16 where the forward did:
+     * dv += P16ᵀ·dout; dS = P∘(dP − D) with the unrounded P, dP = dout·vᵀ and D =
+     * rowsum(dout∘out) as for 0 (the rounding passes the gradient straight through); dq, dk from
+     * dS. lse is bitwise that of p_bf16 = 0. The forward computes the scores twice (lse first,
+     * then P16·v): about 1.5× the work of p_bf16 = 0. The rounding is relative to the lse of
+     * the call: key blocks run as separate forward calls and merged (attention_merge, ring
+     * attention) round exp(s − lse_block), not exp(s − lse) of all keys, while the backward,
+     * given the merged lse, rounds the latter; so ring attention with p_bf16 matches neither one
+     * call over all keys nor its own backward to better than bf16 rounding.
+     * 0: fp32 throughout. */
+    int p_bf16;
 } pt_attn_shape;
 
 typedef enum { PT_NO_TRANS = 0, PT_TRANS = 1 } pt_trans;
@@ -38,6 +58,10 @@ struct pt_backend {
     const char *name;
     void *ctx;
     int n_threads;
+    /* 1 when gemm_bf16's dot products run on bf16 instructions (CPU: oneDNN's effective ISA is
+     * avx512_core_bf16 or above); 0 when they are emulated in fp32 (same results up to summation
+     * order, slower), e.g. without AVX512-BF16 or under DNNL_MAX_CPU_ISA=AVX512_CORE. */
+    int bf16_native;
 
     /* memory */
     void *(*alloc)(pt_backend *be, size_t bytes);   /* zeroed, aligned */
@@ -51,6 +75,18 @@ struct pt_backend {
     /* C (M,N) = alpha · op(A) · op(B) + beta · C, where op(A) is (M,K) and op(B) is (K,N). */
     void (*gemm)(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+    /* The same product with bf16 inputs: C (M,N, fp32) = op(A)·op(B) + beta·C, beta 0 or 1
+     * (anything else is a bug: assertion), products and sums in fp32, same transposes and
+     * leading dimensions (in elements) as gemm. The first call of a shape (ta, tb, M, N, K, lda,
+     * ldb, ldc, beta) builds its kernel (milliseconds) and allocates; later calls of it allocate
+     * nothing. Call from one thread at a time. */
+    void (*gemm_bf16)(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K,
+                      const pt_bf16 *A, int lda, const pt_bf16 *B, int ldb, float beta, float *C,
+                      int ldc);
+    /* dst (n) = bf16(src), rounded as pt_bf16_round (nearest even; NaN stays NaN, inf stays
+     * inf, no flush of denormals); and back, exactly. */
+    void (*to_bf16)(pt_backend *be, pt_bf16 *dst, const float *src, size_t n);
+    void (*from_bf16)(pt_backend *be, float *dst, const pt_bf16 *src, size_t n);
 
     /* tokens (N) -> out (N,C) = wte[tokens]. Tokens index rows [0, vocab): a token outside
      * [row0, row0+rows) gives a zero row (vocabulary-parallel embedding). */
@@ -143,7 +179,8 @@ struct pt_backend {
                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
                   float grad_scale);
 
-    /* Human-readable description of the kernels in use (GEMM library, its kernel, threads). */
+    /* Human-readable description of the kernels in use (GEMM library, its kernel, threads, the
+     * ISA, the bf16 GEMM's kernel and whether bf16 is native). */
     const char *(*describe)(pt_backend *be);
     void (*destroy)(pt_backend *be);
 };

@@ -88,6 +88,34 @@ static inline int pt_guard_covers(const void *p) {
     return pt_guard_hooks_ && p && pt_guard_hooks_->covers(p);
 }
 
+/* bf16 = the upper 16 bits of an IEEE fp32, rounded to nearest even: fp32's sign and 8-bit
+ * exponent (so the same range), 8 significant bits (relative precision 2^-8). */
+typedef uint16_t pt_bf16;
+
+/* fp32 -> bf16, round to nearest, ties to even, denormals rounded like any other value (no
+ * flush); a finite value beyond the largest bf16 becomes ±inf, ±inf stays, NaN stays NaN (made
+ * quiet, sign and the upper payload kept). The one scalar definition: the CPU backend's vector
+ * conversion and the safetensors writer give bitwise these results. */
+static inline pt_bf16 pt_bf16_round(float x) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {x};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (pt_bf16)((v.u >> 16) | 0x0040u);
+    /* Adding 0x7fff plus the lowest kept bit rounds to nearest, ties to even; a carry out of the
+     * mantissa bumps the exponent, which is the correct rounding (up to infinity at the top). */
+    v.u += 0x7fffu + ((v.u >> 16) & 1u);
+    return (pt_bf16)(v.u >> 16);
+}
+/* bf16 -> fp32, exact. */
+static inline float pt_bf16_to_float(pt_bf16 h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
 double pt_now(void);                    /* monotonic seconds */
 int64_t pt_peak_rss_bytes(void);        /* peak resident set size of this process */
 int64_t pt_rss_bytes(void);             /* current resident set size */

@@ -132,7 +132,7 @@ pt_status pt_st_writer_set_meta(pt_st_writer *w, const char *key, const char *va
 /* Streams to PATH.tmp, fsyncs it, renames it to PATH and fsyncs the directory. */
 pt_status pt_st_writer_write(pt_st_writer *w, const char *path);
 
-/* Round to nearest even, NaN kept NaN (quiet) with its sign. */
+/* pt_bf16_round and pt_bf16_to_float of core.h (round to nearest even, NaN kept NaN, quiet). */
 uint16_t pt_f32_to_bf16(float x);
 float pt_bf16_to_f32(uint16_t h);
 float pt_f16_to_f32(uint16_t h);

@@ -61,22 +61,10 @@ static int dtype_from_name(const char *s, pt_st_dtype *dt) {
 
 /* ---- element conversions ---- */
 
-uint16_t pt_f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-    /* Adding 0x7fff plus the lowest kept bit rounds to nearest, ties to even; a carry out of the
-     * mantissa bumps the exponent, which is the correct rounding (up to infinity at the top). */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+/* The rounding itself is core.h's, shared with the backend's conversions. */
+uint16_t pt_f32_to_bf16(float x) { return pt_bf16_round(x); }
 
-float pt_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
+float pt_bf16_to_f32(uint16_t h) { return pt_bf16_to_float(h); }
 
 float pt_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

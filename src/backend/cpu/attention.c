@@ -20,6 +20,12 @@
  * K·(Q·scale)ᵀ: the query tile is transposed once per task, keys are read in place, and the
  * per-query softmax statistics become vector operations across QT. Where a task owns a key tile
  * (dK, dV), S (QT × KT) = Q·Kᵀ with Kᵀ transposed once per task.
+ *
+ * With p_bf16 (include/pt/backend.h) the probabilities multiplying v are bf16(exp(S − lse)), the
+ * normalised ones, which the online softmax never holds: the forward makes a first pass over the
+ * key tiles for m and l, then a second computing S again, P rounded and P·V. The backward's dV
+ * takes the same rounded P (its scores computed with the forward's products in the forward's
+ * order, so bit for bit the forward's), dS the unrounded one.
  */
 #include <math.h>
 #include <omp.h>
@@ -162,89 +168,169 @@ static void check_shape(const pt_attn_shape *s) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Tiles of a task that owns a query tile (forward, dQ) */
+
+typedef struct {
+    int b, h, g, i0, nq; /* sequence, query head, its kv head, first row, rows */
+    const int32_t *qp;
+    int32_t qmin, qmax;
+} q_tile;
+
+typedef struct {
+    int nk;
+    const int32_t *kp;
+    int32_t kmin, kmax;
+    const float *k, *v; /* the tile's first row, at kv head g */
+} k_tile;
+
+static q_tile q_tile_of(const pt_attn_shape *s, int64_t task, int nqt) {
+    q_tile t;
+    t.b = (int)(task / nqt / s->n_heads), t.h = (int)(task / nqt % s->n_heads);
+    t.g = t.h / (s->n_heads / s->n_kv_heads), t.i0 = (int)(task % nqt) * QT;
+    t.nq = s->Tq - t.i0 < QT ? s->Tq - t.i0 : QT;
+    t.qp = s->q_pos + t.i0;
+    pos_range(t.qp, t.nq, &t.qmin, &t.qmax);
+    return t;
+}
+
+/* Key tile kt for query tile t; 0 when no query of t sees any of its keys (the tile is skipped). */
+static int k_tile_of(const pt_attn_shape *s, const q_tile *t, int kt, const float *k,
+                     const float *v, k_tile *u) {
+    const int j0 = kt * KT;
+    u->nk = s->Tk - j0 < KT ? s->Tk - j0 : KT;
+    u->kp = s->k_pos + j0;
+    pos_range(u->kp, u->nk, &u->kmin, &u->kmax);
+    if (u->kmin > t->qmax) return 0;
+    u->k = k + ((size_t)t->b * s->Tk + j0) * s->ldk + (size_t)t->g * s->head_dim;
+    u->v = v + ((size_t)t->b * s->Tk + j0) * s->ldv + (size_t)t->g * s->head_dim;
+    return 1;
+}
+
+/* St (KT × QT) = k·Qt: the scores (Qt is (q·scale)ᵀ), −∞ where masked or padding. */
+static void scores_t(float *St, const pt_attn_shape *s, const q_tile *t, const k_tile *u,
+                     const float *Qt) {
+    memset(St, 0, sizeof(float) * KT * QT);
+    mm_acc(St, QT, u->k, s->ldk, 1, Qt, QT, u->nk, s->head_dim, QT);
+    if (u->kmax > t->qmin || u->nk < KT) mask_t(St, t->qp, t->nq, u->kp, u->nk);
+}
+
+/* x rounded to bf16 (nearest even), as a float */
+static inline float bf16_value(float x) { return pt_bf16_to_float(pt_bf16_round(x)); }
+
+/* Pᵀ = bf16(exp(Sᵀ − L)) in place, L per query (+∞ for a row that sees nothing: P = 0). */
+static void probs_bf16_t(float *St, const float *L) {
+    for (int c = 0; c < KT; c++)
+        for (int r = 0; r < QT; r++)
+            St[c * QT + r] = bf16_value(pt_cpu_expf(St[c * QT + r] - L[r]));
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Forward */
+
+/* One key tile folded into the online softmax of the query tile, vectorised across the QT
+ * queries: m (running max) and l (running sum, rows < nq) updated, alpha = e^(m_old − m_new) the
+ * factor for what was accumulated before, and Sᵀ replaced by Pᵀ = exp(Sᵀ − m_new). */
+static void online_softmax(float *St, float *m, float *l, float *alpha, int nq) {
+    float mx[QT], sum[QT], msub[QT];
+    for (int r = 0; r < QT; r++) mx[r] = -INFINITY, sum[r] = 0.0f;
+    for (int c = 0; c < KT; c++)
+        for (int r = 0; r < QT; r++) {
+            const float x = St[c * QT + r];
+            mx[r] = x > mx[r] ? x : mx[r];
+        }
+    for (int r = 0; r < QT; r++) {
+        const float mnew = mx[r] > m[r] ? mx[r] : m[r];
+        /* a row that has seen nothing yet keeps m = −∞; subtracting 0 then keeps
+         * exp(−∞) = 0 instead of exp(−∞ + ∞) = NaN */
+        msub[r] = mnew == -INFINITY ? 0.0f : mnew;
+        alpha[r] = pt_cpu_expf(m[r] - msub[r]);
+        m[r] = mnew;
+    }
+    for (int c = 0; c < KT; c++)
+        for (int r = 0; r < QT; r++) {
+            const float p = pt_cpu_expf(St[c * QT + r] - msub[r]);
+            St[c * QT + r] = p;
+            sum[r] += p;
+        }
+    for (int r = 0; r < nq; r++) l[r] = l[r] * alpha[r] + sum[r];
+}
+
+/* fp32: acc (nq × hd) = Σ over key tiles of P·v with the online rescaling; m and l as above. */
+static void forward_fp32(const pt_attn_shape *s, const q_tile *t, const float *Qt, const float *k,
+                         const float *v, float *acc, float *m, float *l) {
+    const int hd = s->head_dim, nkt = (s->Tk + KT - 1) / KT;
+    float St[KT * QT] __attribute__((aligned(64))); /* scores, then probabilities, ᵀ */
+    float alpha[QT];
+    k_tile u;
+    for (int kt = 0; kt < nkt; kt++) {
+        if (!k_tile_of(s, t, kt, k, v, &u)) continue;
+        scores_t(St, s, t, &u, Qt);
+        online_softmax(St, m, l, alpha, t->nq);
+        for (int r = 0; r < t->nq; r++)
+            if (alpha[r] != 1.0f)
+                for (int d = 0; d < hd; d++) acc[r * hd + d] *= alpha[r];
+        /* acc (nq × hd) += P (nq × nk) · v, P read from Pᵀ */
+        mm_acc(acc, hd, St, 1, QT, u.v, s->ldv, t->nq, u.nk, hd);
+    }
+}
+
+/* p_bf16: a first pass for m and l (so lse), then acc = Σ bf16(exp(s − lse))·v: the rounded
+ * probabilities are the normalised ones, which no running maximum could give. */
+static void forward_bf16(const pt_attn_shape *s, const q_tile *t, const float *Qt, const float *k,
+                         const float *v, float *acc, float *m, float *l) {
+    const int hd = s->head_dim, nkt = (s->Tk + KT - 1) / KT;
+    float St[KT * QT] __attribute__((aligned(64)));
+    float alpha[QT], L[QT];
+    k_tile u;
+    for (int kt = 0; kt < nkt; kt++) {
+        if (!k_tile_of(s, t, kt, k, v, &u)) continue;
+        scores_t(St, s, t, &u, Qt);
+        online_softmax(St, m, l, alpha, t->nq);
+    }
+    for (int r = 0; r < QT; r++) /* the lse written out below; +∞ for rows without a key */
+        L[r] = r < t->nq && l[r] != 0.0f ? m[r] + logf(l[r]) : INFINITY;
+    for (int kt = 0; kt < nkt; kt++) {
+        if (!k_tile_of(s, t, kt, k, v, &u)) continue;
+        scores_t(St, s, t, &u, Qt);
+        probs_bf16_t(St, L);
+        mm_acc(acc, hd, St, 1, QT, u.v, s->ldv, t->nq, u.nk, hd);
+    }
+}
 
 /* q (B,Tq,H·hd at ldq), k, v (B,Tk,Hkv·hd at ldk, ldv) -> out (B,Tq,H·hd at ldo), lse (B,H,Tq) */
 void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const float *q,
                               const float *k, const float *v, float *out, float *lse) {
     (void)be;
     check_shape(s);
-    const int B = s->B, Tq = s->Tq, Tk = s->Tk, H = s->n_heads, hd = s->head_dim;
-    const int rep = H / s->n_kv_heads, nqt = (Tq + QT - 1) / QT, nkt = (Tk + KT - 1) / KT;
-    const int64_t ntask = (int64_t)B * H * nqt;
+    const int Tq = s->Tq, H = s->n_heads, hd = s->head_dim, nqt = (Tq + QT - 1) / QT;
+    const int64_t ntask = (int64_t)s->B * H * nqt;
 
     /* dynamic: causal tiles late in the sequence have more keys; the result does not depend on
      * which thread runs a task */
 #pragma omp parallel for schedule(dynamic, 1) if (ntask > 1)
     for (int64_t task = 0; task < ntask; task++) {
-        const int qt = (int)(task % nqt), h = (int)(task / nqt % H), b = (int)(task / nqt / H);
-        const int g = h / rep, i0 = qt * QT, nq = Tq - i0 < QT ? Tq - i0 : QT;
-        const int32_t *qp = s->q_pos + i0;
-        int32_t qmin, qmax;
-        pos_range(qp, nq, &qmin, &qmax);
-
+        const q_tile t = q_tile_of(s, task, nqt);
         float Qt[hd * QT] __attribute__((aligned(64)));  /* (q·scale)ᵀ (hd × QT) */
-        float acc[QT * hd] __attribute__((aligned(64))); /* unnormalised output (nq × hd) */
-        float St[KT * QT] __attribute__((aligned(64)));  /* scores, then probabilities, ᵀ */
-        float m[QT], l[QT], msub[QT], alpha[QT];
-        load_transposed(Qt, QT, q + ((size_t)b * Tq + i0) * s->ldq + (size_t)h * hd, nq, s->ldq,
-                        hd, s->scale);
-        memset(acc, 0, sizeof(float) * (size_t)nq * hd);
+        float acc[QT * hd] __attribute__((aligned(64))); /* output (nq × hd), unnormalised */
+        float m[QT], l[QT];
+        load_transposed(Qt, QT, q + ((size_t)t.b * Tq + t.i0) * s->ldq + (size_t)t.h * hd, t.nq,
+                        s->ldq, hd, s->scale);
+        memset(acc, 0, sizeof(float) * (size_t)t.nq * hd);
         for (int r = 0; r < QT; r++) m[r] = -INFINITY, l[r] = 0.0f;
+        if (s->p_bf16)
+            forward_bf16(s, &t, Qt, k, v, acc, m, l);
+        else
+            forward_fp32(s, &t, Qt, k, v, acc, m, l);
 
-        for (int kt = 0; kt < nkt; kt++) {
-            const int j0 = kt * KT, nk = Tk - j0 < KT ? Tk - j0 : KT;
-            const int32_t *kp = s->k_pos + j0;
-            int32_t kmin, kmax;
-            pos_range(kp, nk, &kmin, &kmax);
-            if (kmin > qmax) continue; /* no query of the tile sees any key of it */
-            const float *kb = k + ((size_t)b * Tk + j0) * s->ldk + (size_t)g * hd;
-            const float *vb = v + ((size_t)b * Tk + j0) * s->ldv + (size_t)g * hd;
-
-            memset(St, 0, sizeof St);
-            mm_acc(St, QT, kb, s->ldk, 1, Qt, QT, nk, hd, QT);
-            if (kmax > qmin || nk < KT) mask_t(St, qp, nq, kp, nk);
-
-            /* online softmax, vectorised across the QT queries */
-            float mx[QT], sum[QT];
-            for (int r = 0; r < QT; r++) mx[r] = -INFINITY, sum[r] = 0.0f;
-            for (int c = 0; c < KT; c++)
-                for (int r = 0; r < QT; r++) {
-                    const float x = St[c * QT + r];
-                    mx[r] = x > mx[r] ? x : mx[r];
-                }
-            for (int r = 0; r < QT; r++) {
-                const float mnew = mx[r] > m[r] ? mx[r] : m[r];
-                /* a row that has seen nothing yet keeps m = −∞; subtracting 0 then keeps
-                 * exp(−∞) = 0 instead of exp(−∞ + ∞) = NaN */
-                msub[r] = mnew == -INFINITY ? 0.0f : mnew;
-                alpha[r] = pt_cpu_expf(m[r] - msub[r]);
-                m[r] = mnew;
-            }
-            for (int c = 0; c < KT; c++)
-                for (int r = 0; r < QT; r++) {
-                    const float p = pt_cpu_expf(St[c * QT + r] - msub[r]);
-                    St[c * QT + r] = p;
-                    sum[r] += p;
-                }
-            for (int r = 0; r < nq; r++) {
-                l[r] = l[r] * alpha[r] + sum[r];
-                if (alpha[r] != 1.0f)
-                    for (int d = 0; d < hd; d++) acc[r * hd + d] *= alpha[r];
-            }
-            /* acc (nq × hd) += P (nq × nk) · v, P read from Pᵀ */
-            mm_acc(acc, hd, St, 1, QT, vb, s->ldv, nq, nk, hd);
-        }
-
-        for (int r = 0; r < nq; r++) {
-            float *o = out + ((size_t)b * Tq + i0 + r) * s->ldo + (size_t)h * hd;
-            float *ls = lse + ((size_t)b * H + h) * Tq + i0 + r;
+        for (int r = 0; r < t.nq; r++) {
+            float *o = out + ((size_t)t.b * Tq + t.i0 + r) * s->ldo + (size_t)t.h * hd;
+            float *ls = lse + ((size_t)t.b * H + t.h) * Tq + t.i0 + r;
             if (l[r] == 0.0f) { /* no visible key */
                 memset(o, 0, sizeof(float) * hd);
                 *ls = -INFINITY;
                 continue;
             }
-            const float inv = 1.0f / l[r];
+            const float inv = s->p_bf16 ? 1.0f : 1.0f / l[r]; /* p_bf16: normalised already */
             for (int d = 0; d < hd; d++) o[d] = acc[r * hd + d] * inv;
             *ls = m[r] + logf(l[r]);
         }
@@ -268,7 +354,9 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
 
     /* Pass 1: one task per (b, kv head, key tile) owns those rows of dk and dv.
      * S (QT × KT) = q·kᵀ, P = exp(S·scale − lse), dP = dout·vᵀ, dS = P∘(dP − D);
-     * dV += Pᵀ·dout, dK += dSᵀ·q (times scale at the end). */
+     * dV += Pᵀ·dout, dK += dSᵀ·q (times scale at the end). With p_bf16, S = (q·scale)·kᵀ, the
+     * forward's products in the forward's order, so that P is bitwise the forward's, and dV takes
+     * P rounded to bf16 (dS the unrounded P). */
     const int64_t ntask_kv = (int64_t)B * Hkv * nkt;
 #pragma omp parallel for schedule(dynamic, 1) if (ntask_kv > 1)
     for (int64_t task = 0; task < ntask_kv; task++) {
@@ -281,6 +369,7 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
         float Kt[hd * KT] __attribute__((aligned(64))), Vt[hd * KT] __attribute__((aligned(64)));
         float dK[KT * hd] __attribute__((aligned(64))), dV[KT * hd] __attribute__((aligned(64)));
         float P[QT * KT] __attribute__((aligned(64))), dS[QT * KT] __attribute__((aligned(64)));
+        float Qs[s->p_bf16 ? QT * hd : 1] __attribute__((aligned(64))); /* q·scale (nq × hd) */
         float D[QT];
         const float *kb = k + ((size_t)b * Tk + j0) * s->ldk + (size_t)g * hd;
         const float *vb = v + ((size_t)b * Tk + j0) * s->ldv + (size_t)g * hd;
@@ -302,9 +391,18 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
                 const float *L = lse + ((size_t)b * H + h) * Tq + i0;
                 rows_dot(D, dob, ob, s->ldo, nq, hd);
 
+                const float *qs = qb;
+                int ldqs = s->ldq;
+                float sc = scale;
+                if (s->p_bf16) {
+                    for (int r = 0; r < nq; r++)
+                        for (int d = 0; d < hd; d++)
+                            Qs[r * hd + d] = qb[(size_t)r * s->ldq + d] * scale;
+                    qs = Qs, ldqs = hd, sc = 1.0f;
+                }
                 memset(P, 0, sizeof(float) * (size_t)nq * KT);
                 memset(dS, 0, sizeof(float) * (size_t)nq * KT);
-                mm_acc(P, KT, qb, s->ldq, 1, Kt, KT, nq, hd, KT);
+                mm_acc(P, KT, qs, ldqs, 1, Kt, KT, nq, hd, KT);
                 if (kmax > qmin || nk < KT) mask_n(P, qp, nq, kp, nk);
                 mm_acc(dS, KT, dob, s->ldo, 1, Vt, KT, nq, hd, KT);
                 for (int r = 0; r < nq; r++) {
@@ -312,10 +410,12 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
                     /* a row that saw no key anywhere has no gradient; exp(x + ∞) would be ∞ */
                     const float lr = L[r] == -INFINITY ? INFINITY : L[r], dr = D[r];
                     for (int c = 0; c < KT; c++) {
-                        p[c] = pt_cpu_expf(p[c] * scale - lr);
+                        p[c] = pt_cpu_expf(p[c] * sc - lr);
                         ds[c] = p[c] * (ds[c] - dr);
                     }
                 }
+                if (s->p_bf16)
+                    for (int i = 0; i < nq * KT; i++) P[i] = bf16_value(P[i]);
                 mm_acc(dV, hd, P, 1, KT, dob, s->ldo, nk, nq, hd);
                 mm_acc(dK, hd, dS, 1, KT, qb, s->ldq, nk, nq, hd);
             }
@@ -335,12 +435,9 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
     const int64_t ntask_q = (int64_t)B * H * nqt;
 #pragma omp parallel for schedule(dynamic, 1) if (ntask_q > 1)
     for (int64_t task = 0; task < ntask_q; task++) {
-        const int qt = (int)(task % nqt), h = (int)(task / nqt % H), b = (int)(task / nqt / H);
-        const int g = h / rep, i0 = qt * QT, nq = Tq - i0 < QT ? Tq - i0 : QT;
-        const int32_t *qp = s->q_pos + i0;
-        int32_t qmin, qmax;
-        pos_range(qp, nq, &qmin, &qmax);
-        const size_t row = (size_t)b * Tq + i0, col = (size_t)h * hd;
+        const q_tile t = q_tile_of(s, task, nqt);
+        const int nq = t.nq;
+        const size_t row = (size_t)t.b * Tq + t.i0, col = (size_t)t.h * hd;
 
         float Qt[hd * QT] __attribute__((aligned(64))), dOt[hd * QT] __attribute__((aligned(64)));
         float dQ[QT * hd] __attribute__((aligned(64)));
@@ -351,32 +448,25 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
         rows_dot(D, dout + row * s->ldo + col, out + row * s->ldo + col, s->ldo, nq, hd);
         for (int r = 0; r < QT; r++) {
             /* padding rows and rows that saw no key: P = exp(x − ∞) = 0 */
-            const float lr = r < nq ? lse[((size_t)b * H + h) * Tq + i0 + r] : -INFINITY;
+            const float lr = r < nq ? lse[((size_t)t.b * H + t.h) * Tq + t.i0 + r] : -INFINITY;
             L[r] = lr == -INFINITY ? INFINITY : lr;
             if (r >= nq) D[r] = 0.0f;
         }
         memset(dQ, 0, sizeof(float) * (size_t)nq * hd);
 
+        k_tile u;
         for (int kt = 0; kt < nkt; kt++) {
-            const int j0 = kt * KT, nk = Tk - j0 < KT ? Tk - j0 : KT;
-            const int32_t *kp = s->k_pos + j0;
-            int32_t kmin, kmax;
-            pos_range(kp, nk, &kmin, &kmax);
-            if (kmin > qmax) continue;
-            const float *kb = k + ((size_t)b * Tk + j0) * s->ldk + (size_t)g * hd;
-            const float *vb = v + ((size_t)b * Tk + j0) * s->ldv + (size_t)g * hd;
-            memset(St, 0, sizeof St);
+            if (!k_tile_of(s, &t, kt, k, v, &u)) continue;
+            scores_t(St, s, &t, &u, Qt);
             memset(dSt, 0, sizeof dSt);
-            mm_acc(St, QT, kb, s->ldk, 1, Qt, QT, nk, hd, QT);
-            if (kmax > qmin || nk < KT) mask_t(St, qp, nq, kp, nk);
-            mm_acc(dSt, QT, vb, s->ldv, 1, dOt, QT, nk, hd, QT);
-            for (int c = 0; c < nk; c++)
+            mm_acc(dSt, QT, u.v, s->ldv, 1, dOt, QT, u.nk, hd, QT);
+            for (int c = 0; c < u.nk; c++)
                 for (int r = 0; r < QT; r++) {
                     const float p = pt_cpu_expf(St[c * QT + r] - L[r]);
                     dSt[c * QT + r] = p * (dSt[c * QT + r] - D[r]);
                 }
             /* dQ (nq × hd) += dS (nq × nk) · k, dS read from dSᵀ */
-            mm_acc(dQ, hd, dSt, 1, QT, kb, s->ldk, nq, nk, hd);
+            mm_acc(dQ, hd, dSt, 1, QT, u.k, s->ldk, nq, u.nk, hd);
         }
         for (int r = 0; r < nq; r++) {
             float *dqr = dq + (row + r) * s->ldq + col;

@@ -1,5 +1,6 @@
-/* cpu_backend.c: the CPU backend's function table: host memory, GEMM (gemm.c) and the kernels of
- * ops.c and attention.c. Threads are OpenMP threads shared by our kernels and the GEMM library. */
+/* cpu_backend.c: the CPU backend's function table: host memory, GEMM (gemm.c, gemm_bf16.c) and
+ * the kernels of ops.c, convert.c and attention.c. Threads are OpenMP threads shared by our
+ * kernels and the GEMM library. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,8 @@
 
 typedef struct {
     pt_cpu_gemm_lib gemm;
-    char desc[384];
+    pt_cpu_bf16_matmul *gemm_bf16;
+    char desc[512];
 } pt_cpu_ctx;
 
 static void *cpu_alloc(pt_backend *be, size_t bytes) {
@@ -39,15 +41,24 @@ static void cpu_gemm(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int
     pt_cpu_gemm(&ctx->gemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+static void cpu_gemm_bf16(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K,
+                          const pt_bf16 *A, int lda, const pt_bf16 *B, int ldb, float beta,
+                          float *C, int ldc) {
+    pt_cpu_ctx *ctx = be->ctx;
+    pt_cpu_gemm_bf16(ctx->gemm_bf16, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
 static const char *cpu_describe(pt_backend *be) {
     pt_cpu_ctx *ctx = be->ctx;
-    snprintf(ctx->desc, sizeof ctx->desc, "cpu backend, %d threads, %s", be->n_threads,
-             ctx->gemm.desc);
+    snprintf(ctx->desc, sizeof ctx->desc, "cpu backend, %d threads, %s; %s", be->n_threads,
+             ctx->gemm.desc, pt_cpu_bf16_matmul_desc(ctx->gemm_bf16));
     return ctx->desc;
 }
 
 static void cpu_destroy(pt_backend *be) {
-    free(be->ctx);
+    pt_cpu_ctx *ctx = be->ctx;
+    pt_cpu_bf16_matmul_free(ctx->gemm_bf16);
+    free(ctx);
     free(be);
 }
 
@@ -55,7 +66,8 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
     if (n_threads <= 0) n_threads = omp_get_num_procs();
     omp_set_num_threads(n_threads);
     pt_cpu_ctx *ctx = pt_calloc(1, sizeof *ctx);
-    if (pt_cpu_gemm_init(&ctx->gemm, lib, n_threads) != PT_OK) {
+    if (pt_cpu_gemm_init(&ctx->gemm, lib, n_threads) != PT_OK ||
+        pt_cpu_bf16_matmul_create(&ctx->gemm_bf16) != PT_OK) {
         free(ctx);
         return NULL;
     }
@@ -64,6 +76,7 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
         .name = "cpu",
         .ctx = ctx,
         .n_threads = n_threads,
+        .bf16_native = pt_cpu_bf16_native(),
         .alloc = cpu_alloc,
         .free = cpu_free,
         .zero = cpu_zero,
@@ -72,6 +85,9 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
         .copy = cpu_copy,
         .synchronize = cpu_synchronize,
         .gemm = cpu_gemm,
+        .gemm_bf16 = cpu_gemm_bf16,
+        .to_bf16 = pt_cpu_to_bf16,
+        .from_bf16 = pt_cpu_from_bf16,
         .embedding_forward = pt_cpu_embedding_forward,
         .embedding_backward = pt_cpu_embedding_backward,
         .rmsnorm_forward = pt_cpu_rmsnorm_forward,

@@ -67,7 +67,8 @@ static pt_status pt_openblas_load(void) {
     return PT_OK;
 }
 
-static const char *pt_dnnl_isa_name(dnnl_cpu_isa_t isa) {
+const char *pt_cpu_dnnl_isa_name(void) {
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     switch (isa) {
     case dnnl_cpu_isa_sse41: return "sse41";
     case dnnl_cpu_isa_avx: return "avx";
@@ -90,7 +91,7 @@ pt_status pt_cpu_gemm_init(pt_cpu_gemm_lib *g, pt_gemm_lib lib, int n_threads) {
     } else {
         const dnnl_version_t *v = dnnl_version();
         snprintf(g->desc, sizeof g->desc, "oneDNN %d.%d.%d sgemm, ISA %s", v->major, v->minor,
-                 v->patch, pt_dnnl_isa_name(dnnl_get_effective_cpu_isa()));
+                 v->patch, pt_cpu_dnnl_isa_name());
     }
     return PT_OK;
 }

@@ -1,4 +1,5 @@
-/* gemm.h: the CPU backend's GEMM (oneDNN or OpenBLAS), private to src/backend/cpu. */
+/* gemm.h: the CPU backend's GEMM (oneDNN or OpenBLAS, gemm.c) and bf16 GEMM (oneDNN matmul,
+ * gemm_bf16.c), private to src/backend/cpu. */
 #ifndef PT_CPU_GEMM_H
 #define PT_CPU_GEMM_H
 
@@ -12,5 +13,22 @@ typedef struct {
 pt_status pt_cpu_gemm_init(pt_cpu_gemm_lib *g, pt_gemm_lib lib, int n_threads);
 void pt_cpu_gemm(const pt_cpu_gemm_lib *g, pt_trans ta, pt_trans tb, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* oneDNN's effective ISA (its kernels' instruction set; DNNL_MAX_CPU_ISA caps it), e.g.
+ * "avx512_core_bf16". */
+const char *pt_cpu_dnnl_isa_name(void);
+
+/* bf16 GEMM: a oneDNN engine and stream, and the cache of one primitive per shape. */
+typedef struct pt_cpu_bf16_matmul pt_cpu_bf16_matmul;
+pt_status pt_cpu_bf16_matmul_create(pt_cpu_bf16_matmul **g);
+void pt_cpu_bf16_matmul_free(pt_cpu_bf16_matmul *g);
+/* The gemm_bf16 slot of pt_backend (include/pt/backend.h). */
+void pt_cpu_gemm_bf16(pt_cpu_bf16_matmul *g, pt_trans ta, pt_trans tb, int M, int N, int K,
+                      const pt_bf16 *A, int lda, const pt_bf16 *B, int ldb, float beta, float *C,
+                      int ldc);
+/* "bf16 GEMM oneDNN matmul IMPL, ISA ISA, bf16 native|emulated in fp32", for describe() */
+const char *pt_cpu_bf16_matmul_desc(const pt_cpu_bf16_matmul *g);
+/* 1 when oneDNN's effective ISA runs bf16 dot products natively (avx512_core_bf16 or above). */
+int pt_cpu_bf16_native(void);
 
 #endif

@@ -36,8 +36,9 @@
 
 #include "pt/backend.h"
 
-/* Every function slot of pt_backend is wrapped below: a slot added to backend.h must be too. */
-_Static_assert(sizeof(pt_backend) == 3 * sizeof(void *) + 29 * sizeof(void (*)(void)),
+/* Every function slot of pt_backend is wrapped below: a slot added to backend.h must be too.
+ * (name, ctx, then n_threads and bf16_native sharing a word) */
+_Static_assert(sizeof(pt_backend) == 3 * sizeof(void *) + 32 * sizeof(void (*)(void)),
                "pt_backend gained or lost a slot: wrap it in src/backend/cpu/guard.c");
 
 #define PT_GUARD_RESERVE ((size_t)16 << 30) /* address space per guarded backend */
@@ -330,6 +331,17 @@ static void g_gemm(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K
                    int ldc) {
     PT_GUARDED(in->gemm(in, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
 }
+static void g_gemm_bf16(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K,
+                        const pt_bf16 *A, int lda, const pt_bf16 *B, int ldb, float beta, float *C,
+                        int ldc) {
+    PT_GUARDED(in->gemm_bf16(in, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc));
+}
+static void g_to_bf16(pt_backend *be, pt_bf16 *dst, const float *src, size_t n) {
+    PT_GUARDED(in->to_bf16(in, dst, src, n));
+}
+static void g_from_bf16(pt_backend *be, float *dst, const pt_bf16 *src, size_t n) {
+    PT_GUARDED(in->from_bf16(in, dst, src, n));
+}
 
 static void g_embedding_forward(pt_backend *be, float *out, const int32_t *tokens,
                                 const float *wte, int N, int C, int row0, int rows) {
@@ -475,6 +487,7 @@ pt_backend *pt_backend_guard(pt_backend *inner) {
         .name = inner->name,
         .ctx = g,
         .n_threads = inner->n_threads,
+        .bf16_native = inner->bf16_native,
         .alloc = g_alloc,
         .free = g_free,
         .zero = g_zero,
@@ -483,6 +496,9 @@ pt_backend *pt_backend_guard(pt_backend *inner) {
         .copy = g_copy,
         .synchronize = g_synchronize,
         .gemm = g_gemm,
+        .gemm_bf16 = g_gemm_bf16,
+        .to_bf16 = g_to_bf16,
+        .from_bf16 = g_from_bf16,
         .embedding_forward = g_embedding_forward,
         .embedding_backward = g_embedding_backward,
         .rmsnorm_forward = g_rmsnorm_forward,

@@ -56,6 +56,15 @@ void pt_cpu_xent_grad(pt_backend *be, float *logits, const int32_t *targets, int
 void pt_cpu_softmax_xent(pt_backend *be, float *logits, float *losses, const int32_t *targets,
                          int n, int V, int ld, float dscale);
 
+/* convert.c */
+void pt_cpu_to_bf16(pt_backend *be, pt_bf16 *dst, const float *src, size_t n);
+void pt_cpu_from_bf16(pt_backend *be, float *dst, const pt_bf16 *src, size_t n);
+/* The two paths behind pt_cpu_to_bf16 (one thread each), bitwise equal, for the tests: the
+ * scalar pt_bf16_round, and AVX512-BF16, which returns 0 without doing anything on a CPU that
+ * lacks it. */
+void pt_cpu_to_bf16_portable(pt_bf16 *dst, const float *src, size_t n);
+int pt_cpu_to_bf16_native(pt_bf16 *dst, const float *src, size_t n);
+
 void pt_cpu_add(pt_backend *be, float *y, const float *x, size_t n);
 double pt_cpu_sumsq(pt_backend *be, const float *x, size_t n);
 
