@@ -21,6 +21,7 @@
 #include "pt/comm.h"
 #include "pt/config.h"
 #include "pt/model.h"
+#include "pt/safetensors.h"
 
 /* A block of a global tensor one rank writes: host arrays of (r1 − r0)·(c1 − c0) elements. */
 typedef struct {
@@ -57,8 +58,10 @@ pt_status pt_ckpt_load_weights(const char *dir, pt_model *m);
 /* The newest complete checkpoint under root; PT_ERR_IO if none. */
 pt_status pt_ckpt_find_latest(const char *root, char *out, size_t cap);
 /* Writes config.json and model.safetensors (the Hugging Face export) into dir, from the model's
- * parameter buffer (an unsplit model) or from a host array of the single-process table. */
+ * parameter buffer (an unsplit model; F32) or from a host array of the single-process table,
+ * stored as dtype (PT_ST_DTYPE_F32, or PT_ST_DTYPE_BF16: rounded to nearest even). */
 pt_status pt_ckpt_export_hf(const char *dir, const pt_model *m);
-pt_status pt_ckpt_export_hf_host(const char *dir, const pt_model *m, const float *host);
+pt_status pt_ckpt_export_hf_host(const char *dir, const pt_model *m, const float *host,
+                                 pt_st_dtype dtype);
 
 #endif

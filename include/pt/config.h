@@ -29,6 +29,7 @@ typedef struct {
         uint64_t seed;
         int threads;      /* 0 = all cores */
         char gemm[16];    /* onednn | openblas */
+        char precision[8];    /* fp32 | bf16 (docs/precision.md) */
         char recompute[16];   /* none | selective | full (pt_recompute) */
         int recompute_layers; /* full: the first n layers of each chunk (0: all) */
         int64_t memory_limit; /* bytes per rank; 0: this host's available memory ÷ its ranks */

@@ -70,6 +70,9 @@ pt_status pt_memory_check(const pt_rank_memory *mem, int64_t limit, const char *
 
 /* sgemm FLOP/s of the backend, measured now (a few hundred milliseconds). */
 double pt_measure_gemm_peak(pt_backend *be);
+/* The same for gemm_bf16 (bf16 inputs, fp32 accumulation): the peak MFU of a mixed-precision run
+ * is measured against. Adds the 1024³ NT shape to the backend's bf16 kernel cache. */
+double pt_measure_gemm_bf16_peak(pt_backend *be);
 /* Model FLOPs utilisation per rank: the FLOPs of the tokens processed over every rank's peak
  * (each rank does its share: its data rows, its tensor blocks, its pipeline stages). */
 double pt_mfu(double flops_per_token, double tokens_per_s, int ranks, double peak_flops);

@@ -259,6 +259,12 @@ typedef struct {
     double *expert_load; /* (n_layers, n_experts): token-slots routed to each expert (counter) */
     int64_t a2a_sent, a2a_recv; /* expert parallelism: rows dispatched to / from other ranks (counter) */
     int recompute, recompute_layers; /* pt_recompute, pt_model_set_recompute */
+    /* mixed precision (pt_model_set_precision, docs/precision.md): with PT_PREC_BF16 the model
+     * computes with w16, a bf16 copy of params (its pointers address pt_bf16 elements), and stores
+     * its activations in bf16; act_size is an activation element's bytes (4 or 2) */
+    int prec, act_size;
+    pt_bf16 *params16; /* (alloc_total) device memory, bf16 */
+    pt_model_view w16;
     struct pt_model_ws *ws;          /* the recomputation workspace (llama.c), NULL when none */
 } pt_model;
 
@@ -271,6 +277,14 @@ void pt_model_free(pt_model *m);
 /* Sets the mode for activations created from now on; with FULL, layers > 0 recomputes only the
  * first `layers` layers of each chunk (Megatron's recompute_num_layers; 0: all). */
 void pt_model_set_recompute(pt_model *m, pt_recompute mode, int layers);
+/* Mixed precision: PT_PREC_FP32 computes and stores in fp32; PT_PREC_BF16 keeps params (and
+ * grads) fp32 and computes with a bf16 copy of params, storing activations in bf16 (the rules:
+ * docs/precision.md). Set before the first activations are made; PT_ERR_CONFIG for what bf16
+ * does not support yet. pt_model_sync_weights refreshes the bf16 copy from params: call it after
+ * anything writes params (initialisation, loading, an optimizer step). */
+typedef enum { PT_PREC_FP32 = 0, PT_PREC_BF16 } pt_precision;
+pt_status pt_model_set_precision(pt_model *m, pt_precision prec);
+void pt_model_sync_weights(pt_model *m);
 /* Bytes of the model's recomputation workspace (0 when nothing is recomputed). */
 size_t pt_model_workspace_bytes(const pt_model *m);
 /* Points the view of one unit's parameters (use = PT_USE_PARAMS) or gradients at buf, which holds
@@ -290,10 +304,11 @@ void pt_model_zero_grads(pt_model *m);
 pt_acts *pt_acts_create(const pt_model *m, int B, int T);
 /* Activations of chunk k of m->par; zb: also room to defer the weight gradients (zero bubble). */
 pt_acts *pt_acts_create_chunk(const pt_model *m, int B, int T, int k, int zb);
-/* A chunk that does not start the model takes its input (R, C) here (R: the residual rows); one
- * that does not end it leaves its output here after forward... */
-float *pt_acts_input(pt_acts *a);
-float *pt_acts_output(pt_acts *a);
+/* A chunk that does not start the model takes its input (R, C) here (R: the residual rows; the
+ * model's activation elements, m->act_size bytes each); one that does not end it leaves its output
+ * here after forward... */
+void *pt_acts_input(pt_acts *a);
+void *pt_acts_output(pt_acts *a);
 /* ...and takes the gradient of its output here before backward, leaving the gradient of its
  * input here after it. */
 float *pt_acts_grad(pt_acts *a);

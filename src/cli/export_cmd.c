@@ -9,20 +9,25 @@
 #include "pt/hf_config.h"
 
 static void pt_export_usage(FILE *f) {
-    fprintf(f, "usage: pentatron export --checkpoint DIR --out DIR\n"
+    fprintf(f, "usage: pentatron export --checkpoint DIR --out DIR [--dtype fp32|bf16]\n"
                "\n"
                "Reads a pentatron checkpoint (written by any number of ranks, any layout) and writes\n"
-               "its weights as one Hugging Face directory: config.json and model.safetensors (F32).\n");
+               "its weights as one Hugging Face directory: config.json and model.safetensors, F32\n"
+               "(the default) or BF16 (the fp32 weights rounded to nearest even; model.init_from\n"
+               "reads both).\n");
 }
 
 int pt_cmd_export(int argc, char **argv) {
-    const char *ckpt = NULL, *out = NULL;
+    const char *ckpt = NULL, *out = NULL, *dtype = "fp32";
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             pt_export_usage(stdout);
             return 0;
         }
-        const char **dst = !strcmp(argv[i], "--checkpoint") ? &ckpt : !strcmp(argv[i], "--out") ? &out : NULL;
+        const char **dst = !strcmp(argv[i], "--checkpoint") ? &ckpt
+                           : !strcmp(argv[i], "--out")      ? &out
+                           : !strcmp(argv[i], "--dtype")    ? &dtype
+                                                            : NULL;
         if (!dst || i + 1 >= argc) {
             pt_log_error("export: %s %s (see --help)", argv[i], dst ? "needs a value" : "is not an option");
             return 2;
@@ -31,6 +36,10 @@ int pt_cmd_export(int argc, char **argv) {
     }
     if (!ckpt || !out) {
         pt_log_error("export: --checkpoint and --out are required (see --help)");
+        return 2;
+    }
+    if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")) {
+        pt_log_error("export: --dtype %s: expected fp32 or bf16", dtype);
         return 2;
     }
     char path[PT_PATH_MAX + 32];
@@ -46,7 +55,9 @@ int pt_cmd_export(int argc, char **argv) {
         host = pt_malloc(m.gtable.total * sizeof(float));
         st = pt_ckpt_load_weights_host(ckpt, &m, host);
     }
-    if (st == PT_OK) st = pt_ckpt_export_hf_host(out, &m, host);
+    if (st == PT_OK)
+        st = pt_ckpt_export_hf_host(out, &m, host,
+                                    strcmp(dtype, "bf16") ? PT_ST_DTYPE_F32 : PT_ST_DTYPE_BF16);
     if (st == PT_OK) pt_log_info("exported %s to %s", ckpt, out);
     else pt_log_error("%s", pt_last_error());
     free(host);

@@ -29,18 +29,20 @@ static int pt_head_chunk_rows(int V, int N) {
     return (int)(rows < (size_t)N ? rows : (size_t)N);
 }
 
+/* A layer's activations: arrays of the model's activation elements (fp32 or bf16, m->act_size
+ * bytes), except rstd and lse, always fp32. */
 typedef struct {
-    float *x;      /* (N,C) layer input (the residual stream) */
-    float *rstd1;  /* (N) */
-    float *xn1;    /* (N,C) */
-    float *qkv;    /* (N, q+2kv), q and k after rope */
-    float *att;    /* (N, q) attention output */
-    float *lse;    /* (B, H, T) */
-    float *xmid;   /* (N,C) residual after attention */
-    float *rstd2;  /* (N) */
-    float *xn2;    /* (N,C) */
-    float *gu;     /* (N,2F) */
-    float *h;      /* (N,F) */
+    void *x;       /* (N,C) layer input (the residual stream) */
+    void *rstd1;   /* (N) fp32 */
+    void *xn1;     /* (N,C) */
+    void *qkv;     /* (N, q+2kv), q and k after rope */
+    void *att;     /* (N, q) attention output */
+    void *lse;     /* (B, H, T) fp32 */
+    void *xmid;    /* (N,C) residual after attention */
+    void *rstd2;   /* (N) fp32 */
+    void *xn2;     /* (N,C) */
+    void *gu;      /* (N,2F) */
+    void *h;       /* (N,F) */
     struct pt_moe_acts *moe; /* a mixture-of-experts layer's routing and experts' activations */
     int re;        /* pt_recompute: what this layer computes again in backward */
     unsigned keep; /* bit PT_A_*: the array is this layer's own (else the workspace's) */
@@ -55,9 +57,9 @@ struct pt_acts {
     int cap_B, cap_T; /* the shape it was sized for */
     size_t bytes;
     pt_layer_acts *layers;
-    float *xout;      /* (N,C) output of the last layer */
+    void *xout;       /* (N,C) output of the last layer (activation elements) */
     float *rstdf;     /* (N) */
-    float *xf;        /* (N,C) final-norm output */
+    void *xf;         /* (N,C) final-norm output (activation elements) */
     float *dxf;       /* (N,C) gradient of xf, from the fused head + loss */
     float *logits;    /* (CHUNK, V) scratch for the fused head */
     float *losses;    /* (CHUNK) */
@@ -78,8 +80,14 @@ struct pt_acts {
     int32_t *h_rows;  /* (B·T) host: the position of every row */
     int32_t *h_tg;    /* (head_rows) host: a chunk's targets */
     float *h_losses;  /* (head_rows) host: a chunk's losses */
+    /* bf16 only: fp32 scratch where kernels read converted and write unrounded values, (N,
+     * max(C, q+2kv, 2F)) and (N, max(C, q, F)); a rounded gradient as a GEMM operand; a norm's
+     * weight in fp32 (C) */
+    float *sA, *sB;
+    void *g16;
+    float *wn;
     int has_targets;
-    float *block;     /* the one allocation everything above points into */
+    void *block;      /* the one allocation everything above points into */
 };
 
 /* The recomputation workspace: one layer's arrays that layers do not keep (sized for the first
@@ -87,9 +95,9 @@ struct pt_acts {
 struct pt_model_ws {
     pt_layer_acts la;
     struct pt_moe_acts *moe;
-    float *xnext; /* (R,C) */
+    void *xnext;  /* (R,C) activation elements */
     double *load; /* (E) host: a recomputed routing's counts, not counted again */
-    float *block;
+    void *block;
     int B, T, zb;
     int users; /* the activations that point into it: the last one freed frees it */
     size_t bytes;
@@ -512,6 +520,7 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     m->cfg = *cfg;
     m->be = be;
     m->par = par ? *par : (pt_model_parallel){.tp = 1};
+    m->act_size = sizeof(float);
     m->loc = pt_model_local_dims(cfg, tp, m->par.tp_rank);
     if (m->par.n_chunks == 0) m->par.chunk[0] = (pt_chunk){0, cfg->n_layers};
     pt_param_table_build_local(&m->table, cfg, &m->par);
@@ -557,11 +566,45 @@ void pt_model_free(pt_model *m) {
     m->be->free(m->be, m->rope_sin);
     free(m->w.layers);
     free(m->g.layers);
+    free(m->w16.layers);
+    if (m->params16) m->be->free(m->be, m->params16);
     pt_param_table_free(&m->table);
     pt_param_table_free(&m->gtable);
     free(m->expert_load);
     PT_ASSERTF(!m->ws, "activations outlive their model");
     memset(m, 0, sizeof *m);
+}
+
+pt_status pt_model_set_precision(pt_model *m, pt_precision prec) {
+    PT_ASSERTF(!m->ws && !m->params16, "the precision is set once, before any activations");
+    if (prec == PT_PREC_FP32) return PT_OK;
+    /* what bf16 does not cover yet: every such layout is refused here, by name */
+    if (m->cfg.n_experts > 0)
+        return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support mixture-of-"
+                         "experts models yet (model.n_experts = %d)", m->cfg.n_experts);
+    if (m->par.tp_ops || m->par.cp_ops)
+        return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support %s yet",
+                         m->par.tp_ops ? "tensor parallelism (parallel.tp > 1)"
+                                       : "context parallelism (parallel.cp > 1)");
+    if (!m->params)
+        return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support ZeRO-3 yet "
+                         "(parallel.zero = 3)");
+    m->prec = prec;
+    m->act_size = sizeof(pt_bf16);
+    m->params16 = m->be->alloc(m->be, m->alloc_total * sizeof(pt_bf16));
+    m->w16.layers = pt_calloc((size_t)m->cfg.n_layers, sizeof *m->w16.layers);
+    int ep = m->par.ep > 1 ? m->par.ep : 1;
+    for (int i = 0; i < m->table.n; i++) { /* the bf16 copy's view: its pointers address bf16 */
+        const pt_param *p = &m->table.p[i];
+        pt_view_set(&m->w16, p, (float *)(void *)(m->params16 + p->offset), m->cfg.tied_embeddings,
+                    m->par.ep_rank * (m->cfg.n_experts / ep));
+    }
+    pt_model_sync_weights(m);
+    return PT_OK;
+}
+
+void pt_model_sync_weights(pt_model *m) {
+    if (m->params16) m->be->to_bf16(m->be, m->params16, m->params, m->alloc_total);
 }
 
 void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host) {
@@ -618,10 +661,15 @@ pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
 enum { PT_A_X, PT_A_RSTD1, PT_A_XN1, PT_A_QKV, PT_A_ATT, PT_A_LSE, PT_A_XMID, PT_A_RSTD2, PT_A_XN2,
        PT_A_GU, PT_A_H, PT_A_COUNT };
 
-static float **pt_layer_array(pt_layer_acts *la, int i) {
-    float **f[PT_A_COUNT] = {&la->x,    &la->rstd1, &la->xn1, &la->qkv, &la->att, &la->lse,
-                             &la->xmid, &la->rstd2, &la->xn2, &la->gu,  &la->h};
+static void **pt_layer_array(pt_layer_acts *la, int i) {
+    void **f[PT_A_COUNT] = {&la->x,    &la->rstd1, &la->xn1, &la->qkv, &la->att, &la->lse,
+                            &la->xmid, &la->rstd2, &la->xn2, &la->gu,  &la->h};
     return f[i];
+}
+
+/* Bytes of an element of array i: fp32 statistics, the model's activation elements otherwise. */
+static size_t pt_layer_esize(const pt_model *m, int i) {
+    return i == PT_A_RSTD1 || i == PT_A_RSTD2 || i == PT_A_LSE ? sizeof(float) : (size_t)m->act_size;
 }
 
 /* Elements of each of a layer's arrays for B sequences of T tokens (a MoE layer's gate/up and h
@@ -663,23 +711,32 @@ static int pt_layer_mode(const pt_model *m, int i) {
     return m->recompute;
 }
 
-/* Rounds every array up to 16 floats (64 bytes). */
-static size_t pt_round16(size_t n) { return (n + 15) & ~(size_t)15; }
+/* Every array is rounded up to 64 bytes. */
+static size_t pt_round64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+/* Hands out n bytes of a block (rounded up to 64), or counts them (*p NULL). */
+static void *pt_take(char **p, size_t *used, size_t n) {
+    void *r = *p ? *p + *used : NULL;
+    *used += pt_round64(n);
+    return r;
+}
 
 static void pt_ws_create(pt_model *m, int B, int T, int zb) {
     struct pt_model_ws *ws = m->ws = pt_calloc(1, sizeof *ws);
-    size_t n[PT_A_COUNT], total = 0, N = (size_t)B * T, R = (size_t)pt_res_rows(m, (int)N);
+    size_t n[PT_A_COUNT], N = (size_t)B * T, R = (size_t)pt_res_rows(m, (int)N);
     pt_layer_sizes(m, B, T, 0, n);
     int cp = m->par.cp_ops != NULL;
-    for (int i = 0; i < PT_A_COUNT; i++)
-        if (!pt_layer_keeps(m->recompute, i, zb, cp)) total += pt_round16(n[i]);
-    if (m->recompute == PT_RECOMPUTE_FULL) total += pt_round16(R * m->cfg.dim);
-    ws->block = m->be->alloc(m->be, (total ? total : 1) * sizeof(float));
-    float *p = ws->block;
-    for (int i = 0; i < PT_A_COUNT; i++)
-        if (!pt_layer_keeps(m->recompute, i, zb, cp)) *pt_layer_array(&ws->la, i) = p, p += pt_round16(n[i]);
-    if (m->recompute == PT_RECOMPUTE_FULL) ws->xnext = p;
-    ws->bytes = total * sizeof(float);
+    char *p = NULL;
+    for (int pass = 0; pass < 2; pass++) { /* count, then hand out */
+        size_t used = 0;
+        for (int i = 0; i < PT_A_COUNT; i++)
+            if (!pt_layer_keeps(m->recompute, i, zb, cp))
+                *pt_layer_array(&ws->la, i) = pt_take(&p, &used, n[i] * pt_layer_esize(m, i));
+        if (m->recompute == PT_RECOMPUTE_FULL)
+            ws->xnext = pt_take(&p, &used, R * m->cfg.dim * (size_t)m->act_size);
+        if (!pass) p = ws->block = m->be->alloc(m->be, used ? used : 1);
+        ws->bytes = used;
+    }
     ws->load = pt_calloc((size_t)(m->cfg.n_experts ? m->cfg.n_experts : 1), sizeof *ws->load);
     ws->B = B, ws->T = T, ws->zb = zb;
 }
@@ -717,19 +774,11 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
                "the recomputation workspace was made for (%d,%d%s)", m->ws->B, m->ws->T,
                m->ws->zb ? ", zero bubble" : "");
     size_t HR = last ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
-    const size_t rest[] = {R * C, R, N * C, N * C, HR * V, HR, R * C, N * C, N * qkv, N * q,
-                           N * 2 * F, N * F, sp ? N * C : 0, 2 * C, 2 * (size_t)d->KV * hd * C};
-    const size_t zbs[] = {N * C, N * 2 * F, N * C, N * qkv};
-    /* what the layers keep, then the rest, each array rounded up to 16 floats */
-    size_t total = 0, n[PT_A_COUNT];
-    for (int l = 0; l < nl; l++) {
-        int moe = pt_layer_is_moe(c, ch.l0 + l), re = pt_layer_mode(m, l);
-        pt_layer_sizes(m, B, T, moe, n);
-        for (int i = 0; i < PT_A_COUNT; i++)
-            if (pt_layer_keeps(re, i, zb, cp)) total += pt_round16(n[i]);
-        for (size_t i = 0; zb && i < sizeof zbs / sizeof *zbs; i++) total += pt_round16(zbs[i]);
-    }
-    for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) total += pt_round16(rest[i]);
+    size_t E = (size_t)m->act_size, f = sizeof(float), n[PT_A_COUNT];
+    int bf = m->prec == PT_PREC_BF16;
+    size_t wA = C > qkv ? C : qkv, wB = C > q ? C : q;
+    wA = wA > 2 * F ? wA : 2 * F, wB = wB > F ? wB : F;
+    size_t g16 = N * wA > HR * V ? N * wA : HR * V;
 
     pt_acts *a = pt_calloc(1, sizeof *a);
     a->B = a->cap_B = B;
@@ -739,50 +788,59 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     a->first = ch.l0 == 0;
     a->last = last;
     a->zb = zb;
-    a->block = m->be->alloc(m->be, total * sizeof(float));
-    float *p = a->block;
-#define PT_TAKE(n) (p += pt_round16(n), p - pt_round16(n))
+    a->head_rows = (int)HR;
     a->layers = pt_calloc((size_t)(nl ? nl : 1), sizeof *a->layers);
+    char *p = NULL; /* what the layers keep, then the rest, counted, then handed out */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t used = 0;
+        for (int l = 0; l < nl; l++) {
+            pt_layer_acts *la = &a->layers[l];
+            int moe = pt_layer_is_moe(c, ch.l0 + l);
+            la->re = pt_layer_mode(m, l);
+            la->keep = 0;
+            pt_layer_sizes(m, B, T, moe, n);
+            for (int i = 0; i < PT_A_COUNT; i++) {
+                int keep = pt_layer_keeps(la->re, i, zb, cp);
+                void *arr = keep ? pt_take(&p, &used, n[i] * pt_layer_esize(m, i)) : NULL;
+                *pt_layer_array(la, i) = keep ? arr : *pt_layer_array(&m->ws->la, i);
+                la->keep |= (unsigned)keep << i;
+            }
+            if (!zb) continue;
+            la->z_dmlp = pt_take(&p, &used, N * C * f);
+            la->z_dgu = pt_take(&p, &used, N * 2 * F * f);
+            la->z_datt = pt_take(&p, &used, N * C * f);
+            la->z_dqkv = pt_take(&p, &used, N * qkv * f);
+        }
+        a->xout = pt_take(&p, &used, R * C * E);
+        a->rstdf = pt_take(&p, &used, R * f);
+        a->xf = pt_take(&p, &used, N * C * E);
+        a->dxf = pt_take(&p, &used, N * C * f);
+        a->logits = pt_take(&p, &used, HR * V * f);
+        a->losses = pt_take(&p, &used, HR * f);
+        a->dx = pt_take(&p, &used, R * C * f);
+        a->dxn = pt_take(&p, &used, N * C * f);
+        a->dqkv = pt_take(&p, &used, N * qkv * f);
+        a->datt = pt_take(&p, &used, N * q * f);
+        a->dgu = pt_take(&p, &used, N * 2 * F * f);
+        a->dh = pt_take(&p, &used, N * F * f);
+        a->dfull = pt_take(&p, &used, sp ? N * C * f : 0);
+        a->dnorm = pt_take(&p, &used, 2 * C * f);
+        a->dkv = pt_take(&p, &used, 2 * (size_t)d->KV * hd * C * f);
+        a->sA = pt_take(&p, &used, bf ? N * wA * f : 0);
+        a->sB = pt_take(&p, &used, bf ? N * wB * f : 0);
+        a->g16 = pt_take(&p, &used, bf ? g16 * sizeof(pt_bf16) : 0);
+        a->wn = pt_take(&p, &used, bf ? C * f : 0);
+        if (!pass) p = a->block = m->be->alloc(m->be, used);
+        a->bytes = used; /* what the arrays use */
+    }
     for (int l = 0; l < nl; l++) {
         pt_layer_acts *la = &a->layers[l];
-        int moe = pt_layer_is_moe(c, ch.l0 + l);
-        la->re = pt_layer_mode(m, l);
-        pt_layer_sizes(m, B, T, moe, n);
-        for (int i = 0; i < PT_A_COUNT; i++) {
-            int keep = pt_layer_keeps(la->re, i, zb, cp);
-            *pt_layer_array(la, i) = keep ? PT_TAKE(n[i]) : *pt_layer_array(&m->ws->la, i);
-            la->keep |= (unsigned)keep << i;
-        }
-        if (moe) la->moe = pt_moe_acts_for(m, la->re, (int)N);
-        if (zb) {
-            la->z_dmlp = PT_TAKE(zbs[0]);
-            la->z_dgu = PT_TAKE(zbs[1]);
-            la->z_datt = PT_TAKE(zbs[2]);
-            la->z_dqkv = PT_TAKE(zbs[3]);
-        }
+        if (pt_layer_is_moe(c, ch.l0 + l)) la->moe = pt_moe_acts_for(m, la->re, (int)N);
+        if (la->re != PT_RECOMPUTE_FULL) a->bytes += pt_moe_acts_bytes(la->moe);
     }
-    a->xout = PT_TAKE(R * C);
-    a->rstdf = PT_TAKE(R);
-    a->xf = PT_TAKE(N * C);
-    a->dxf = PT_TAKE(N * C);
-    a->head_rows = (int)HR;
-    a->logits = PT_TAKE(HR * V);
-    a->losses = PT_TAKE(HR);
-    a->dx = PT_TAKE(R * C);
-    a->dxn = PT_TAKE(N * C);
-    a->dqkv = PT_TAKE(N * qkv);
-    a->datt = PT_TAKE(N * q);
-    a->dgu = PT_TAKE(N * 2 * F);
-    a->dh = PT_TAKE(N * F);
-    a->dfull = sp ? PT_TAKE(N * C) : NULL;
-    a->dnorm = PT_TAKE(2 * C);
-    a->dkv = PT_TAKE(2 * (size_t)d->KV * hd * C);
-#undef PT_TAKE
     if (!HR) a->logits = a->losses = NULL;
-    PT_ASSERT((size_t)(p - a->block) == total);
-    a->bytes = total * sizeof(float); /* what the arrays use */
-    for (int l = 0; l < nl; l++)
-        if (a->layers[l].re != PT_RECOMPUTE_FULL) a->bytes += pt_moe_acts_bytes(a->layers[l].moe);
+    if (!sp) a->dfull = NULL;
+    if (!bf) a->sA = a->sB = a->wn = NULL, a->g16 = NULL;
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
@@ -792,8 +850,8 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     return a;
 }
 
-float *pt_acts_input(pt_acts *a) { return a->l1 > a->l0 ? a->layers[0].x : a->xout; }
-float *pt_acts_output(pt_acts *a) { return a->xout; }
+void *pt_acts_input(pt_acts *a) { return a->l1 > a->l0 ? a->layers[0].x : a->xout; }
+void *pt_acts_output(pt_acts *a) { return a->xout; }
 float *pt_acts_grad(pt_acts *a) { return a->dx; }
 
 void pt_acts_free(const pt_model *m, pt_acts *a) {
@@ -843,33 +901,93 @@ static void pt_tp_gather(const pt_model *m, float *full, int N, int C) {
     if (tp && tp->gather) tp->gather(tp->ctx, full, N, C);
 }
 
-/* The residual (R,C) += y (N,C), this rank's partial product of a row-parallel linear, summed
- * over the tp ranks first (Megatron's g). */
-static void pt_tp_reduce_add(pt_model *m, float *x, float *y, int N) {
-    int C = m->cfg.dim;
-    pt_tp_reduce(m, y, N, C);
-    m->be->add(m->be, x, y, (size_t)pt_res_rows(m, N) * C);
-}
-
-/* x (R,C) += in (N,K) · Wᵀ (K,C), a row-parallel linear: straight into the residual on one rank
- * (the fused accumulate), through y (N,C) and the tp sum otherwise. */
-static void pt_row_linear(pt_model *m, float *x, const float *in, const float *w, int N, int K,
-                          float *y) {
-    pt_backend *be = m->be;
-    int C = m->cfg.dim;
-    if (!m->par.tp_ops) {
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, K, 1.0f, in, K, w, K, 1.0f, x, C);
-        return;
-    }
-    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, K, 1.0f, in, K, w, K, 0.0f, y, C);
-    pt_tp_reduce_add(m, x, y, N);
-}
-
 static void pt_poll_cb(void *user) { pt_poll(user); }
 
 /* This rank's first row of a full (N, ·) array: its rows of the residual stream. */
 static size_t pt_own_row0(const pt_model *m, int N) {
     return m->par.sp && m->par.tp > 1 ? (size_t)m->par.tp_rank * (N / m->par.tp) : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* precision (docs/precision.md): activations are fp32 or bf16; kernels other than the GEMM
+ * compute in fp32, so a bf16 activation is converted into fp32 scratch to be read and a result
+ * computed in fp32 scratch is rounded into it. In fp32 each helper below is the identity (the
+ * kernels read and write the activations themselves), so fp32 runs the same operations as
+ * always. */
+
+static int pt_is_bf16(const pt_model *m) { return m->prec == PT_PREC_BF16; }
+
+/* Element i of an activation array. */
+static void *pt_at(const pt_model *m, void *act, size_t i) {
+    return (char *)act + i * (size_t)m->act_size;
+}
+
+/* C (fp32) = op(A)·op(B) + beta·C with A and B activations or weights of the model's precision. */
+static void pt_mm(pt_model *m, pt_trans ta, pt_trans tb, int M, int N, int K, const void *A,
+                  int lda, const void *B, int ldb, float beta, float *C, int ldc) {
+    pt_backend *be = m->be;
+    if (pt_is_bf16(m))
+        be->gemm_bf16(be, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    else
+        be->gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* An activation (n elements) as fp32: itself, or its values converted into scratch. */
+static const float *pt_f32(pt_model *m, float *scratch, const void *act, size_t n) {
+    if (!pt_is_bf16(m)) return act;
+    m->be->from_bf16(m->be, scratch, act, n);
+    return scratch;
+}
+
+/* Where a kernel writes what becomes the activation act: act itself, or fp32 scratch... */
+static float *pt_out(pt_model *m, void *act, float *scratch) {
+    return pt_is_bf16(m) ? scratch : act;
+}
+
+/* ...and the result stored as act (rounded to bf16); nothing to do in fp32. */
+static void pt_store(pt_model *m, void *act, const float *res, size_t n) {
+    if (pt_is_bf16(m)) m->be->to_bf16(m->be, act, res, n);
+}
+
+/* A gradient (fp32, n) as a GEMM operand: itself, or rounded into the bf16 scratch. */
+static const void *pt_gop(pt_model *m, pt_acts *a, const float *g, size_t n) {
+    if (!pt_is_bf16(m)) return g;
+    m->be->to_bf16(m->be, a->g16, g, n);
+    return a->g16;
+}
+
+/* A norm's weight (C) as fp32: the master's (fp32) or its bf16 copy's values. */
+static const float *pt_wvec(pt_model *m, pt_acts *a, const float *w) {
+    return pt_f32(m, a->wn, w, (size_t)m->cfg.dim);
+}
+
+/* The weights the model computes with: the masters, or their bf16 copy. */
+static const pt_model_view *pt_wc(const pt_model *m) { return pt_is_bf16(m) ? &m->w16 : &m->w; }
+
+/* xout (R,C) = xin + in (N,K) · Wᵀ (K,C), a row-parallel linear with the residual add: in fp32 on
+ * one rank straight into the residual (the fused accumulate), else through y (N,C) and the tp
+ * sum, then the add (in fp32, rounded once into a bf16 xout). */
+static void pt_residual_linear(pt_model *m, pt_acts *a, void *xout, const void *xin,
+                               const void *in, const void *w, int N, int K) {
+    pt_backend *be = m->be;
+    int C = m->cfg.dim;
+    size_t RC = (size_t)pt_res_rows(m, N) * C;
+    float *y = a->dxn; /* (N,C) scratch: free in forward, and in backward between layers */
+    if (!pt_is_bf16(m)) {
+        be->copy(be, xout, xin, RC * sizeof(float));
+        pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, in, K, w, K, m->par.tp_ops ? 0.0f : 1.0f,
+              m->par.tp_ops ? y : xout, C);
+        if (!m->par.tp_ops) return;
+        pt_tp_reduce(m, y, N, C);
+        be->add(be, xout, y, RC);
+        return;
+    }
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, in, K, w, K, 0.0f, y, C);
+    pt_tp_reduce(m, y, N, C);
+    float *x = a->sA;
+    be->from_bf16(be, x, xin, RC);
+    be->add(be, x, y, RC);
+    be->to_bf16(be, xout, x, RC);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -890,58 +1008,85 @@ static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
                            .ldo = q,
                            .q_pos = a->d_pos,
                            .k_pos = a->d_pos,
-                           .scale = 1.0f / sqrtf((float)hd)};
+                           .scale = 1.0f / sqrtf((float)hd),
+                           .p_bf16 = pt_is_bf16(m)};
 }
 
-/* The normed residual rows into their place in full (N,C), then gathered (sequence parallel). */
-static void pt_norm_gather(pt_model *m, float *full, float *rstd, const float *x, const float *w,
-                           int N) {
+/* The normed residual rows x (R,C) into their place in full (N,C), then gathered (sequence
+ * parallel); w the norm's weight as the model computes with it. */
+static void pt_norm_gather(pt_model *m, pt_acts *a, void *full, float *rstd, const void *x,
+                           const float *w, int N) {
     int C = m->cfg.dim, R = pt_res_rows(m, N);
-    m->be->rmsnorm_forward(m->be, full + pt_own_row0(m, N) * C, rstd, x, w, R, C, m->cfg.norm_eps);
+    size_t RC = (size_t)R * C, r0 = pt_own_row0(m, N) * C;
+    const float *in = pt_f32(m, a->sA, x, RC);
+    float *out = pt_is_bf16(m) ? a->sB : (float *)full + r0;
+    m->be->rmsnorm_forward(m->be, out, rstd, in, pt_wvec(m, a, w), R, C, m->cfg.norm_eps);
+    pt_store(m, pt_at(m, full, r0), out, RC);
     pt_tp_gather(m, full, N, C);
+}
+
+/* The attention core of layer l: att, lse from qkv (ring attention under context parallelism). */
+static void pt_attention(pt_model *m, pt_acts *a, int l, int recompute) {
+    pt_layer_acts *la = &a->layers[l - a->l0];
+    int N = a->B * a->T, hd = pt_head_dim(&m->cfg), q = m->loc.H * hd, kv = m->loc.KV * hd;
+    pt_attn_shape as = pt_attn_shape_for(m, a);
+    const float *qkv = pt_f32(m, a->sA, la->qkv, (size_t)N * (q + 2 * kv));
+    float *att = pt_out(m, la->att, a->sB);
+    const pt_cp_ops *cp = m->par.cp_ops;
+    if (cp)
+        cp->attn_forward(cp->ctx, &as, qkv, att, la->lse, l, recompute, pt_poll_cb, m);
+    else
+        m->be->attention_forward(m->be, &as, qkv, qkv + q, qkv + q + kv, att, la->lse);
+    pt_store(m, la->att, att, (size_t)N * q);
+}
+
+/* h = silu(gate)·up of layer la (N rows). */
+static void pt_swiglu(pt_model *m, pt_acts *a, pt_layer_acts *la, int N) {
+    int F = m->loc.F;
+    const float *gu = pt_f32(m, a->sA, la->gu, (size_t)N * 2 * F);
+    float *h = pt_out(m, la->h, a->sB);
+    m->be->swiglu_forward(m->be, h, gu, N, F);
+    pt_store(m, la->h, h, (size_t)N * F);
 }
 
 /* Layer l's forward from its input la->x to xnext. recompute: a second forward in backward (full
  * recomputation), whose routing counts and balancing losses are not counted again. */
-static void pt_layer_forward(pt_model *m, pt_acts *a, int l, float *xnext, int recompute) {
+static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int recompute) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     const pt_local_dims *d = &m->loc;
     int N = a->B * a->T, C = c->dim, F = d->F, hd = pt_head_dim(c), R = pt_res_rows(m, N);
     int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
-    size_t RC = (size_t)R * C * sizeof(float);
-    pt_attn_shape as = pt_attn_shape_for(m, a);
-    const pt_cp_ops *cp = m->par.cp_ops;
-    float *y = a->dxn; /* (N,C) scratch for the row-parallel outputs (free in forward, and in
-                        * backward between layers) */
     pt_layer_acts *la = &a->layers[l - a->l0];
-    const pt_layer_view *w = &m->w.layers[l];
-    pt_norm_gather(m, la->xn1, la->rstd1, la->x, w->attn_norm, N);
-    /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads */
-    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, qkv, C, 1.0f, la->xn1, C, w->wqkv, C, 0.0f, la->qkv,
-             qkv);
+    const pt_layer_view *w = &pt_wc(m)->layers[l];
+    pt_norm_gather(m, a, la->xn1, la->rstd1, la->x, w->attn_norm, N);
+    /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads; rope on q (H heads)
+     * and k (KV heads, starting at column q) */
+    float *t = pt_out(m, la->qkv, a->sA);
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, N, qkv, C, la->xn1, C, w->wqkv, C, 0.0f, t, qkv);
     pt_poll(m);
-    /* rope on q (H heads) and k (KV heads, starting at column q) */
-    be->rope(be, la->qkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
-    be->rope(be, la->qkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
-    if (cp)
-        cp->attn_forward(cp->ctx, &as, la->qkv, la->att, la->lse, l, recompute, pt_poll_cb, m);
-    else
-        be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
+    be->rope(be, t, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
+    be->rope(be, t + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
+    pt_store(m, la->qkv, t, (size_t)N * qkv);
+    pt_attention(m, a, l, recompute);
     pt_poll(m);
     /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
-    be->copy(be, la->xmid, la->x, RC);
-    pt_row_linear(m, la->xmid, la->att, w->wo, N, q, y);
-    pt_norm_gather(m, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
+    pt_residual_linear(m, a, la->xmid, la->x, la->att, w->wo, N, q);
+    pt_norm_gather(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
     if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every expert
-                    * give a part, summed like the dense MLP's */
+                    * give a part, summed like the dense MLP's (fp32 only: model.c refuses bf16) */
+        float *y = a->dxn;
         int tp = m->par.tp_ops != NULL;
         double aux = m->aux_loss, z = m->z_loss;
-        be->copy(be, xnext, la->xmid, RC);
+        size_t RC = (size_t)R * C;
+        be->copy(be, xnext, la->xmid, RC * sizeof(float));
         if (tp) be->zero(be, y, (size_t)N * C * sizeof(float));
         pt_moe_forward(m, la->moe, w, la->xn2, tp ? y : xnext, a->B, a->T,
                        recompute ? m->ws->load : m->expert_load + (size_t)l * c->n_experts);
-        if (tp) pt_tp_reduce_add(m, xnext, y, N);
+        if (tp) {
+            pt_tp_reduce(m, y, N, C);
+            be->add(be, xnext, y, RC);
+        }
         if (recompute)
             m->aux_loss = aux, m->z_loss = z;
         else
@@ -949,30 +1094,25 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, float *xnext, int r
         return;
     }
     /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F) -> h (N,F) */
-    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, 2 * F, C, 1.0f, la->xn2, C, w->wgu, C, 0.0f, la->gu,
-             2 * F);
-    be->swiglu_forward(be, la->h, la->gu, N, F);
+    t = pt_out(m, la->gu, a->sA);
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, N, 2 * F, C, la->xn2, C, w->wgu, C, 0.0f, t, 2 * F);
+    pt_store(m, la->gu, t, (size_t)N * 2 * F);
+    pt_swiglu(m, a, la, N);
     pt_poll(m);
     /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
-    be->copy(be, xnext, la->xmid, RC);
-    pt_row_linear(m, xnext, la->h, w->wdown, N, F, y);
+    pt_residual_linear(m, a, xnext, la->xmid, la->h, w->wdown, N, F);
 }
 
 /* What layer l did not keep of its forward, computed again before its backward (model.h:
  * pt_recompute): the whole layer, or the attention core and the SwiGLU activation. */
 static void pt_layer_recompute(pt_model *m, pt_acts *a, int l) {
-    pt_backend *be = m->be;
     pt_layer_acts *la = &a->layers[l - a->l0];
     if (la->re == PT_RECOMPUTE_FULL) {
         pt_layer_forward(m, a, l, m->ws->xnext, 1);
         return;
     }
-    int q = m->loc.H * pt_head_dim(&m->cfg), kv = m->loc.KV * pt_head_dim(&m->cfg);
-    if (!(la->keep >> PT_A_ATT & 1)) { /* never under context parallelism (it keeps them) */
-        pt_attn_shape as = pt_attn_shape_for(m, a);
-        be->attention_forward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att, la->lse);
-    }
-    if (!la->moe && !(la->keep >> PT_A_H & 1)) be->swiglu_forward(be, la->h, la->gu, a->B * a->T, m->loc.F);
+    if (!(la->keep >> PT_A_ATT & 1)) pt_attention(m, a, l, 1); /* never under cp (it keeps them) */
+    if (!la->moe && !(la->keep >> PT_A_H & 1)) pt_swiglu(m, a, la, a->B * a->T);
 }
 
 /* Runs the layers and the final norm; leaves the full xf (N,C) in a->xf. */
@@ -981,7 +1121,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     const pt_model_config *c = &m->cfg;
     const pt_local_dims *d = &m->loc;
     int N = a->B * a->T, C = c->dim, R = pt_res_rows(m, N);
-    size_t RC = (size_t)R * C * sizeof(float);
+    size_t RC = (size_t)R * C;
     /* positions (T) are shared by the B sequences; rope wants one per row */
     be->download(be, a->pos, pos, (size_t)a->T * sizeof *pos);
     be->copy(be, a->d_pos, pos, (size_t)a->T * sizeof *pos);
@@ -990,15 +1130,21 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     float *y = a->dxn; /* (N,C) scratch for the partial embedding rows (backward's, unused here) */
 
     /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks; a chunk that
-     * does not start the model has its input in pt_acts_input already */
-    float *x0 = pt_acts_input(a);
+     * does not start the model has its input in pt_acts_input already. In bf16 the rows of the
+     * fp32 master rounded: the bf16 copy's rows. */
+    void *x0 = pt_acts_input(a);
     if (!a->first) {
     } else if (pt_acquire(m, 0, PT_USE_PARAMS, 0), m->par.tp_ops) {
         be->embedding_forward(be, y, tokens, m->w.embed, N, C, d->v0, d->V); /* partial rows */
         pt_tp_reduce(m, y, N, C);
-        be->copy(be, x0, y, RC);
+        if (pt_is_bf16(m))
+            be->to_bf16(be, x0, y, RC);
+        else
+            be->copy(be, x0, y, RC * sizeof(float));
     } else {
-        be->embedding_forward(be, x0, tokens, m->w.embed, N, C, 0, c->vocab_size);
+        float *e = pt_out(m, x0, a->sA);
+        be->embedding_forward(be, e, tokens, m->w.embed, N, C, 0, c->vocab_size);
+        pt_store(m, x0, e, RC);
     }
     /* tied: the head needs it */
     if (a->first && !c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
@@ -1009,7 +1155,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     }
     if (!a->last) return;
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
-    pt_norm_gather(m, a->xf, a->rstdf, a->xout, m->w.final_norm, N);
+    pt_norm_gather(m, a, a->xf, a->rstdf, a->xout, pt_wc(m)->final_norm, N);
 }
 
 double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
@@ -1033,19 +1179,20 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
     int32_t *tg = a->h_tg;
     float *host_losses = a->h_losses;
     const pt_tp_ops *tp = m->par.tp_ops;
+    const void *wh = pt_wc(m)->head;
     for (int r0 = 0; r0 < N; r0 += HR) {
         int n = N - r0 < HR ? N - r0 : HR;
-        const float *xf = a->xf + (size_t)r0 * C;
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, n, V, C, 1.0f, xf, C, m->w.head, C, 0.0f, a->logits, V);
+        const void *xf = pt_at(m, a->xf, (size_t)r0 * C);
+        pt_mm(m, PT_NO_TRANS, PT_TRANS, n, V, C, xf, C, wh, C, 0.0f, a->logits, V);
         if (tp) {
             tp->xent(tp->ctx, a->logits, targets + r0, n, loss_scale, host_losses);
         } else {
             be->softmax_xent(be, a->logits, a->losses, targets + r0, n, V, V, loss_scale);
             be->download(be, host_losses, a->losses, (size_t)n * sizeof(float));
         }
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, C, V, 1.0f, a->logits, V, m->w.head, C, 0.0f,
-                 a->dxf + (size_t)r0 * C, C);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, V, C, n, 1.0f, a->logits, V, xf, C, 1.0f, m->g.head, C);
+        const void *dl = pt_gop(m, a, a->logits, (size_t)n * V);
+        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, V, dl, V, wh, C, 0.0f, a->dxf + (size_t)r0 * C, C);
+        pt_mm(m, PT_TRANS, PT_NO_TRANS, V, C, n, dl, V, xf, C, 1.0f, m->g.head, C);
         be->download(be, tg, targets + r0, (size_t)n * sizeof *tg);
         for (int i = 0; i < n; i++) {
             loss += host_losses[i];
@@ -1077,6 +1224,15 @@ static void pt_norm_dw_reduce(pt_model *m, pt_acts *a, float *const *dw, int n) 
     for (int k = 0; k < n; k++) m->be->add(m->be, dw[k], a->dnorm + (size_t)k * C, (size_t)C);
 }
 
+/* A norm's backward: dx (R,C) += the input gradient of dxn through the norm of x (R,C), its
+ * weight gradient into dw. */
+static void pt_norm_backward(pt_model *m, pt_acts *a, float *dw, const float *dxn, const void *x,
+                             const float *w, const float *rstd, int R) {
+    size_t RC = (size_t)R * m->cfg.dim;
+    m->be->rmsnorm_backward(m->be, a->dx, dw, dxn, pt_f32(m, a->sA, x, RC), pt_wvec(m, a, w),
+                            rstd, R, m->cfg.dim);
+}
+
 /* The gradient of the residual rows, gathered in full (N,C) when sequence parallel. */
 static const float *pt_full_grad(pt_model *m, pt_acts *a, int N) {
     if (!(m->par.sp && m->par.tp > 1)) return a->dx;
@@ -1092,7 +1248,7 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
     pt_backend *be = m->be;
     int N = a->B * a->T, C = m->cfg.dim, F = m->loc.F, R = pt_res_rows(m, N);
     pt_layer_acts *la = &a->layers[l - a->l0];
-    const pt_layer_view *w = &m->w.layers[l];
+    const pt_layer_view *w = &pt_wc(m)->layers[l];
     const pt_layer_view *g = &m->g.layers[l];
     if (la->moe) {
         /* each tp rank's expert slices give a part of the input gradient (the router's, the same
@@ -1104,26 +1260,26 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
     } else {
         /* dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
         const float *dfull = pt_full_grad(m, a, N);
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, F, C, 1.0f, dfull, C, w->wdown, F, 0.0f, a->dh, F);
+        const void *dy = pt_gop(m, a, dfull, (size_t)N * C);
+        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, F, C, dy, C, w->wdown, F, 0.0f, a->dh, F);
         if (now)
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, dfull, C, la->h, F, 1.0f, g->wdown, F);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, N, dy, C, la->h, F, 1.0f, g->wdown, F);
         else
             be->copy(be, la->z_dmlp, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
-        be->swiglu_backward(be, a->dgu, a->dh, la->gu, N, F);
+        be->swiglu_backward(be, a->dgu, a->dh, pt_f32(m, a->sA, la->gu, (size_t)N * 2 * F), N, F);
         /* dxn2 (N,C) = dgu · Wgu, summed over the tp ranks; dWgu (2F,C) += dguᵀ · xn2 */
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, 1.0f, a->dgu, 2 * F, w->wgu, C, 0.0f,
-                 a->dxn, C);
+        dy = pt_gop(m, a, a->dgu, (size_t)N * 2 * F);
+        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, dy, 2 * F, w->wgu, C, 0.0f, a->dxn, C);
         if (now)
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, a->dgu, 2 * F, la->xn2, C, 1.0f,
-                     g->wgu, C);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, dy, 2 * F, la->xn2, C, 1.0f, g->wgu, C);
         else
             be->copy(be, la->z_dgu, a->dgu, (size_t)N * 2 * F * sizeof(float));
         pt_poll(m);
         pt_tp_reduce(m, a->dxn, N, C);
     }
-    float *dw2 = pt_norm_dw(m, a, g->mlp_norm, 0);
-    be->rmsnorm_backward(be, a->dx, dw2, a->dxn, la->xmid, w->mlp_norm, la->rstd2, R, C);
+    pt_norm_backward(m, a, pt_norm_dw(m, a, g->mlp_norm, 0), a->dxn, la->xmid, w->mlp_norm,
+                     la->rstd2, R);
 }
 
 /* One layer's backward: with part = PT_BWD_INPUT the weight-gradient GEMMs are left for
@@ -1135,17 +1291,19 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
     int N = a->B * a->T, C = c->dim, F = d->F, hd = pt_head_dim(c), R = pt_res_rows(m, N);
     int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
     pt_layer_acts *la = &a->layers[l - a->l0];
-    const pt_layer_view *w = &m->w.layers[l];
+    const pt_layer_view *w = &pt_wc(m)->layers[l];
     const pt_layer_view *g = &m->g.layers[l];
     int now = part == PT_BWD_ALL;
     if (part == PT_BWD_WEIGHT) {
         /* the weight gradients from the kept operands (a MoE layer's ran with its input part) */
         if (!la->moe) {
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, C, F, N, 1.0f, la->z_dmlp, C, la->h, F, 1.0f, g->wdown, F);
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, 1.0f, la->z_dgu, 2 * F, la->xn2, C, 1.0f,
-                     g->wgu, C);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, N, pt_gop(m, a, la->z_dmlp, (size_t)N * C), C,
+                  la->h, F, 1.0f, g->wdown, F);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, pt_gop(m, a, la->z_dgu, (size_t)N * 2 * F),
+                  2 * F, la->xn2, C, 1.0f, g->wgu, C);
         }
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, la->z_datt, C, la->att, q, 1.0f, g->wo, q);
+        pt_mm(m, PT_TRANS, PT_NO_TRANS, C, q, N, pt_gop(m, a, la->z_datt, (size_t)N * C), C,
+              la->att, q, 1.0f, g->wo, q);
     }
     pt_attn_shape as = pt_attn_shape_for(m, a);
     const float *dqkv = a->dqkv;
@@ -1153,45 +1311,49 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
         pt_mlp_backward(m, a, l, now);
         /* attention output: datt (N,q) = dx · Wo; dWo (C,q) += dxᵀ · att */
         const float *dfull = pt_full_grad(m, a, N);
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, q, C, 1.0f, dfull, C, w->wo, q, 0.0f, a->datt, q);
+        const void *dy = pt_gop(m, a, dfull, (size_t)N * C);
+        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, q, C, dy, C, w->wo, q, 0.0f, a->datt, q);
         if (now)
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, C, q, N, 1.0f, dfull, C, la->att, q, 1.0f, g->wo, q);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, C, q, N, dy, C, la->att, q, 1.0f, g->wo, q);
         else
             be->copy(be, la->z_datt, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
         be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
+        const float *x = pt_f32(m, a->sA, la->qkv, (size_t)N * qkv);
+        const float *att = pt_f32(m, a->sB, la->att, (size_t)N * q);
         if (m->par.cp_ops)
-            m->par.cp_ops->attn_backward(m->par.cp_ops->ctx, &as, la->qkv, la->att, a->datt,
-                                         la->lse, a->dqkv, l, pt_poll_cb, m);
+            m->par.cp_ops->attn_backward(m->par.cp_ops->ctx, &as, x, att, a->datt, la->lse,
+                                         a->dqkv, l, pt_poll_cb, m);
         else
-            be->attention_backward(be, &as, la->qkv, la->qkv + q, la->qkv + q + kv, la->att,
-                                   a->datt, la->lse, a->dqkv, a->dqkv + q, a->dqkv + q + kv);
+            be->attention_backward(be, &as, x, x + q, x + q + kv, att, a->datt, la->lse, a->dqkv,
+                                   a->dqkv + q, a->dqkv + q + kv);
         pt_poll(m);
         be->rope(be, a->dqkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 1);
         be->rope(be, a->dqkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 1);
         /* dxn1 (N,C) = dqkv · Wqkv, summed over the tp ranks */
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, qkv, 1.0f, a->dqkv, qkv, w->wqkv, C, 0.0f,
-                 a->dxn, C);
+        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, C, qkv, pt_gop(m, a, a->dqkv, (size_t)N * qkv), qkv,
+              w->wqkv, C, 0.0f, a->dxn, C);
         if (!now) be->copy(be, la->z_dqkv, a->dqkv, (size_t)N * qkv * sizeof(float));
     } else {
         dqkv = la->z_dqkv;
     }
     if (part != PT_BWD_INPUT) {
         /* dWqkv (q+2kv, C) += dqkvᵀ · xn1; a key/value head held by several ranks gets the sum */
+        const void *dy = pt_gop(m, a, dqkv, (size_t)N * qkv);
         if (d->kv_shared > 1) {
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, q, C, N, 1.0f, dqkv, qkv, la->xn1, C, 1.0f, g->wqkv, C);
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * kv, C, N, 1.0f, dqkv + q, qkv, la->xn1, C, 0.0f,
-                     a->dkv, C);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, q, C, N, dy, qkv, la->xn1, C, 1.0f, g->wqkv, C);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * kv, C, N, pt_at(m, (void *)dy, (size_t)q), qkv,
+                  la->xn1, C, 0.0f, a->dkv, C);
             m->par.tp_ops->kv_sum(m->par.tp_ops->ctx, a->dkv, (size_t)2 * kv * C);
             be->add(be, g->wqkv + (size_t)q * C, a->dkv, (size_t)2 * kv * C);
         } else {
-            be->gemm(be, PT_TRANS, PT_NO_TRANS, qkv, C, N, 1.0f, dqkv, qkv, la->xn1, C, 1.0f, g->wqkv, C);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, qkv, C, N, dy, qkv, la->xn1, C, 1.0f, g->wqkv, C);
         }
     }
     if (part != PT_BWD_WEIGHT) {
         pt_tp_reduce(m, a->dxn, N, C);
-        float *dw1 = pt_norm_dw(m, a, g->attn_norm, 1);
-        be->rmsnorm_backward(be, a->dx, dw1, a->dxn, la->x, w->attn_norm, la->rstd1, R, C);
+        pt_norm_backward(m, a, pt_norm_dw(m, a, g->attn_norm, 1), a->dxn, la->x, w->attn_norm,
+                         la->rstd1, R);
         float *norms[2] = {g->mlp_norm, g->attn_norm};
         pt_norm_dw_reduce(m, a, norms, 2);
     }
@@ -1219,7 +1381,7 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
         be->zero(be, a->dx, (size_t)R * C * sizeof(float));
         pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
         float *dwf = pt_norm_dw(m, a, m->g.final_norm, 0);
-        be->rmsnorm_backward(be, a->dx, dwf, a->dxf, a->xout, m->w.final_norm, a->rstdf, R, C);
+        pt_norm_backward(m, a, dwf, a->dxf, a->xout, pt_wc(m)->final_norm, a->rstdf, R);
         pt_norm_dw_reduce(m, a, &m->g.final_norm, 1);
         pt_release(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     } /* else: the gradient of the chunk's output is in a->dx already */
@@ -1248,8 +1410,8 @@ void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32
     pt_acquire(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int n = N - r0 < a->head_rows ? N - r0 : a->head_rows;
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, n, V, C, 1.0f, a->xf + (size_t)r0 * C, C, m->w.head, C,
-                 0.0f, a->logits, V);
+        pt_mm(m, PT_NO_TRANS, PT_TRANS, n, V, C, pt_at(m, a->xf, (size_t)r0 * C), C,
+              pt_wc(m)->head, C, 0.0f, a->logits, V);
         be->download(be, host_logits + (size_t)r0 * V, a->logits, (size_t)n * V * sizeof(float));
     }
     pt_release(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);

@@ -38,30 +38,32 @@ static float *pt_host_copy(pt_backend *be, const float *dev, size_t n) {
     return h;
 }
 
-static pt_status pt_write_weights(const char *path, const pt_model *m, const float *host) {
+static pt_status pt_write_weights(const char *path, const pt_model *m, const float *host,
+                                  pt_st_dtype dtype) {
     pt_st_writer *w = pt_st_writer_create();
     pt_status st = pt_st_writer_set_meta(w, "format", "pt");
     for (int i = 0; i < m->gtable.n && st == PT_OK; i++) {
         const pt_param *p = &m->gtable.p[i];
-        st = pt_st_writer_add_f32(w, p->name, p->shape, p->ndim, host + p->offset, PT_ST_DTYPE_F32);
+        st = pt_st_writer_add_f32(w, p->name, p->shape, p->ndim, host + p->offset, dtype);
     }
     if (st == PT_OK) st = pt_st_writer_write(w, path);
     pt_st_writer_free(w);
     return st;
 }
 
-pt_status pt_ckpt_export_hf_host(const char *dir, const pt_model *m, const float *host) {
+pt_status pt_ckpt_export_hf_host(const char *dir, const pt_model *m, const float *host,
+                                 pt_st_dtype dtype) {
     char path[PT_PATH_MAX + 64];
     PT_TRY(pt_mkdirs(dir));
     snprintf(path, sizeof path, "%s/config.json", dir);
     PT_TRY(pt_hf_config_write(path, &m->cfg));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    return pt_write_weights(path, m, host);
+    return pt_write_weights(path, m, host, dtype);
 }
 
 pt_status pt_ckpt_export_hf(const char *dir, const pt_model *m) {
     float *host = pt_host_copy(m->be, m->params, m->table.total);
-    pt_status st = pt_ckpt_export_hf_host(dir, m, host);
+    pt_status st = pt_ckpt_export_hf_host(dir, m, host, PT_ST_DTYPE_F32);
     free(host);
     return st;
 }

@@ -81,6 +81,10 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "compute threads per process (0 = all cores)"),
     PT_K("training.gemm", PT_CFG_STR, training.gemm, "onednn", "onednn|openblas",
          "GEMM library of the CPU backend"),
+    PT_K("training.precision", PT_CFG_STR, training.precision, "fp32", "fp32|bf16",
+         "fp32; or bf16: fp32 master weights, gradients and AdamW moments, a bf16 copy of the "
+         "weights to compute with, bf16 activations, GEMMs in bf16 with fp32 accumulation "
+         "(docs/precision.md)"),
     PT_K("training.recompute", PT_CFG_STR, training.recompute, "none", "none|selective|full",
          "activation recomputation: none; selective (the attention core and the SwiGLU activation "
          "are recomputed in backward); full (only each layer's input is kept, the layer is run "

@@ -76,6 +76,14 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     int zero = lay->zero, ep = par->ep > 1 ? par->ep : 1, pp = lay->pp, cp = lay->cp;
     pt_sched_kind sched = lay->sched;
     PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, lay->alloc, pt_dp_model_flags(zero), par));
+    int bf16 = !strcmp(cfg->training.precision, "bf16");
+    if (bf16 && pp > 1)
+        return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support pipeline "
+                         "parallelism yet (parallel.pp = %d)", pp);
+    PT_TRY(pt_model_set_precision(&t->model, bf16 ? PT_PREC_BF16 : PT_PREC_FP32));
+    if (bf16 && !t->be->bf16_native)
+        pt_log_warn("training.precision = bf16 on a CPU without native bf16 dot products (oneDNN "
+                    "ISA below avx512_core_bf16): bf16 GEMMs are emulated, slower than fp32");
     PT_TRY(pt_layout_init_data(lay, &t->model, cfg->parallel.bucket_mb, cfg->parallel.overlap));
     float *host = pt_malloc(t->model.gtable.total * sizeof(float));
     pt_status st = PT_OK;
@@ -154,7 +162,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                                cfg->logging.comm_every));
     t->bias_host = pt_calloc((size_t)(cfg->model.n_experts > 0 ? cfg->model.n_experts : 1),
                              sizeof *t->bias_host);
-    t->peak_flops = pt_measure_gemm_peak(t->be);
+    t->peak_flops = t->model.prec == PT_PREC_BF16 ? pt_measure_gemm_bf16_peak(t->be)
+                                                  : pt_measure_gemm_peak(t->be);
     t->flops_per_token = pt_model_flops_per_token(&cfg->model, T);
     size_t mine = 0;
     for (int i = 0; i < t->model.table.n; i++) mine += t->model.table.p[i].numel;
@@ -170,9 +179,10 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                     lay->dpc ? lay->dp.n_buckets + lay->dpe.n_buckets : 0);
     pt_rank_memory mem = pt_trainer_rank_memory(t);
     pt_log_info("memory per rank: parameters %.3f MiB, gradients %.3f MiB, optimizer %.3f MiB, "
-                "activations %.3f MiB (recompute %s); sgemm peak %.0f GFLOP/s",
+                "activations %.3f MiB (recompute %s); %s GEMM peak %.0f GFLOP/s",
                 mem.params / 1048576.0, mem.grads / 1048576.0, mem.optim / 1048576.0,
-                mem.activations / 1048576.0, cfg->training.recompute, t->peak_flops / 1e9);
+                mem.activations / 1048576.0, cfg->training.recompute, cfg->training.precision,
+                t->peak_flops / 1e9);
     int64_t limit = cfg->training.memory_limit ? cfg->training.memory_limit : pt_memory_available();
     return pt_memory_check(&mem, limit, cfg->training.memory_limit ? "training.memory_limit"
                                                                    : "the memory available to it");
@@ -182,6 +192,7 @@ void pt_trainer_set_params(pt_trainer *t, const float *host) {
     float *local = pt_calloc(t->model.table.total, sizeof(float)); /* padding: zeros */
     pt_param_table_to_local(&t->model.table, host, local);
     pt_layout_set_params(&t->lay, &t->model, local);
+    pt_model_sync_weights(&t->model);
     free(local);
 }
 
@@ -203,7 +214,13 @@ size_t pt_trainer_act_bytes(const pt_trainer *t) {
 }
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
-    return pt_layout_memory(&t->lay, &t->model, t->opt.n);
+    pt_dp_memory m = pt_layout_memory(&t->lay, &t->model, t->opt.n);
+    if (t->model.params16) { /* bf16: the fp32 masters count with the optimizer's state, the
+                              * parameters the model computes with are the bf16 copy */
+        m.optim += m.params;
+        m.params = t->model.alloc_total * sizeof(pt_bf16);
+    }
+    return m;
 }
 
 /* The owned ranges clipped to the table, in the optimizer's order. */
@@ -405,6 +422,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     if (cfg->model.bias_rate > 0) pt_trainer_bias_update(t);
     if (t->lay.dpc) pt_dp_gather_params(&t->lay.dp);
     if (t->lay.dpe.model) pt_dp_gather_params(&t->lay.dpe);
+    pt_model_sync_weights(&t->model); /* bf16: the copy the next step computes with */
     be->synchronize(be);
     t->step++;
 
