@@ -1204,6 +1204,162 @@ static void test_attention_blocks_merge_like_ring_attention(void **state) {
     attn_data_free(&a);
 }
 
+/* The keys and values of a cut into nb ≤ 3 blocks at cut[0] = 0 < cut[1] < … < cut[nb] = Tk:
+ * each block's (B, n) rows copied out, and its shape (a's, with the block's Tk and k_pos). */
+typedef struct {
+    int nb;
+    pt_attn_shape s[3];
+    float *k[3], *v[3];
+} key_blocks;
+
+static void key_blocks_init(key_blocks *kb, const attn_data *a, const attn_ctx *c, const int *cut,
+                            int nb) {
+    const int kw = c->Hkv * c->hd;
+    kb->nb = nb;
+    for (int i = 0; i < nb; i++) {
+        const int n = cut[i + 1] - cut[i];
+        kb->k[i] = fvec((size_t)c->B * n * kw, 0, 0.0f);
+        kb->v[i] = fvec((size_t)c->B * n * kw, 0, 0.0f);
+        key_block(kb->k[i], a->k, c->B, c->Tk, cut[i], n, kw, 1);
+        key_block(kb->v[i], a->v, c->B, c->Tk, cut[i], n, kw, 1);
+        kb->s[i] = a->s;
+        kb->s[i].Tk = n, kb->s[i].k_pos = c->kp + cut[i];
+    }
+}
+
+static void key_blocks_free(key_blocks *kb) {
+    for (int i = 0; i < kb->nb; i++) free(kb->k[i]), free(kb->v[i]);
+}
+
+/* The data of c with p_bf16, its one call over all keys (a->out, a->lse), and its key blocks. */
+static void bf16_blocks_init(attn_data *a, key_blocks *kb, const attn_ctx *c, const int *cut,
+                             int nb, uint64_t seed) {
+    attn_data_init(a, c, 0, seed);
+    a->s.p_bf16 = 1;
+    pt_cpu_attention_forward(&be, &a->s, a->q, a->k, a->v, a->out, a->lse);
+    key_blocks_init(kb, a, c, cut, nb);
+}
+
+/* lse_only (ring attention's first pass with p_bf16): per key block the lse bitwise that of a
+ * normal p_bf16 call on the block, out not written; the blocks' lse merged by log-add-exp (in
+ * double) equal to the one call's lse over all keys to fp32 rounding: the one call sums
+ * exp(s − m) over every key in fp32, the blocks each over theirs, so the two differ by the
+ * rounding of those sums, (keys + 2)·2^-24 at most, plus logf's and the final rounding (2 ulps
+ * of |lse|). Rows that see no key anywhere must merge to −∞. */
+static void check_lse_only_blocks(const attn_ctx *c, const int *cut, int nb, const char *name) {
+    attn_data a;
+    key_blocks kb;
+    bf16_blocks_init(&a, &kb, c, cut, nb, 900);
+    const size_t nq = nq_of(c), nl = (size_t)c->B * c->H * c->Tq;
+    float *lb = fvec(nl, 0, 0.0f), *lref = fvec(nl, 0, 0.0f), *oref = fvec(nq, 0, 0.0f);
+    float *fill = fvec(nq, 901, 1.0f), *ob = fcopy(fill, nq);
+    double *merged = dvec(nl);
+    for (size_t i = 0; i < nl; i++) merged[i] = -INFINITY;
+    char what[160];
+    for (int i = 0; i < nb; i++) {
+        pt_attn_shape s = kb.s[i];
+        pt_cpu_attention_forward(&be, &s, a.q, kb.k[i], kb.v[i], oref, lref);
+        s.lse_only = 1;
+        pt_cpu_attention_forward(&be, &s, a.q, kb.k[i], kb.v[i], ob, lb);
+        snprintf(what, sizeof what, "%s: block %d lse_only lse vs a normal call's", name, i);
+        check_bitwise(what, lb, lref, nl);
+        snprintf(what, sizeof what, "%s: block %d lse_only leaves out alone", name, i);
+        check_bitwise(what, ob, fill, nq);
+        for (size_t e = 0; e < nl; e++) {
+            const double x = lb[e], y = merged[e], mx = x > y ? x : y;
+            if (x != -INFINITY) merged[e] = mx + log(exp(x - mx) + exp(y - mx));
+        }
+    }
+    double worst = 0;
+    for (size_t e = 0; e < nl; e++) {
+        const double want = a.lse[e], got = (float)merged[e];
+        if (want == -INFINITY || got == -INFINITY) {
+            if (want != got) fail_msg("%s: merged lse[%zu] = %g, one call %g", name, e, got, want);
+            continue;
+        }
+        const double tol = (c->Tk + 2) * 0x1p-24 + 2 * 0x1p-23 * fabs(want);
+        if (!(fabs(got - want) <= tol))
+            fail_msg("%s: merged lse[%zu] = %.9g, one call %.9g (tolerance %.3g)", name, e, got,
+                     want, tol);
+        worst = fmax(worst, fabs(got - want) / tol);
+    }
+    print_message("%s: merged lse within %.2f of its tolerance\n", name, worst);
+    key_blocks_free(&kb);
+    free(lb), free(lref), free(oref), free(fill), free(ob), free(merged);
+    attn_data_free(&a);
+}
+
+/* lse_in (the second pass): over the key blocks in key order with the one call's lse, out zeroed
+ * first, the sum is bitwise the one call's p_bf16 out: each call's accumulator starts from out,
+ * so every output element is the same fp32 chain of P16·v terms, key after key, as the one
+ * call's, with the same P16 (same scores, same lse); lse is not written. And it adds: from random
+ * out, rows with lse −∞ (no visible key) are left bitwise as they were and the others grow by the
+ * one call's out, to the rounding of sums that start from the prefill: 1e-6 in norm relative
+ * to |prefill| + |out|. */
+static void check_lse_in_blocks(const attn_ctx *c, const int *cut, int nb, const char *name) {
+    attn_data a;
+    key_blocks kb;
+    bf16_blocks_init(&a, &kb, c, cut, nb, 950);
+    const size_t nq = nq_of(c), nl = (size_t)c->B * c->H * c->Tq;
+    float *sum = fvec(nq, 0, 0.0f), *lfill = fvec(nl, 951, 1.0f), *lb = fcopy(lfill, nl);
+    float *pre = fvec(nq, 952, 1.0f), *acc = fcopy(pre, nq);
+    memset(sum, 0, sizeof(float) * nq); /* +0 (fvec's zeros keep the random signs) */
+    char what[160];
+    for (int i = 0; i < nb; i++) {
+        pt_attn_shape s = kb.s[i];
+        s.lse_in = a.lse;
+        pt_cpu_attention_forward(&be, &s, a.q, kb.k[i], kb.v[i], sum, i ? lb : NULL);
+        pt_cpu_attention_forward(&be, &s, a.q, kb.k[i], kb.v[i], acc, lb);
+    }
+    snprintf(what, sizeof what, "%s: lse_in leaves lse alone", name);
+    check_bitwise(what, lb, lfill, nl);
+    snprintf(what, sizeof what, "%s: lse_in blocks summed vs one call", name);
+    check_bitwise(what, sum, a.out, nq);
+    double num = 0, den = 0;
+    for (int b = 0; b < c->B; b++)
+        for (int i = 0; i < c->Tq; i++)
+            for (int h = 0; h < c->H; h++)
+                for (int d = 0; d < c->hd; d++) {
+                    const size_t e = QI(b, i, h, d);
+                    if (a.lse[((size_t)b * c->H + h) * c->Tq + i] == -INFINITY) {
+                        snprintf(what, sizeof what, "%s: lse_in −∞ row (b %d, i %d, h %d)", name,
+                                 b, i, h);
+                        check_bitwise(what, &acc[e], &pre[e], 1);
+                        continue;
+                    }
+                    const double diff = (double)acc[e] - pre[e] - a.out[e];
+                    const double mag = fabs((double)pre[e]) + fabs((double)a.out[e]);
+                    num += diff * diff, den += mag * mag;
+                }
+    snprintf(what, sizeof what, "%s: lse_in adds to out", name);
+    tu_check_rel(what, sqrt(num / den), 1e-6);
+    key_blocks_free(&kb);
+    free(sum), free(lfill), free(lb), free(pre), free(acc);
+    attn_data_free(&a);
+}
+
+/* Ring attention's two passes with p_bf16 (pt_attn_shape.lse_only, lse_in) over 2 and 3 key
+ * blocks cut off tile boundaries: GQA, queries that see no key anywhere, a block no query sees. */
+static void test_attention_bf16_two_passes_over_key_blocks(void **state) {
+    (void)state;
+    int32_t *pos = positions(150, 0), *late = positions(100, 10);
+    const attn_ctx c1 = {2, 150, 150, 4, 2, 16, pos, pos};
+    const int cut1[] = {0, 37, 100, 150};
+    const attn_ctx c2 = {2, 37, 37, 6, 2, 6, pos, pos};
+    const int cut2[] = {0, 20, 37};
+    /* queries at 0..39, keys at 10..109: the first 10 queries see nothing, the second block
+     * (keys at 74..109) is seen by none */
+    const attn_ctx c3 = {2, 40, 100, 4, 2, 6, pos, late};
+    const int cut3[] = {0, 64, 100};
+    check_lse_only_blocks(&c1, cut1, 3, "T=150 hd=16 GQA 4/2, 3 blocks");
+    check_lse_only_blocks(&c2, cut2, 2, "T=37 hd=6 GQA 6/2, 2 blocks");
+    check_lse_only_blocks(&c3, cut3, 2, "rows without keys, 2 blocks");
+    check_lse_in_blocks(&c1, cut1, 3, "T=150 hd=16 GQA 4/2, 3 blocks");
+    check_lse_in_blocks(&c2, cut2, 2, "T=37 hd=6 GQA 6/2, 2 blocks");
+    check_lse_in_blocks(&c3, cut3, 2, "rows without keys, 2 blocks");
+    free(pos), free(late);
+}
+
 
 /* Rows of a (B, T, w) array picked by positions: out (B, n, w) = in[b, pos[i]] (gather), or the
  * reverse added (scatter). */
@@ -1359,6 +1515,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_probabilities_match_reference),
         cmocka_unit_test(test_attention_bf16_forward_and_backward_round_the_same_probabilities),
         cmocka_unit_test(test_attention_blocks_merge_like_ring_attention),
+        cmocka_unit_test(test_attention_bf16_two_passes_over_key_blocks),
         cmocka_unit_test(test_ring_attention_zigzag_equals_full_attention),
         cmocka_unit_test(test_vocab_parallel_xent_equals_fused),
     };

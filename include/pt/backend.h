@@ -43,13 +43,29 @@ typedef struct {
      * dv += P16ᵀ·dout; dS = P∘(dP − D) with the unrounded P, dP = dout·vᵀ and D =
      * rowsum(dout∘out) as for 0 (the rounding passes the gradient straight through); dq, dk from
      * dS. lse is bitwise that of p_bf16 = 0. The forward computes the scores twice (lse first,
-     * then P16·v): about 1.5× the work of p_bf16 = 0. The rounding is relative to the lse of
-     * the call: key blocks run as separate forward calls and merged (attention_merge, ring
-     * attention) round exp(s − lse_block), not exp(s − lse) of all keys, while the backward,
-     * given the merged lse, rounds the latter; so ring attention with p_bf16 matches neither one
-     * call over all keys nor its own backward to better than bf16 rounding.
+     * then P16·v): about 1.5× the work of p_bf16 = 0. The rounding is relative to the lse the
+     * call is given or computes: key blocks run as separate calls and merged by attention_merge
+     * would round exp(s − lse_block), not exp(s − lse) of all keys; ring attention therefore
+     * makes two passes over the blocks with lse_only and lse_in below.
      * 0: fp32 throughout. */
     int p_bf16;
+    /* Attention over key/value blocks that are separate calls (ring attention) in two passes;
+     * p_bf16 = 1 only, one of them at a time (0 and NULL, the default: a call as above).
+     * lse_only = 1, the first pass: the call writes lse, this call's row log-sum-exp over its
+     *   visible keys, bitwise what the call would write without lse_only, and nothing else:
+     *   out is neither read nor written (may be NULL), v is not read. The row's lse over all
+     *   the blocks is log Σ_blocks e^lse_block (attention_merge with head_dim 0 merges the lse
+     *   alone).
+     * lse_in != NULL, the second pass: lse_in ((B, n_heads, Tq), like lse) is the row's lse over
+     *   every block, used instead of computing one, and the call adds its block's share:
+     *     out[i] += Σ_j bf16(exp(s[i][j] − lse_in[i]))·v[j]   over its visible keys j,
+     *   not normalised; lse is not written (may be NULL). A row with lse_in = −∞ (no visible key
+     *   in any block) is left as it is. The sum continues from out's value one key at a time in
+     *   key order (fp32, as the one-call forward accumulates), so that the calls over
+     *   consecutive key blocks in key order, out zeroed first and lse_in the one call's lse,
+     *   give bitwise the one call's out. */
+    int lse_only;
+    const float *lse_in;
 } pt_attn_shape;
 
 typedef enum { PT_NO_TRANS = 0, PT_TRANS = 1 } pt_trans;
@@ -92,6 +108,9 @@ struct pt_backend {
      * [row0, row0+rows) gives a zero row (vocabulary-parallel embedding). */
     void (*embedding_forward)(pt_backend *be, float *out, const int32_t *tokens, const float *wte,
                               int N, int C, int row0, int rows);
+    /* The same with bf16 rows (a bf16 model's embedding: its rows are copied, not rounded). */
+    void (*embedding_forward_bf16)(pt_backend *be, pt_bf16 *out, const int32_t *tokens,
+                                   const pt_bf16 *wte, int N, int C, int row0, int rows);
     /* dwte[tokens - row0] += dout, deterministic whatever the thread count. */
     void (*embedding_backward)(pt_backend *be, float *dwte, const int32_t *tokens,
                                const float *dout, int N, int C, int row0, int rows);

@@ -39,7 +39,9 @@ typedef struct {
     double wait_seconds; /* time spent blocked in pt_comm_wait */
 } pt_comm_stats;
 
-typedef enum { PT_DTYPE_F32 = 0, PT_DTYPE_F64, PT_DTYPE_I32, PT_DTYPE_I64 } pt_dtype;
+/* Element types. PT_DTYPE_BF16 (pt_bf16 in core.h): sums add in fp32 and round each partial sum
+ * to nearest even (a user-defined reduction over MPI). */
+typedef enum { PT_DTYPE_F32 = 0, PT_DTYPE_F64, PT_DTYPE_I32, PT_DTYPE_I64, PT_DTYPE_BF16 } pt_dtype;
 
 typedef struct pt_comm pt_comm;
 typedef struct pt_comm_req pt_comm_req; /* a pending nonblocking operation */

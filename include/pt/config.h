@@ -51,6 +51,7 @@ typedef struct {
         char pp_layers[256];    /* layers per stage, "" = balanced */
         int zero;               /* ZeRO stage over the data-parallel group */
         float bucket_mb;        /* gradient bucket size */
+        char grad_reduce[8];    /* fp32 | bf16: the data-parallel reduction's element type */
         int overlap;            /* start buckets during backward (false: all after it) */
         float timeout_s;        /* a collective not done by then aborts the job */
     } parallel;

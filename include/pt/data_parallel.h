@@ -56,6 +56,7 @@ typedef struct {
     float *gbuf;         /* zero ≥ 2: the bucket's gradients (shard·N), while in use */
     float *pbuf;         /* zero = 3: its gathered parameters (shard·N), while resident */
     pt_comm_req *preq;   /* zero = 3: pending gather into pbuf */
+    size_t w_off;        /* grad_reduce = bf16: the bucket's offset in g16 */
 } pt_dp_bucket;
 
 /* Bytes per rank of model state: what persists, and the peak of the pooled buffers. */
@@ -89,6 +90,9 @@ typedef struct {
      * data ranks, the experts over the expert-data ranks); plain: ZeRO-0 by all-reduces */
     int plain;
     size_t region_lo, region_hi;
+    pt_bf16 *pshard16;     /* zero = 3, bf16 model: the bf16 copy of pshard, what gathers move */
+    pt_bf16 *g16;          /* parallel.grad_reduce = bf16: every bucket's gradients on the wire */
+    size_t g16_elems;
     pt_model_hooks next;   /* the hooks installed before this instance's, called after it */
 } pt_dp;
 
@@ -106,6 +110,10 @@ void pt_dp_free(pt_dp *d);
  * the data ranks, the experts over the ranks holding the same experts). */
 pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, int zero, size_t lo,
                             size_t hi, double bucket_mb, int overlap);
+/* parallel.grad_reduce = bf16: each bucket's gradients (accumulated in fp32) are rounded to bf16,
+ * reduced with bf16 sums (every partial sum rounded) and converted back to fp32 (ZeRO-0, 1, 2;
+ * PT_ERR_CONFIG for ZeRO-3). A staging buffer of the region in bf16, allocated now. */
+pt_status pt_dp_reduce_bf16(pt_dp *d);
 /* The ranges this rank's optimizer owns, with where their parameters and gradients live (the
  * whole table without ZeRO); caller frees. */
 pt_owned_range *pt_dp_owned_ranges(const pt_dp *d, int *n);
@@ -120,7 +128,8 @@ void pt_dp_begin_micro(pt_dp *d, int last);
 /* After each micro-batch's backward: with zero ≥ 2, or on the last micro-batch, starts what is
  * left and waits for every bucket; after the last, the owned ranges hold the sum over the group. */
 void pt_dp_end_micro(pt_dp *d, int last);
-/* After the optimizer step with ZeRO-1/2: all-gathers the updated parameters. */
+/* After the optimizer step: with ZeRO-1/2 all-gathers the updated parameters; with ZeRO-3 and a
+ * bf16 model refreshes the bf16 copy of the owned shard. */
 void pt_dp_gather_params(pt_dp *d);
 pt_dp_memory pt_dp_memory_bytes(const pt_dp *d, size_t optim_elems);
 

@@ -50,8 +50,9 @@ typedef struct {
 pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_config *mc,
                          pt_backend *be, int distributed);
 /* The data-parallel instances over a model made with l->par, l->alloc and
- * pt_dp_model_flags(l->zero). */
-pt_status pt_layout_init_data(pt_layout *l, pt_model *m, double bucket_mb, int overlap);
+ * pt_dp_model_flags(l->zero); reduce_bf16: gradients reduced in bf16 (pt_dp_reduce_bf16). */
+pt_status pt_layout_init_data(pt_layout *l, pt_model *m, double bucket_mb, int overlap,
+                              int reduce_bf16);
 /* The ranges this rank's optimizer owns (NULL, n = 1: the whole table); free() the result. */
 pt_owned_range *pt_layout_owned_ranges(pt_layout *l, int *n);
 /* Frees the groups and data-parallel instances; the tables after the activations that use

@@ -291,6 +291,8 @@ size_t pt_model_workspace_bytes(const pt_model *m);
  * the table's elements [buf_lo, buf_hi): the unit's tensors that start there (buf = NULL clears
  * them). */
 void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo, size_t buf_hi);
+/* The same for the bf16 parameters a bf16 model computes with (ZeRO-3 gathers them). */
+void pt_model_point16(pt_model *m, int unit, pt_bf16 *buf, size_t buf_lo, size_t buf_hi);
 static inline int pt_model_n_units(const pt_model *m) { return m->cfg.n_layers + 3; }
 static inline int pt_model_head_unit(const pt_model *m) {
     return m->cfg.tied_embeddings ? 0 : m->cfg.n_layers + 2;

@@ -27,8 +27,9 @@ typedef struct {
      * their sum over the tp ranks, all N rows (all-reduce), or with sp this rank's N/tp rows at
      * the start of y (reduce-scatter) */
     void (*reduce)(void *ctx, float *y, int N, int C);
-    /* sp's gather: full (N,C) holds this rank's rows at their place; afterwards every rank's */
-    void (*gather)(void *ctx, float *full, int N, int C);
+    /* sp's gather: full (N,C) holds this rank's rows at their place; afterwards every rank's.
+     * Elements of esize bytes: 4 (fp32: gradients, fp32 activations) or 2 (bf16 activations) */
+    void (*gather)(void *ctx, void *full, int N, int C, int esize);
     /* n floats summed over the tp ranks (sp: the norms' weight gradients of a micro-batch) */
     void (*sum)(void *ctx, float *x, size_t n);
     /* n host doubles summed over the tp ranks (the router's per-slot dot products) */

@@ -12,6 +12,7 @@ size_t pt_dtype_size(pt_dtype dt) {
     case PT_DTYPE_I32: return 4;
     case PT_DTYPE_F64:
     case PT_DTYPE_I64: return 8;
+    case PT_DTYPE_BF16: return 2;
     }
     return 0;
 }

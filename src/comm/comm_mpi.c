@@ -26,8 +26,26 @@ static MPI_Datatype pt_mpi_type(pt_dtype dt) {
     case PT_DTYPE_F64: return MPI_DOUBLE;
     case PT_DTYPE_I32: return MPI_INT32_T;
     case PT_DTYPE_I64: return MPI_INT64_T;
+    case PT_DTYPE_BF16: return MPI_UINT16_T; /* bits; its sums go through pt_mpi_bf16_sum */
     }
     return MPI_DATATYPE_NULL;
+}
+
+/* bf16 sums: inout[i] = bf16(float(in[i]) + float(inout[i])), the user-defined reduction MPI
+ * applies pairwise (created at start, commutative) */
+static MPI_Op pt_mpi_bf16_op = MPI_OP_NULL;
+
+static void pt_mpi_bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const pt_bf16 *a = in;
+    pt_bf16 *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = pt_bf16_round(pt_bf16_to_float(a[i]) + pt_bf16_to_float(b[i]));
+}
+
+static MPI_Op pt_mpi_sum(pt_dtype dt) {
+    PT_ASSERTF(dt != PT_DTYPE_BF16 || pt_mpi_bf16_op != MPI_OP_NULL,
+               "bf16 sums need the runtime (pt_comm_runtime_init)");
+    return dt == PT_DTYPE_BF16 ? pt_mpi_bf16_op : MPI_SUM;
 }
 
 #define PT_MPI_CHECK(call)                                                                         \
@@ -56,8 +74,8 @@ static int pt_icount(size_t n) {
 static pt_comm_req *mpi_iallreduce(pt_comm *c, void *buf, size_t count, pt_dtype dt) {
     uint64_t bytes = c->size > 1 ? 2 * (uint64_t)(c->size - 1) * count * pt_dtype_size(dt) / c->size : 0;
     pt_mpi_req *r = pt_req_new(c, PT_COMM_ALLREDUCE, bytes, buf, NULL);
-    PT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, pt_icount(count), pt_mpi_type(dt), MPI_SUM,
-                                pt_mpi(c), &r->req));
+    PT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, pt_icount(count), pt_mpi_type(dt),
+                                pt_mpi_sum(dt), pt_mpi(c), &r->req));
     return &r->head;
 }
 
@@ -65,8 +83,8 @@ static pt_comm_req *mpi_ireduce_scatter(pt_comm *c, const void *send, void *recv
                                         size_t recv_count, pt_dtype dt) {
     uint64_t bytes = (uint64_t)(c->size - 1) * recv_count * pt_dtype_size(dt);
     pt_mpi_req *r = pt_req_new(c, PT_COMM_REDUCE_SCATTER, bytes, send, recv);
-    PT_MPI_CHECK(MPI_Ireduce_scatter_block(send ? send : MPI_IN_PLACE, recv, pt_icount(recv_count), pt_mpi_type(dt),
-                                           MPI_SUM, pt_mpi(c), &r->req));
+    PT_MPI_CHECK(MPI_Ireduce_scatter_block(send ? send : MPI_IN_PLACE, recv, pt_icount(recv_count),
+                                           pt_mpi_type(dt), pt_mpi_sum(dt), pt_mpi(c), &r->req));
     return &r->head;
 }
 
@@ -196,12 +214,16 @@ pt_status pt_comm_runtime_init(int *rank, int *world) {
     if (MPI_Init(NULL, NULL) != MPI_SUCCESS)
         return pt_errorf(PT_ERR_RUNTIME, "MPI_Init failed: cannot start the distributed runtime");
     pt_set_abort(pt_mpi_abort);
+    MPI_Op_create(pt_mpi_bf16_sum, 1, &pt_mpi_bf16_op);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, world);
     return PT_OK;
 }
 
-void pt_comm_runtime_finalize(void) { MPI_Finalize(); }
+void pt_comm_runtime_finalize(void) {
+    if (pt_mpi_bf16_op != MPI_OP_NULL) MPI_Op_free(&pt_mpi_bf16_op);
+    MPI_Finalize();
+}
 
 void pt_comm_runtime_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 

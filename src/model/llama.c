@@ -507,6 +507,16 @@ void pt_model_point(pt_model *m, int unit, int use, float *buf, size_t buf_lo, s
     }
 }
 
+void pt_model_point16(pt_model *m, int unit, pt_bf16 *buf, size_t buf_lo, size_t buf_hi) {
+    int ep = m->par.ep > 1 ? m->par.ep : 1;
+    for (int i = 0; i < m->table.n; i++) {
+        const pt_param *p = &m->table.p[i];
+        if (p->unit != unit || p->offset < buf_lo || p->offset >= buf_hi) continue;
+        pt_view_set(&m->w16, p, buf ? (float *)(void *)(buf + (p->offset - buf_lo)) : NULL,
+                    m->cfg.tied_embeddings, m->par.ep_rank * (m->cfg.n_experts / ep));
+    }
+}
+
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be) {
     return pt_model_init_ex(m, cfg, be, 0, 0, NULL);
 }
@@ -582,23 +592,12 @@ pt_status pt_model_set_precision(pt_model *m, pt_precision prec) {
     if (m->cfg.n_experts > 0)
         return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support mixture-of-"
                          "experts models yet (model.n_experts = %d)", m->cfg.n_experts);
-    if (m->par.tp_ops || m->par.cp_ops)
-        return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support %s yet",
-                         m->par.tp_ops ? "tensor parallelism (parallel.tp > 1)"
-                                       : "context parallelism (parallel.cp > 1)");
-    if (!m->params)
-        return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support ZeRO-3 yet "
-                         "(parallel.zero = 3)");
     m->prec = prec;
     m->act_size = sizeof(pt_bf16);
-    m->params16 = m->be->alloc(m->be, m->alloc_total * sizeof(pt_bf16));
     m->w16.layers = pt_calloc((size_t)m->cfg.n_layers, sizeof *m->w16.layers);
-    int ep = m->par.ep > 1 ? m->par.ep : 1;
-    for (int i = 0; i < m->table.n; i++) { /* the bf16 copy's view: its pointers address bf16 */
-        const pt_param *p = &m->table.p[i];
-        pt_view_set(&m->w16, p, (float *)(void *)(m->params16 + p->offset), m->cfg.tied_embeddings,
-                    m->par.ep_rank * (m->cfg.n_experts / ep));
-    }
+    if (!m->params) return PT_OK; /* ZeRO-3: its gathers point w16 (pt_model_point16) */
+    m->params16 = m->be->alloc(m->be, m->alloc_total * sizeof(pt_bf16));
+    for (int u = 0; u < pt_model_n_units(m); u++) pt_model_point16(m, u, m->params16, 0, m->alloc_total);
     pt_model_sync_weights(m);
     return PT_OK;
 }
@@ -896,9 +895,9 @@ static void pt_tp_reduce(const pt_model *m, float *y, int N, int C) {
 
 /* Sequence parallelism: every rank's rows of full (N,C) gathered, this rank's rows already at
  * their place in full. */
-static void pt_tp_gather(const pt_model *m, float *full, int N, int C) {
+static void pt_tp_gather(const pt_model *m, void *full, int N, int C, int esize) {
     const pt_tp_ops *tp = m->par.tp_ops;
-    if (tp && tp->gather) tp->gather(tp->ctx, full, N, C);
+    if (tp && tp->gather) tp->gather(tp->ctx, full, N, C, esize);
 }
 
 static void pt_poll_cb(void *user) { pt_poll(user); }
@@ -1022,7 +1021,7 @@ static void pt_norm_gather(pt_model *m, pt_acts *a, void *full, float *rstd, con
     float *out = pt_is_bf16(m) ? a->sB : (float *)full + r0;
     m->be->rmsnorm_forward(m->be, out, rstd, in, pt_wvec(m, a, w), R, C, m->cfg.norm_eps);
     pt_store(m, pt_at(m, full, r0), out, RC);
-    pt_tp_gather(m, full, N, C);
+    pt_tp_gather(m, full, N, C, m->act_size);
 }
 
 /* The attention core of layer l: att, lse from qkv (ring attention under context parallelism). */
@@ -1129,22 +1128,30 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     be->upload(be, a->d_rows, a->h_rows, (size_t)N * sizeof *a->h_rows);
     float *y = a->dxn; /* (N,C) scratch for the partial embedding rows (backward's, unused here) */
 
-    /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks; a chunk that
-     * does not start the model has its input in pt_acts_input already. In bf16 the rows of the
-     * fp32 master rounded: the bf16 copy's rows. */
+    /* tokens (N) -> x (R,C): this rank's vocabulary rows, summed over the tp ranks (in fp32: the
+     * other ranks' rows are zeros); a chunk that does not start the model has its input in
+     * pt_acts_input already. bf16: the rows of the bf16 copy. */
     void *x0 = pt_acts_input(a);
+    int bf = pt_is_bf16(m);
+    if (a->first) pt_acquire(m, 0, PT_USE_PARAMS, 0);
+    const void *wte = pt_wc(m)->embed; /* (ZeRO-3: gathered by the acquire) */
     if (!a->first) {
-    } else if (pt_acquire(m, 0, PT_USE_PARAMS, 0), m->par.tp_ops) {
-        be->embedding_forward(be, y, tokens, m->w.embed, N, C, d->v0, d->V); /* partial rows */
+    } else if (m->par.tp_ops) {
+        if (bf) { /* partial rows */
+            be->embedding_forward_bf16(be, a->g16, tokens, wte, N, C, d->v0, d->V);
+            be->from_bf16(be, y, a->g16, (size_t)N * C);
+        } else {
+            be->embedding_forward(be, y, tokens, wte, N, C, d->v0, d->V);
+        }
         pt_tp_reduce(m, y, N, C);
-        if (pt_is_bf16(m))
+        if (bf)
             be->to_bf16(be, x0, y, RC);
         else
             be->copy(be, x0, y, RC * sizeof(float));
+    } else if (bf) {
+        be->embedding_forward_bf16(be, x0, tokens, wte, N, C, 0, c->vocab_size);
     } else {
-        float *e = pt_out(m, x0, a->sA);
-        be->embedding_forward(be, e, tokens, m->w.embed, N, C, 0, c->vocab_size);
-        pt_store(m, x0, e, RC);
+        be->embedding_forward(be, x0, tokens, wte, N, C, 0, c->vocab_size);
     }
     /* tied: the head needs it */
     if (a->first && !c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
@@ -1238,7 +1245,7 @@ static const float *pt_full_grad(pt_model *m, pt_acts *a, int N) {
     if (!(m->par.sp && m->par.tp > 1)) return a->dx;
     int C = m->cfg.dim, R = pt_res_rows(m, N);
     m->be->copy(m->be, a->dfull + pt_own_row0(m, N) * C, a->dx, (size_t)R * C * sizeof(float));
-    pt_tp_gather(m, a->dfull, N, C);
+    pt_tp_gather(m, a->dfull, N, C, sizeof(float));
     return a->dfull;
 }
 

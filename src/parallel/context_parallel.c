@@ -12,8 +12,25 @@
  * only inside its calls. (The key/value gradients then add up head by head: deterministic, not
  * bitwise the single call's.)
  *
+ * With bf16 probabilities (pt_attn_shape.p_bf16, the bf16 model) the probabilities multiplying
+ * v are bf16(exp(s − lse)) with lse the row's over all keys, which no one block knows: the
+ * forward goes round twice. Pass 1 sends the keys alone round the ring and merges the blocks'
+ * lse (lse_only; attention_merge at head_dim 0, in double); pass 2 sends keys and values round
+ * and adds each block's P16·v into att (lse_in = the merged lse, att zeroed first). The
+ * backward, given that lse, rounds the same P16 for dv. The blocks travel in bf16 (the values
+ * are bf16 already: exact both ways), their gradients in fp32.
+ *
+ * Bytes each rank sends per layer and micro-batch (N = B·T_local rows, kv = n_kv_heads·head_dim,
+ * both this rank's; full recomputation runs the forward again in backward):
+ *   fp32  forward  (cp − 1)·N·2kv·4
+ *         backward (cp − 1)·N·2kv·4 (keys, values) + cp·N·2kv·4 (their gradients)
+ *   bf16  forward  (cp − 1)·N·kv·2 (pass 1, keys) + (cp − 1)·N·2kv·2 (pass 2) = (cp − 1)·N·kv·6
+ *         backward (cp − 1)·N·2kv·2 (keys, values) + cp·N·2kv·4 (their gradients)
+ *
  * The ring's buffers (two key/value blocks and their gradients, one block's output and lse) and
- * every rank's positions belong to this module, allocated once.
+ * every rank's positions belong to this module, allocated once. In bf16 the block computed with
+ * is the fp32 kvb[0] and the two bf16 blocks on the wire are the halves of kvb[1]: no more
+ * memory than fp32.
  */
 #include "pt/context_parallel.h"
 
@@ -25,6 +42,7 @@ typedef struct {
     pt_comm *cc;
     int zigzag, overlap, N, H, KV, hd, T;
     float *kvb[2], *dkvb[2], *outb, *lseb; /* device */
+    pt_bf16 *kv16[2];                       /* bf16 blocks on the wire: the halves of kvb[1] */
     int32_t *kpos, *d_kpos;                 /* (cp, T) every rank's positions: host, device */
     int kpos_T;                             /* the T they were made for */
     int64_t attn_pairs;
@@ -61,12 +79,41 @@ static void cp_positions(pt_cp *c, int T) {
     c->kpos_T = T;
 }
 
-/* The (N) rows of the key and value columns of qkv packed into kv_rows (rows of 2·kv), or the
- * reverse added: (un)packing the block that travels. */
-static void kv_pack(pt_backend *be, float *kv_rows, const float *qkv, int N, int q, int kv, int ld) {
+/* The block this rank holds first: columns [col, col + w) of qkv's N rows (stride ld) packed into
+ * kvb[0] (rows of w), and with bf16 converted into kv16[0], the copy that travels. */
+static void ring_start(pt_cp *c, const float *qkv, int N, int col, int w, int ld, int bf16) {
+    pt_backend *be = c->be;
     for (int i = 0; i < N; i++)
-        be->copy(be, kv_rows + (size_t)i * 2 * kv, qkv + (size_t)i * ld + q,
-                 (size_t)2 * kv * sizeof(float));
+        be->copy(be, c->kvb[0] + (size_t)i * w, qkv + (size_t)i * ld + col,
+                 (size_t)w * sizeof(float));
+    if (bf16) be->to_bf16(be, c->kv16[0], c->kvb[0], (size_t)N * w);
+}
+
+/* Step j of a ring over blocks of n values: the block held goes on to rank + 1 and the next one
+ * comes from rank − 1 (sr[0], sr[1], both tagged tag) while the held one is computed with; returns
+ * that block, fp32. fp32: the blocks are kvb[j & 1]. bf16: they travel as kv16[j & 1], the held one
+ * converted into kvb[0] (ring_start's for j = 0). */
+static float *ring_step(pt_cp *c, int j, size_t n, int bf16, int tag, pt_comm_req **sr) {
+    pt_comm *cc = c->cc;
+    int cp = cc->size, r = cc->rank, cur = j & 1;
+    if (j + 1 < cp) {
+        pt_dtype dt = bf16 ? PT_DTYPE_BF16 : PT_DTYPE_F32;
+        void *held = bf16 ? (void *)c->kv16[cur] : (void *)c->kvb[cur];
+        void *next = bf16 ? (void *)c->kv16[!cur] : (void *)c->kvb[!cur];
+        sr[0] = cc->isend(cc, held, n, dt, (r + 1) % cp, tag);
+        sr[1] = cc->irecv(cc, next, n, dt, (r + cp - 1) % cp, tag);
+        if (!c->overlap) /* the transfer before the compute: to measure the overlap */
+            for (int k = 0; k < 2; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
+    }
+    if (!bf16) return c->kvb[cur];
+    if (j > 0) c->be->from_bf16(c->be, c->kvb[0], c->kv16[cur], n);
+    return c->kvb[0];
+}
+
+/* Waits for the n requests of a step that were started (not NULL). */
+static void ring_wait(pt_comm *cc, pt_comm_req **sr, int n) {
+    for (int k = 0; k < n; k++)
+        if (sr[k]) pt_comm_wait(cc, sr[k]);
 }
 
 static void kv_unpack_add(pt_backend *be, float *dqkv, const float *dkv_rows, int N, int q, int kv,
@@ -95,6 +142,9 @@ static pt_attn_shape piece_shape(const pt_attn_shape *as) {
     return s;
 }
 
+/* p + off, NULL staying NULL (the outputs a pass of p_bf16 does not write) */
+static float *at(float *p, size_t off) { return p ? p + off : NULL; }
+
 static void block_forward(pt_cp *c, const pt_attn_shape *as, const float *q, const float *k,
                           const float *v, float *out, float *lse) {
     pt_backend *be = c->be;
@@ -106,7 +156,8 @@ static void block_forward(pt_cp *c, const pt_attn_shape *as, const float *q, con
     for (int b = 0; b < as->B; b++)
         for (int h = 0; h < as->n_heads; h++) {
             piece p = ring_piece(as, b, h);
-            be->attention_forward(be, &s, q + p.q, k + p.k, v + p.v, out + p.o, lse + p.l);
+            if (as->lse_in) s.lse_in = as->lse_in + p.l;
+            be->attention_forward(be, &s, q + p.q, k + p.k, v + p.v, at(out, p.o), at(lse, p.l));
             pt_comm_poll(c->cc, NULL);
         }
 }
@@ -129,9 +180,31 @@ static void block_backward(pt_cp *c, const pt_attn_shape *as, const float *q, co
         }
 }
 
+/* p_bf16, pass 1: the keys alone round the ring, each block's lse (lse_only) merged into lse, the
+ * first block's written there (attention_merge at head_dim 0: the lse alone, in double). */
+static void cp_lse_pass(pt_cp *c, const pt_attn_shape *s, const float *qkv, float *att,
+                        float *lse, int layer, void (*poll)(void *), void *user) {
+    pt_comm *cc = c->cc;
+    int cp = cc->size, r = cc->rank, T = s->Tq, N = s->B * T;
+    int q = s->n_heads * s->head_dim, kv = s->n_kv_heads * s->head_dim;
+    pt_attn_shape as = *s;
+    as.ldk = as.ldv = kv, as.lse_only = 1;
+    ring_start(c, qkv, N, q, kv, s->ldq, 1);
+    for (int j = 0; j < cp; j++) {
+        pt_comm_req *sr[2] = {NULL, NULL};
+        float *k = ring_step(c, j, (size_t)N * kv, 1, (layer * cp + j) * 4 + 1, sr);
+        as.k_pos = c->d_kpos + (size_t)(((r - j) % cp + cp) % cp) * T;
+        block_forward(c, &as, qkv, k, k, NULL, j ? c->lseb : lse);
+        if (j) c->be->attention_merge(c->be, att, lse, att, c->lseb, s->B, T, s->n_heads, 0, 0);
+        if (poll) poll(user);
+        ring_wait(cc, sr, 2);
+    }
+}
+
 /* Ring attention forward of one layer: this rank's queries against every rank's keys and values,
  * which travel round the ring (to rank + 1, from rank − 1) while the current block is computed;
- * the blocks' results merged by their log-sum-exp into att, lse. */
+ * the blocks' results merged by their log-sum-exp into att, lse. p_bf16: the lse first
+ * (cp_lse_pass), then each block's P16·v added into att. */
 static void cp_attn_forward(void *ctx, const pt_attn_shape *s, const float *qkv, float *att,
                             float *lse, int layer, int recompute, void (*poll)(void *),
                             void *user) {
@@ -139,36 +212,36 @@ static void cp_attn_forward(void *ctx, const pt_attn_shape *s, const float *qkv,
     pt_backend *be = c->be;
     pt_comm *cc = c->cc;
     int cp = cc->size, r = cc->rank, hd = s->head_dim, T = s->Tq, N = s->B * T;
-    int q = s->n_heads * hd, kv = s->n_kv_heads * hd, ld = s->ldq;
+    int q = s->n_heads * hd, kv = s->n_kv_heads * hd, ld = s->ldq, bf16 = s->p_bf16;
     PT_ASSERT(N <= c->N);
     cp_positions(c, T);
     pt_attn_shape as = *s;
+    if (bf16) {
+        cp_lse_pass(c, s, qkv, att, lse, layer, poll, user);
+        as.lse_in = lse;
+        be->zero(be, att, (size_t)N * q * sizeof(float));
+    }
     as.ldk = as.ldv = 2 * kv;
-    kv_pack(be, c->kvb[0], qkv, N, q, kv, ld);
+    ring_start(c, qkv, N, q, 2 * kv, ld, bf16);
     for (int j = 0; j < cp; j++) {
-        int cur = j & 1, src = ((r - j) % cp + cp) % cp;
         pt_comm_req *sr[2] = {NULL, NULL};
-        if (j + 1 < cp) {
-            int tag = (layer * cp + j) * 4;
-            sr[0] = cc->isend(cc, c->kvb[cur], (size_t)N * 2 * kv, PT_DTYPE_F32, (r + 1) % cp, tag);
-            sr[1] = cc->irecv(cc, c->kvb[!cur], (size_t)N * 2 * kv, PT_DTYPE_F32, (r + cp - 1) % cp, tag);
-            if (!c->overlap) /* the transfer before the compute: to measure the overlap */
-                for (int k = 0; k < 2; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
-        }
+        int src = ((r - j) % cp + cp) % cp;
+        float *kvj = ring_step(c, j, (size_t)N * 2 * kv, bf16, (layer * cp + j) * 4, sr);
         as.k_pos = c->d_kpos + (size_t)src * T;
         if (!recompute)
             c->attn_pairs += s->B * s->n_heads *
                              pt_attn_visible_pairs(c->kpos + (size_t)r * T, T,
                                                    c->kpos + (size_t)src * T, T);
-        if (j == 0) {
-            block_forward(c, &as, qkv, c->kvb[cur], c->kvb[cur] + kv, att, lse);
+        if (bf16) {
+            block_forward(c, &as, qkv, kvj, kvj + kv, att, NULL);
+        } else if (j == 0) {
+            block_forward(c, &as, qkv, kvj, kvj + kv, att, lse);
         } else {
-            block_forward(c, &as, qkv, c->kvb[cur], c->kvb[cur] + kv, c->outb, c->lseb);
+            block_forward(c, &as, qkv, kvj, kvj + kv, c->outb, c->lseb);
             be->attention_merge(be, att, lse, c->outb, c->lseb, s->B, T, s->n_heads, hd, q);
         }
         if (poll) poll(user);
-        for (int k = 0; k < 2; k++)
-            if (sr[k]) pt_comm_wait(cc, sr[k]);
+        ring_wait(cc, sr, 2);
     }
 }
 
@@ -188,28 +261,22 @@ static void cp_attn_backward(void *ctx, const pt_attn_shape *s, const float *qkv
     cp_positions(c, T);
     pt_attn_shape as = *s;
     as.ldk = as.ldv = 2 * kv;
-    kv_pack(be, c->kvb[0], qkv, N, q, kv, ld);
+    ring_start(c, qkv, N, q, 2 * kv, ld, s->p_bf16);
     be->zero(be, c->dkvb[0], n * sizeof(float));
     for (int j = 0; j < cp; j++) {
         int cur = j & 1, src = ((r - j) % cp + cp) % cp;
         int tag = (layer * cp + j) * 4 + 2, to = (r + 1) % cp, from = (r + cp - 1) % cp;
         pt_comm_req *sr[4] = {NULL, NULL, NULL, NULL};
         /* the keys and values go on at once (they do not change); their gradient after */
-        if (j + 1 < cp) {
-            sr[2] = cc->isend(cc, c->kvb[cur], n, PT_DTYPE_F32, to, tag + 1);
-            sr[3] = cc->irecv(cc, c->kvb[!cur], n, PT_DTYPE_F32, from, tag + 1);
-            if (!c->overlap)
-                for (int k = 2; k < 4; k++) pt_comm_wait(cc, sr[k]), sr[k] = NULL;
-        }
+        float *kvj = ring_step(c, j, n, s->p_bf16, tag + 1, sr + 2);
         as.k_pos = c->d_kpos + (size_t)src * T;
-        block_backward(c, &as, qkv, c->kvb[cur], c->kvb[cur] + kv, att, datt, lse, dqkv,
-                       c->dkvb[cur], c->dkvb[cur] + kv);
+        block_backward(c, &as, qkv, kvj, kvj + kv, att, datt, lse, dqkv, c->dkvb[cur],
+                       c->dkvb[cur] + kv);
         if (poll) poll(user);
         /* the block's accumulated gradient on (the last hop takes it to its owner) */
         sr[0] = cc->isend(cc, c->dkvb[cur], n, PT_DTYPE_F32, to, tag);
         sr[1] = cc->irecv(cc, c->dkvb[!cur], n, PT_DTYPE_F32, from, tag);
-        for (int k = 0; k < 4; k++)
-            if (sr[k]) pt_comm_wait(cc, sr[k]);
+        ring_wait(cc, sr, 4);
     }
     /* after cp hops this rank holds its own block's gradient */
     kv_unpack_add(be, dqkv, c->dkvb[cp & 1], N, q, kv, ld);
@@ -231,6 +298,7 @@ pt_cp_ops *pt_cp_create(pt_backend *be, pt_comm *cc, int zigzag, int overlap, in
     c->N = N, c->H = H, c->KV = KV, c->hd = head_dim, c->T = T_local;
     size_t kvn = (size_t)N * 2 * KV * head_dim, B = (size_t)(N / T_local);
     for (int k = 0; k < 2; k++) c->kvb[k] = cp_buf(c, kvn), c->dkvb[k] = cp_buf(c, kvn);
+    c->kv16[0] = (pt_bf16 *)(void *)c->kvb[1], c->kv16[1] = c->kv16[0] + kvn;
     c->outb = cp_buf(c, (size_t)N * H * head_dim);
     c->lseb = cp_buf(c, B * H * T_local);
     c->kpos = pt_calloc((size_t)cc->size * T_local, sizeof *c->kpos);

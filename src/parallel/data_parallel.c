@@ -55,8 +55,15 @@ static size_t pt_own_len(const pt_dp *d, const pt_dp_bucket *b) {
     return b->hi - lo < b->shard ? b->hi - lo : b->shard;
 }
 
+/* The model's views of the bucket's units at buf (NULL: cleared); a bf16 model computes with the
+ * bf16 parameters that zero = 3 gathers (pt_gather_start). */
 static void pt_point_bucket(pt_dp *d, const pt_dp_bucket *b, int use, float *buf) {
-    for (int u = b->u0; u <= b->u1; u++) pt_model_point(d->model, u, use, buf, b->lo, b->hi);
+    for (int u = b->u0; u <= b->u1; u++) {
+        if (use == PT_USE_PARAMS && d->pshard16)
+            pt_model_point16(d->model, u, (pt_bf16 *)(void *)buf, b->lo, b->hi);
+        else
+            pt_model_point(d->model, u, use, buf, b->lo, b->hi);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -71,11 +78,25 @@ static void pt_point_bucket(pt_dp *d, const pt_dp_bucket *b, int use, float *buf
 
 /* ZeRO-0/1: the rank's reduced slice, left at the start of the bucket by the in-place
  * reduce-scatter, moved to its place (rank r's at lo + r·shard: past the first, no overlap). */
+/* The bucket's gradients as they travel: the model's buffer (zero ≤ 1) or the pooled gbuf (zero
+ * ≥ 2) in fp32, or their bf16 copy (parallel.grad_reduce = bf16: rounded when the bucket starts,
+ * reduced with bf16 sums, its result converted back when the bucket is done). */
+static void *pt_wire(pt_dp *d, const pt_dp_bucket *b) {
+    if (d->g16) return d->g16 + b->w_off;
+    return d->zero >= 2 ? b->gbuf : d->model->grads + b->lo;
+}
+
+static size_t pt_wire_size(const pt_dp *d) { return d->g16 ? sizeof(pt_bf16) : sizeof(float); }
+
+static pt_dtype pt_wire_type(const pt_dp *d) { return d->g16 ? PT_DTYPE_BF16 : PT_DTYPE_F32; }
+
+/* zero ≤ 1: the reduced slice, left at the start of the bucket by the in-place reduce-scatter,
+ * to its place */
 static void pt_dp_move_slice(pt_dp *d, const pt_dp_bucket *b) {
-    float *g = d->model->grads;
-    size_t own = pt_own_lo(d, b);
+    size_t own = pt_own_lo(d, b), es = pt_wire_size(d);
     pt_backend *be = d->model->be;
-    if (own != b->lo) be->copy(be, g + own, g + b->lo, b->shard * sizeof(float));
+    char *w = pt_wire(d, b);
+    if (own != b->lo) be->copy(be, w + (own - b->lo) * es, w, b->shard * es);
 }
 
 static void pt_dp_second_phase(pt_dp *d, int all) {
@@ -91,24 +112,26 @@ static void pt_dp_second_phase(pt_dp *d, int all) {
         b->req = NULL;
         pt_dp_move_slice(d, b);
         b->gathering = 1;
-        b->req = d->comm->iallgather(d->comm, NULL, d->model->grads + b->lo, b->shard, PT_DTYPE_F32);
+        b->req = d->comm->iallgather(d->comm, NULL, pt_wire(d, b), b->shard, pt_wire_type(d));
     }
 }
 
 static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
+    pt_dtype dt = pt_wire_type(d);
+    void *w = pt_wire(d, b);
+    if (d->g16) /* bf16 on the wire: the bucket's fp32 gradients rounded */
+        d->model->be->to_bf16(d->model->be, w, d->zero >= 2 ? b->gbuf : d->model->grads + b->lo,
+                              d->zero >= 2 ? b->shard * (size_t)d->comm->size : b->hi - b->lo);
     if (d->plain) {
-        b->req = d->comm->iallreduce(d->comm, d->model->grads + b->lo, b->hi - b->lo, PT_DTYPE_F32);
+        b->req = d->comm->iallreduce(d->comm, w, b->hi - b->lo, dt);
         b->gathering = 1; /* nothing follows it */
-    } else if (d->zero <= 1) {
-        /* in place: the rank's reduced slice lands at the start of the bucket; moved afterwards.
-         * ZeRO-0 then all-gathers the slices: the ring all-reduce as its two halves, the second
-         * started when the next bucket starts (MPI's nonblocking all-reduce, progressed from our
-         * polls, overlapped far worse) */
-        if (d->zero == 0) pt_dp_second_phase(d, 1);
-        b->req = d->comm->ireduce_scatter(d->comm, NULL, d->model->grads + b->lo, b->shard,
-                                          PT_DTYPE_F32);
     } else {
-        b->req = d->comm->ireduce_scatter(d->comm, NULL, b->gbuf, b->shard, PT_DTYPE_F32);
+        /* zero ≤ 1 in place: the rank's reduced slice lands at the start of the bucket; moved
+         * afterwards. ZeRO-0 then all-gathers the slices: the ring all-reduce as its two halves,
+         * the second started when the next bucket starts (MPI's nonblocking all-reduce,
+         * progressed from our polls, overlapped far worse) */
+        if (d->zero == 0) pt_dp_second_phase(d, 1);
+        b->req = d->comm->ireduce_scatter(d->comm, NULL, w, b->shard, dt);
     }
     b->started = 1;
     b->start_released = d->released;
@@ -119,16 +142,21 @@ static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
  * zero ≥ 2: the slice joins the shard and the buffer goes back to the pool. */
 static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
     b->req = NULL;
+    pt_backend *be = d->model->be;
     if (d->zero <= 1) {
         if (b->gathering) {
             b->gathering = 0;
             b->gathered = 1;
+            if (d->g16) be->from_bf16(be, d->model->grads + b->lo, pt_wire(d, b), b->hi - b->lo);
         } else if (d->zero == 1) {
             pt_dp_move_slice(d, b);
+            if (d->g16) /* the owned slice back in fp32 (the rest of the bucket is not used) */
+                be->from_bf16(be, d->model->grads + pt_own_lo(d, b),
+                              d->g16 + b->w_off + (pt_own_lo(d, b) - b->lo), pt_own_len(d, b));
         }
         return;
     }
-    pt_backend *be = d->model->be;
+    if (d->g16) be->from_bf16(be, b->gbuf, pt_wire(d, b), b->shard);
     be->add(be, d->gshard + b->sh_off, b->gbuf, b->shard);
     pt_point_bucket(d, b, PT_USE_GRADS, NULL);
     pt_pool_put(d, b->gbuf, &d->live_g);
@@ -159,10 +187,22 @@ static int pt_bucket_final(const pt_dp *d, const pt_dp_bucket *b) {
 /* ------------------------------------------------------------------------------------------ */
 /* parameter gathers (zero = 3) */
 
+/* The bucket's parameters gathered from every rank's shard: fp32, or for a bf16 model the bf16
+ * copies of the shards (half the bytes, into a pooled buffer's first half). */
 static void pt_gather_start(pt_dp *d, pt_dp_bucket *b) {
     if (b->pbuf) return;
     b->pbuf = pt_pool_get(d, &d->live_p, &d->peak_p);
-    b->preq = d->comm->iallgather(d->comm, d->pshard + b->sh_off, b->pbuf, b->shard, PT_DTYPE_F32);
+    if (d->pshard16)
+        b->preq = d->comm->iallgather(d->comm, d->pshard16 + b->sh_off, b->pbuf, b->shard,
+                                      PT_DTYPE_BF16);
+    else
+        b->preq = d->comm->iallgather(d->comm, d->pshard + b->sh_off, b->pbuf, b->shard,
+                                      PT_DTYPE_F32);
+}
+
+/* zero = 3, bf16 model: the bf16 copy of the owned parameters, after they changed */
+static void pt_dp_sync_shard16(pt_dp *d) {
+    if (d->pshard16) d->model->be->to_bf16(d->model->be, d->pshard16, d->pshard, d->n_shard);
 }
 
 /* The unit whose parameters the model asks for after `unit` (see pt_model_hooks): forward goes
@@ -351,6 +391,8 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
         if (zero == 3) {
             d->pshard = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(float));
             be->zero(be, d->pshard, (d->n_shard ? d->n_shard : 1) * sizeof(float));
+            if (model->prec == PT_PREC_BF16) /* the model computes with gathered bf16 copies */
+                d->pshard16 = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(pt_bf16));
         }
     }
     /* every bucket's reduction and (ZeRO-3) gather may be pending at once: twice their requests made
@@ -384,6 +426,8 @@ void pt_dp_free(pt_dp *d) {
     for (int i = 0; i < d->pool_n; i++) be->free(be, d->pool[i]);
     if (d->gshard) be->free(be, d->gshard);
     if (d->pshard) be->free(be, d->pshard);
+    if (d->g16) be->free(be, d->g16);
+    if (d->pshard16) be->free(be, d->pshard16);
     free(d->pool);
     free(d->b);
     free(d->unit_lo);
@@ -434,6 +478,7 @@ void pt_dp_set_params(pt_dp *d, const float *host) {
         size_t len = pt_own_len(d, b);
         if (len) be->upload(be, d->pshard + b->sh_off, host + pt_own_lo(d, b), len * sizeof(float));
     }
+    pt_dp_sync_shard16(d);
 }
 
 void pt_dp_get_params(pt_dp *d, float *host) {
@@ -492,6 +537,7 @@ void pt_dp_end_micro(pt_dp *d, int last) {
 }
 
 void pt_dp_gather_params(pt_dp *d) {
+    pt_dp_sync_shard16(d);
     if (d->comm->size == 1) return;
     if (d->zero == 1) {
         float *p = d->model->params;
@@ -530,14 +576,27 @@ void pt_dp_gather_params(pt_dp *d) {
     }
 }
 
+pt_status pt_dp_reduce_bf16(pt_dp *d) {
+    if (d->zero == 3)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.grad_reduce = bf16 does not support ZeRO-3 yet");
+    size_t n = 0;
+    for (int i = 0; i < d->n_buckets; i++) {
+        d->b[i].w_off = n;
+        n += d->zero >= 2 ? d->b[i].shard * (size_t)d->comm->size : d->b[i].hi - d->b[i].lo;
+    }
+    d->g16_elems = n;
+    d->g16 = d->model->be->alloc(d->model->be, (n ? n : 1) * sizeof(pt_bf16));
+    return PT_OK;
+}
+
 pt_dp_memory pt_dp_memory_bytes(const pt_dp *d, size_t optim_elems) {
     pt_dp_memory m = {0};
     size_t full = d->model->alloc_total * sizeof(float), shard = d->n_shard * sizeof(float);
     size_t buf = d->buf_elems * sizeof(float);
-    m.params = d->zero == 3 ? shard : full;
+    m.params = d->zero == 3 ? shard : full; /* (fp32; a bf16 model's copy: the trainer's count) */
     m.grads = d->zero >= 2 ? shard : full;
     m.optim = 2 * optim_elems * sizeof(float);
     m.params_transient = (size_t)d->peak_p * buf;
-    m.grads_transient = (size_t)d->peak_g * buf;
+    m.grads_transient = (size_t)d->peak_g * buf + d->g16_elems * sizeof(pt_bf16);
     return m;
 }

@@ -162,7 +162,8 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
     return PT_OK;
 }
 
-pt_status pt_layout_init_data(pt_layout *l, pt_model *m, double bucket_mb, int overlap) {
+pt_status pt_layout_init_data(pt_layout *l, pt_model *m, double bucket_mb, int overlap,
+                              int reduce_bf16) {
     if (!l->dpc) return PT_OK;
     if (l->par.ep > 1) {
         /* the dense tensors reduced over the data ranks, the experts (last in the table) over the
@@ -172,9 +173,12 @@ pt_status pt_layout_init_data(pt_layout *l, pt_model *m, double bucket_mb, int o
                                                       * shards, even alone) */
             PT_TRY(pt_dp_init_region(&l->dpe, l->mesh->edp, m, l->zero, l->dense, l->alloc,
                                      bucket_mb, overlap));
-        return PT_OK;
+    } else {
+        PT_TRY(pt_dp_init(&l->dp, l->dpc, m, l->zero, bucket_mb, overlap));
     }
-    return pt_dp_init(&l->dp, l->dpc, m, l->zero, bucket_mb, overlap);
+    if (reduce_bf16) PT_TRY(pt_dp_reduce_bf16(&l->dp));
+    if (reduce_bf16 && l->dpe.model) PT_TRY(pt_dp_reduce_bf16(&l->dpe));
+    return PT_OK;
 }
 
 pt_owned_range *pt_layout_owned_ranges(pt_layout *l, int *n) {

@@ -232,6 +232,8 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
     size_t rows = (size_t)p->B * p->T;
     /* rows of the residual stream this rank sends and receives (sequence parallel: its share) */
     size_t count = (m->par.sp && m->par.tp > 1 ? rows / (size_t)m->par.tp : rows) * m->cfg.dim;
+    /* the residual stream in the model's activation elements (bf16 or fp32), its gradient fp32 */
+    pt_dtype act = m->act_size == 2 ? PT_DTYPE_BF16 : PT_DTYPE_F32;
     /* how many actions each (micro-batch, chunk) has here: its slot is returned after the last */
     for (int i = 0; i < n; i++) p->slot[acts[i].micro * p->v + acts[i].chunk].left++;
     double loss = 0.0;
@@ -243,7 +245,7 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
         if (!s->a) s->a = pt_pipe_take(p, x->chunk);
         switch (x->kind) {
         case PT_ACT_RECV_FWD:
-            s->req[0] = p->pp->irecv(p->pp, pt_acts_input(s->a), count, PT_DTYPE_F32, x->peer,
+            s->req[0] = p->pp->irecv(p->pp, pt_acts_input(s->a), count, act, x->peer,
                                      pt_pipe_tag(p, x->micro, stage - 1, 0));
             break;
         case PT_ACT_RECV_BWD:
@@ -251,7 +253,7 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
                                      pt_pipe_tag(p, x->micro, stage + 1, 1));
             break;
         case PT_ACT_SEND_FWD:
-            s->req[2] = p->pp->isend(p->pp, pt_acts_output(s->a), count, PT_DTYPE_F32, x->peer,
+            s->req[2] = p->pp->isend(p->pp, pt_acts_output(s->a), count, act, x->peer,
                                      pt_pipe_tag(p, x->micro, stage, 0));
             break;
         case PT_ACT_SEND_BWD:

@@ -34,9 +34,10 @@ static void tp_reduce(void *ctx, float *y, int N, int C) {
         pt_allreduce_sum(t->tp, y, (size_t)N * C, PT_DTYPE_F32);
 }
 
-static void tp_gather(void *ctx, float *full, int N, int C) {
+static void tp_gather(void *ctx, void *full, int N, int C, int esize) {
     pt_tp *t = ctx;
-    pt_allgather(t->tp, NULL, full, (size_t)N / t->tp->size * C, PT_DTYPE_F32);
+    pt_allgather(t->tp, NULL, full, (size_t)N / t->tp->size * C,
+                 esize == 2 ? PT_DTYPE_BF16 : PT_DTYPE_F32);
 }
 
 static void tp_sum(void *ctx, float *x, size_t n) {

@@ -136,6 +136,9 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "gradients too, 3 parameters too (gathered layer by layer)"),
     PT_K("parallel.bucket_mb", PT_CFG_FLOAT, parallel.bucket_mb, "25", NULL,
          "gradient bucket size in MiB; each bucket is reduced as soon as backward finishes it"),
+    PT_K("parallel.grad_reduce", PT_CFG_STR, parallel.grad_reduce, "fp32", "fp32|bf16",
+         "element type of the data-parallel gradient reduction: fp32, or bf16 (each bucket's fp32 "
+         "gradients rounded, summed in bf16, converted back; half the bytes; ZeRO-0 to 2)"),
     PT_K("parallel.overlap", PT_CFG_BOOL, parallel.overlap, "true", NULL,
          "start each gradient bucket's reduction during backward, and each ring-attention "
          "transfer before the block it follows is computed (false: after, to measure how much "

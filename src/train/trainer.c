@@ -77,14 +77,12 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     pt_sched_kind sched = lay->sched;
     PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, lay->alloc, pt_dp_model_flags(zero), par));
     int bf16 = !strcmp(cfg->training.precision, "bf16");
-    if (bf16 && pp > 1)
-        return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support pipeline "
-                         "parallelism yet (parallel.pp = %d)", pp);
     PT_TRY(pt_model_set_precision(&t->model, bf16 ? PT_PREC_BF16 : PT_PREC_FP32));
     if (bf16 && !t->be->bf16_native)
         pt_log_warn("training.precision = bf16 on a CPU without native bf16 dot products (oneDNN "
                     "ISA below avx512_core_bf16): bf16 GEMMs are emulated, slower than fp32");
-    PT_TRY(pt_layout_init_data(lay, &t->model, cfg->parallel.bucket_mb, cfg->parallel.overlap));
+    PT_TRY(pt_layout_init_data(lay, &t->model, cfg->parallel.bucket_mb, cfg->parallel.overlap,
+                               !strcmp(cfg->parallel.grad_reduce, "bf16")));
     float *host = pt_malloc(t->model.gtable.total * sizeof(float));
     pt_status st = PT_OK;
     if (cfg->init_from[0]) {
@@ -215,10 +213,11 @@ size_t pt_trainer_act_bytes(const pt_trainer *t) {
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
     pt_dp_memory m = pt_layout_memory(&t->lay, &t->model, t->opt.n);
-    if (t->model.params16) { /* bf16: the fp32 masters count with the optimizer's state, the
-                              * parameters the model computes with are the bf16 copy */
+    if (t->model.prec == PT_PREC_BF16) { /* the fp32 masters (whole or ZeRO-3's shard) count
+                                          * with the optimizer's state, the parameters the model
+                                          * computes with are their bf16 copy */
         m.optim += m.params;
-        m.params = t->model.alloc_total * sizeof(pt_bf16);
+        m.params /= 2;
     }
     return m;
 }

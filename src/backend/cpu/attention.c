@@ -25,7 +25,9 @@
  * normalised ones, which the online softmax never holds: the forward makes a first pass over the
  * key tiles for m and l, then a second computing S again, P rounded and P·V. The backward's dV
  * takes the same rounded P (its scores computed with the forward's products in the forward's
- * order, so bit for bit the forward's), dS the unrounded one.
+ * order, so bit for bit the forward's), dS the unrounded one. Ring attention runs the two passes
+ * as separate calls over its key blocks (lse_only, then lse_in with the merged lse); the second
+ * starts its accumulator from out, so that the blocks' sums chain as one call's would.
  */
 #include <math.h>
 #include <omp.h>
@@ -274,21 +276,27 @@ static void forward_fp32(const pt_attn_shape *s, const q_tile *t, const float *Q
     }
 }
 
-/* p_bf16: a first pass for m and l (so lse), then acc = Σ bf16(exp(s − lse))·v: the rounded
- * probabilities are the normalised ones, which no running maximum could give. */
-static void forward_bf16(const pt_attn_shape *s, const q_tile *t, const float *Qt, const float *k,
-                         const float *v, float *acc, float *m, float *l) {
-    const int hd = s->head_dim, nkt = (s->Tk + KT - 1) / KT;
+/* p_bf16, the first pass: m and l over the visible keys (so lse), no P·V. */
+static void softmax_stats(const pt_attn_shape *s, const q_tile *t, const float *Qt,
+                          const float *k, const float *v, float *m, float *l) {
+    const int nkt = (s->Tk + KT - 1) / KT;
     float St[KT * QT] __attribute__((aligned(64)));
-    float alpha[QT], L[QT];
+    float alpha[QT];
     k_tile u;
     for (int kt = 0; kt < nkt; kt++) {
         if (!k_tile_of(s, t, kt, k, v, &u)) continue;
         scores_t(St, s, t, &u, Qt);
         online_softmax(St, m, l, alpha, t->nq);
     }
-    for (int r = 0; r < QT; r++) /* the lse written out below; +∞ for rows without a key */
-        L[r] = r < t->nq && l[r] != 0.0f ? m[r] + logf(l[r]) : INFINITY;
+}
+
+/* p_bf16, the second pass: acc (nq × hd) += Σ bf16(exp(s − L))·v over the visible keys, one key
+ * after another, L per query (+∞ for a row that sees nothing: P = 0). */
+static void probs_bf16_v(const pt_attn_shape *s, const q_tile *t, const float *Qt, const float *k,
+                         const float *v, const float *L, float *acc) {
+    const int hd = s->head_dim, nkt = (s->Tk + KT - 1) / KT;
+    float St[KT * QT] __attribute__((aligned(64)));
+    k_tile u;
     for (int kt = 0; kt < nkt; kt++) {
         if (!k_tile_of(s, t, kt, k, v, &u)) continue;
         scores_t(St, s, t, &u, Qt);
@@ -297,11 +305,43 @@ static void forward_bf16(const pt_attn_shape *s, const q_tile *t, const float *Q
     }
 }
 
+/* p_bf16: the first pass for m and l (so lse), then (unless lse_only) acc = Σ bf16(exp(s −
+ * lse))·v: the rounded probabilities are the normalised ones, which no running maximum could
+ * give. */
+static void forward_bf16(const pt_attn_shape *s, const q_tile *t, const float *Qt, const float *k,
+                         const float *v, float *acc, float *m, float *l) {
+    float L[QT];
+    softmax_stats(s, t, Qt, k, v, m, l);
+    if (s->lse_only) return;
+    for (int r = 0; r < QT; r++) /* the lse written out below; +∞ for rows without a key */
+        L[r] = r < t->nq && l[r] != 0.0f ? m[r] + logf(l[r]) : INFINITY;
+    probs_bf16_v(s, t, Qt, k, v, L, acc);
+}
+
+/* lse_in: out += Σ bf16(exp(s − lse_in))·v, the accumulator starting from out's rows; rows with
+ * lse_in = −∞ are not written. */
+static void forward_lse_in(const pt_attn_shape *s, const q_tile *t, const float *Qt,
+                           const float *k, const float *v, float *acc, float *out) {
+    const int hd = s->head_dim;
+    const float *li = s->lse_in + ((size_t)t->b * s->n_heads + t->h) * s->Tq + t->i0;
+    float L[QT];
+    for (int r = 0; r < QT; r++)
+        L[r] = r < t->nq && li[r] != -INFINITY ? li[r] : INFINITY;
+    float *o = out + ((size_t)t->b * s->Tq + t->i0) * s->ldo + (size_t)t->h * hd;
+    for (int r = 0; r < t->nq; r++)
+        memcpy(acc + r * hd, o + (size_t)r * s->ldo, sizeof(float) * hd);
+    probs_bf16_v(s, t, Qt, k, v, L, acc);
+    for (int r = 0; r < t->nq; r++)
+        if (L[r] != INFINITY) memcpy(o + (size_t)r * s->ldo, acc + r * hd, sizeof(float) * hd);
+}
+
 /* q (B,Tq,H·hd at ldq), k, v (B,Tk,Hkv·hd at ldk, ldv) -> out (B,Tq,H·hd at ldo), lse (B,H,Tq) */
 void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const float *q,
                               const float *k, const float *v, float *out, float *lse) {
     (void)be;
     check_shape(s);
+    PT_ASSERTF(s->p_bf16 || (!s->lse_only && !s->lse_in), "lse_only and lse_in need p_bf16");
+    PT_ASSERTF(!(s->lse_only && s->lse_in), "lse_only and lse_in are two separate passes");
     const int Tq = s->Tq, H = s->n_heads, hd = s->head_dim, nqt = (Tq + QT - 1) / QT;
     const int64_t ntask = (int64_t)s->B * H * nqt;
 
@@ -315,6 +355,10 @@ void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const floa
         float m[QT], l[QT];
         load_transposed(Qt, QT, q + ((size_t)t.b * Tq + t.i0) * s->ldq + (size_t)t.h * hd, t.nq,
                         s->ldq, hd, s->scale);
+        if (s->lse_in) { /* the second pass alone: neither m, l nor lse */
+            forward_lse_in(s, &t, Qt, k, v, acc, out);
+            continue;
+        }
         memset(acc, 0, sizeof(float) * (size_t)t.nq * hd);
         for (int r = 0; r < QT; r++) m[r] = -INFINITY, l[r] = 0.0f;
         if (s->p_bf16)
@@ -323,16 +367,16 @@ void pt_cpu_attention_forward(pt_backend *be, const pt_attn_shape *s, const floa
             forward_fp32(s, &t, Qt, k, v, acc, m, l);
 
         for (int r = 0; r < t.nq; r++) {
-            float *o = out + ((size_t)t.b * Tq + t.i0 + r) * s->ldo + (size_t)t.h * hd;
             float *ls = lse + ((size_t)t.b * H + t.h) * Tq + t.i0 + r;
-            if (l[r] == 0.0f) { /* no visible key */
+            *ls = l[r] == 0.0f ? -INFINITY : m[r] + logf(l[r]); /* −∞: no visible key */
+            if (s->lse_only) continue;
+            float *o = out + ((size_t)t.b * Tq + t.i0 + r) * s->ldo + (size_t)t.h * hd;
+            if (l[r] == 0.0f) {
                 memset(o, 0, sizeof(float) * hd);
-                *ls = -INFINITY;
                 continue;
             }
             const float inv = s->p_bf16 ? 1.0f : 1.0f / l[r]; /* p_bf16: normalised already */
             for (int d = 0; d < hd; d++) o[d] = acc[r * hd + d] * inv;
-            *ls = m[r] + logf(l[r]);
         }
     }
 }

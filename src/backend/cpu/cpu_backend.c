@@ -89,6 +89,7 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
         .to_bf16 = pt_cpu_to_bf16,
         .from_bf16 = pt_cpu_from_bf16,
         .embedding_forward = pt_cpu_embedding_forward,
+        .embedding_forward_bf16 = pt_cpu_embedding_forward_bf16,
         .embedding_backward = pt_cpu_embedding_backward,
         .rmsnorm_forward = pt_cpu_rmsnorm_forward,
         .rmsnorm_backward = pt_cpu_rmsnorm_backward,

@@ -38,7 +38,7 @@
 
 /* Every function slot of pt_backend is wrapped below: a slot added to backend.h must be too.
  * (name, ctx, then n_threads and bf16_native sharing a word) */
-_Static_assert(sizeof(pt_backend) == 3 * sizeof(void *) + 32 * sizeof(void (*)(void)),
+_Static_assert(sizeof(pt_backend) == 3 * sizeof(void *) + 33 * sizeof(void (*)(void)),
                "pt_backend gained or lost a slot: wrap it in src/backend/cpu/guard.c");
 
 #define PT_GUARD_RESERVE ((size_t)16 << 30) /* address space per guarded backend */
@@ -347,6 +347,11 @@ static void g_embedding_forward(pt_backend *be, float *out, const int32_t *token
                                 const float *wte, int N, int C, int row0, int rows) {
     PT_GUARDED(in->embedding_forward(in, out, tokens, wte, N, C, row0, rows));
 }
+
+static void g_embedding_forward_bf16(pt_backend *be, pt_bf16 *out, const int32_t *tokens,
+                                     const pt_bf16 *wte, int N, int C, int row0, int rows) {
+    PT_GUARDED(in->embedding_forward_bf16(in, out, tokens, wte, N, C, row0, rows));
+}
 static void g_embedding_backward(pt_backend *be, float *dwte, const int32_t *tokens,
                                  const float *dout, int N, int C, int row0, int rows) {
     PT_GUARDED(in->embedding_backward(in, dwte, tokens, dout, N, C, row0, rows));
@@ -500,6 +505,7 @@ pt_backend *pt_backend_guard(pt_backend *inner) {
         .to_bf16 = g_to_bf16,
         .from_bf16 = g_from_bf16,
         .embedding_forward = g_embedding_forward,
+        .embedding_forward_bf16 = g_embedding_forward_bf16,
         .embedding_backward = g_embedding_backward,
         .rmsnorm_forward = g_rmsnorm_forward,
         .rmsnorm_backward = g_rmsnorm_backward,

@@ -25,18 +25,31 @@
  * Embedding */
 
 /* tokens (N) -> out (N,C) = wte[tokens - row0], zero rows for tokens owned by another shard */
+/* out row i = wte row tokens[i] − row0 (rows of `bytes`), or zeros outside [0, rows) */
+static void embedding_rows(char *out, const int32_t *tokens, const char *wte, int N, size_t bytes,
+                           int row0, int rows) {
+#pragma omp parallel for schedule(static) if ((int64_t)N * (int64_t)bytes >= 4 * PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        int64_t t = (int64_t)tokens[i] - row0;
+        char *dst = out + (size_t)i * bytes;
+        if (t >= 0 && t < rows)
+            memcpy(dst, wte + (size_t)t * bytes, bytes);
+        else
+            memset(dst, 0, bytes);
+    }
+}
+
 void pt_cpu_embedding_forward(pt_backend *be, float *out, const int32_t *tokens, const float *wte,
                               int N, int C, int row0, int rows) {
     (void)be;
-#pragma omp parallel for schedule(static) if ((int64_t)N * C >= PAR_MIN)
-    for (int i = 0; i < N; i++) {
-        int64_t t = (int64_t)tokens[i] - row0;
-        float *dst = out + (size_t)i * C;
-        if (t >= 0 && t < rows)
-            memcpy(dst, wte + (size_t)t * C, (size_t)C * sizeof(float));
-        else
-            memset(dst, 0, (size_t)C * sizeof(float));
-    }
+    embedding_rows((char *)out, tokens, (const char *)wte, N, (size_t)C * sizeof(float), row0, rows);
+}
+
+void pt_cpu_embedding_forward_bf16(pt_backend *be, pt_bf16 *out, const int32_t *tokens,
+                                   const pt_bf16 *wte, int N, int C, int row0, int rows) {
+    (void)be;
+    embedding_rows((char *)out, tokens, (const char *)wte, N, (size_t)C * sizeof(pt_bf16), row0,
+                   rows);
 }
 
 /* dwte (rows,C) += scatter of dout (N,C) by token. Threads own column blocks and walk the tokens

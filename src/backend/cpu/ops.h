@@ -19,6 +19,8 @@
 
 void pt_cpu_embedding_forward(pt_backend *be, float *out, const int32_t *tokens, const float *wte,
                               int N, int C, int row0, int rows);
+void pt_cpu_embedding_forward_bf16(pt_backend *be, pt_bf16 *out, const int32_t *tokens,
+                                   const pt_bf16 *wte, int N, int C, int row0, int rows);
 void pt_cpu_embedding_backward(pt_backend *be, float *dwte, const int32_t *tokens,
                                const float *dout, int N, int C, int row0, int rows);
 
