@@ -1,8 +1,9 @@
 /* test_gemm.c: the CPU backend's GEMM (both libraries, every transpose, alpha/beta, strides)
  * against a naive double-precision product, the OpenBLAS kernel choice on this CPU, and the bf16
  * GEMM under either library (every transpose, strides, beta 0 and 1, odd and model sizes, empty
- * products, its shape cache, native or emulated: CTest runs this file again as
- * test_gemm_isa_avx512_core with DNNL_MAX_CPU_ISA=AVX512_CORE, where oneDNN emulates bf16). */
+ * products, its shape cache, row counts that change every call as mixture-of-experts layers make,
+ * native or emulated: CTest runs this file again as test_gemm_isa_avx512_core with
+ * DNNL_MAX_CPU_ISA=AVX512_CORE, where oneDNN emulates bf16). */
 #include <cpuid.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "backend/cpu/gemm.h"
 #include "pt/backend.h"
 #include "pt/model.h"
 #include "testutil.h"
@@ -140,21 +142,23 @@ static pt_bf16 *bf16_matrix(pt_backend *be, int rows, int cols, int ld, uint64_t
     return h;
 }
 
-/* C (M,N at ldc) = op(A)·op(B) + beta·C through gemm_bf16, against the double product of the
- * same bf16 values. Tolerance: the inputs are exact in bf16 (8 significant bits), so each
+/* C (M,N at ldc) = op(A)·op(B) + beta·C through gemm_bf16 (the backend's, or g's when g is not
+ * NULL), on A, B and C0 as given (their padding NaN or untouched), against the double product of
+ * the same bf16 values. Tolerance: the inputs are exact in bf16 (8 significant bits), so each
  * product a·b (16 bits) is exact in fp32 and the only error is the fp32 accumulation: K − 1
  * additions and the one of beta·C, in any order, each adding at most 2^-24 of a partial sum, so
  * |err| ≤ (K + 1)·2^-24·(Σ_k |a_k·b_k| + |beta·C|) element by element (a worst case; a wrong
  * transpose, stride or beta is off by the size of the entries). */
-static void check_bf16(pt_backend *be, int ta, int tb, int M, int N, int K, int pad, float beta) {
-    const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-    pt_bf16 *A = bf16_matrix(be, ta ? K : M, ta ? M : K, lda, 11 + ta);
-    pt_bf16 *B = bf16_matrix(be, tb ? N : K, tb ? K : N, ldb, 13 + tb);
-    float *C = malloc((size_t)M * ldc * sizeof(float));
-    float *C0 = malloc((size_t)M * ldc * sizeof(float));
-    tu_fill(C0, (size_t)M * ldc, 17, 1.0f);
+static void check_bf16_on(pt_backend *be, pt_cpu_bf16_matmul *g, int ta, int tb, int M, int N,
+                          int K, const pt_bf16 *A, int lda, const pt_bf16 *B, int ldb,
+                          const float *C0, int ldc, float beta) {
+    float *C = malloc((size_t)(M + 1) * ldc * sizeof(float)); /* and a row past the end */
     memcpy(C, C0, (size_t)M * ldc * sizeof(float));
-    be->gemm_bf16(be, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    for (int j = 0; j < ldc; j++) C[(size_t)M * ldc + j] = -12345.0f;
+    if (g)
+        pt_cpu_gemm_bf16(g, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    else
+        be->gemm_bf16(be, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
     double *a = bf16_op_d(A, lda, ta, M, K), *bt = bf16_op_d(B, ldb, !tb, N, K);
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
@@ -168,14 +172,27 @@ static void check_bf16(pt_backend *be, int ta, int tb, int M, int N, int K, int 
             const double tol = (K + 1) * 0x1p-24 * (mag + fabs(c0));
             const double got = C[(size_t)i * ldc + j];
             if (!(fabs(got - want) <= tol))
-                fail_msg("gemm_bf16 ta=%d tb=%d %dx%dx%d pad %d beta %g: C[%d][%d] = %.9g, "
-                         "expected %.9g (tolerance %.3g)", ta, tb, M, N, K, pad, (double)beta,
-                         i, j, got, want, tol);
+                fail_msg("gemm_bf16 ta=%d tb=%d %dx%dx%d lda %d ldb %d ldc %d beta %g: C[%d][%d] "
+                         "= %.9g, expected %.9g (tolerance %.3g)", ta, tb, M, N, K, lda, ldb, ldc,
+                         (double)beta, i, j, got, want, tol);
         }
         for (int j = N; j < ldc; j++) /* padding untouched */
             assert_true(C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j]);
     }
-    free(A), free(B), free(C), free(C0), free(a), free(bt);
+    for (int j = 0; j < ldc; j++) /* nothing written past row M */
+        assert_true(C[(size_t)M * ldc + j] == -12345.0f);
+    free(C), free(a), free(bt);
+}
+
+/* check_bf16_on with fresh random operands, each leading dimension the dense one + pad. */
+static void check_bf16(pt_backend *be, int ta, int tb, int M, int N, int K, int pad, float beta) {
+    const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    pt_bf16 *A = bf16_matrix(be, ta ? K : M, ta ? M : K, lda, 11 + ta);
+    pt_bf16 *B = bf16_matrix(be, tb ? N : K, tb ? K : N, ldb, 13 + tb);
+    float *C0 = malloc((size_t)M * ldc * sizeof(float));
+    tu_fill(C0, (size_t)M * ldc, 17, 1.0f);
+    check_bf16_on(be, NULL, ta, tb, M, N, K, A, lda, B, ldb, C0, ldc, beta);
+    free(A), free(B), free(C0);
 }
 
 static void test_gemm_bf16_model_sized(void **state) {
@@ -222,6 +239,142 @@ static void test_gemm_bf16_repeated_shape_allocates_nothing(void **state) {
     be->destroy(be);
 }
 
+/* The operands of products whose M or K varies up to mmax / kmax over fixed leading dimensions
+ * (the buffers of a mixture-of-experts layer: rows routed to an expert, at most a capacity):
+ * op(A) (M,K), op(B) (K,N), C (M,N) are the leading blocks of matrices stored for mmax, kmax. */
+typedef struct {
+    int ta, tb, lda, ldb, ldc;
+    pt_bf16 *A, *B;
+    float *C0;
+} bf16_operands;
+
+static bf16_operands bf16_operands_make(pt_backend *be, int ta, int tb, int mmax, int N, int kmax,
+                                        int pad) {
+    bf16_operands o = {.ta = ta, .tb = tb, .lda = (ta ? mmax : kmax) + pad,
+                       .ldb = (tb ? kmax : N) + pad, .ldc = N + pad};
+    o.A = bf16_matrix(be, ta ? kmax : mmax, ta ? mmax : kmax, o.lda, 21 + ta);
+    o.B = bf16_matrix(be, tb ? N : kmax, tb ? kmax : N, o.ldb, 23 + tb);
+    o.C0 = malloc((size_t)mmax * o.ldc * sizeof(float));
+    tu_fill(o.C0, (size_t)mmax * o.ldc, 27, 1.0f);
+    return o;
+}
+
+static void bf16_operands_free(bf16_operands *o) { free(o->A), free(o->B), free(o->C0); }
+
+static uint64_t lcg_next(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+static void test_gemm_bf16_any_row_count(void **state) {
+    (void)state;
+    /* 300 row counts M (1..292 and 8 up to 4099) for every transpose pair and beta 0 and 1, then
+     * 70 inner sizes K (a mixture-of-experts weight gradient dYᵀ·X sums over the routed rows):
+     * never "cache full", every result within the accumulation bound; the first
+     * PT_BF16_EXACT_PER_FAMILY shapes of each (ta, tb, N, lda, ldb, ldc, beta) get exact
+     * primitives, the others share the runtime-shape primitive of their (ta, tb, beta). */
+    pt_backend *be = pt_backend_cpu_create(2, PT_GEMM_ONEDNN);
+    pt_cpu_bf16_matmul *g;
+    assert_int_equal(pt_cpu_bf16_matmul_create(&g), PT_OK);
+    enum { N = 24, K = 40, MMAX = 4099, KN = 32, KM = 20, KMAX = 1000, PAD = 3 };
+    int Ms[300], Ks[70];
+    for (int i = 0; i < 292; i++) Ms[i] = i + 1;
+    const int big[8] = {333, 511, 512, 1000, 1024, 2048, 3001, MMAX};
+    memcpy(Ms + 292, big, sizeof big);
+    for (int i = 0; i < 64; i++) Ks[i] = i + 1;
+    const int bigk[6] = {100, 255, 256, 300, 777, KMAX};
+    memcpy(Ks + 64, bigk, sizeof bigk);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            bf16_operands o = bf16_operands_make(be, ta, tb, MMAX, N, K, PAD);
+            for (int beta = 0; beta < 2; beta++)
+                for (int i = 0; i < 300; i++)
+                    check_bf16_on(be, g, ta, tb, Ms[i], N, K, o.A, o.lda, o.B, o.ldb, o.C0,
+                                  o.ldc, (float)beta);
+            bf16_operands_free(&o);
+            o = bf16_operands_make(be, ta, tb, KM, KN, KMAX, PAD);
+            for (int beta = 0; beta < 2; beta++)
+                for (int i = 0; i < 70; i++)
+                    check_bf16_on(be, g, ta, tb, KM, KN, Ks[i], o.A, o.lda, o.B, o.ldb, o.C0,
+                                  o.ldc, (float)beta);
+            bf16_operands_free(&o);
+        }
+    int exact, runtime;
+    pt_cpu_bf16_matmul_counts(g, &exact, &runtime);
+    print_message("%d exact-shape primitives, %d runtime-shape\n", exact, runtime);
+    assert_int_equal(exact, 16 * PT_BF16_EXACT_PER_FAMILY); /* 2 families per (ta, tb, beta) */
+    assert_int_equal(runtime, 8);
+    /* a cached shape keeps its exact primitive */
+    bf16_operands o = bf16_operands_make(be, 0, 1, 8, N, K, PAD);
+    check_bf16_on(be, g, 0, 1, 1, N, K, o.A, o.lda, o.B, o.ldb, o.C0, o.ldc, 0.0f);
+    bf16_operands_free(&o);
+    pt_cpu_bf16_matmul_counts(g, &exact, &runtime);
+    assert_int_equal(exact, 16 * PT_BF16_EXACT_PER_FAMILY);
+    pt_cpu_bf16_matmul_free(g);
+    be->destroy(be);
+}
+
+static void test_gemm_bf16_table_full_falls_back(void **state) {
+    (void)state;
+    /* a transposed A stored dense, (K, M) at lda = M: every M is a new family, so exact
+     * primitives fill the table and the shapes after it run at runtime shapes, with the stride
+     * given per call */
+    pt_backend *be = pt_backend_cpu_create(2, PT_GEMM_ONEDNN);
+    pt_cpu_bf16_matmul *g;
+    assert_int_equal(pt_cpu_bf16_matmul_create(&g), PT_OK);
+    enum { N = 8, K = 12, COUNT = PT_BF16_CACHE_CAP + 20 };
+    pt_bf16 *A = bf16_matrix(be, K, COUNT, COUNT, 31), *B = bf16_matrix(be, K, N, N, 32);
+    float *C0 = calloc((size_t)COUNT * N, sizeof(float));
+    for (int M = 1; M <= COUNT; M++)
+        check_bf16_on(be, g, 1, 0, M, N, K, A, M, B, N, C0, N, (float)(M & 1));
+    int exact, runtime;
+    pt_cpu_bf16_matmul_counts(g, &exact, &runtime);
+    assert_int_equal(exact, PT_BF16_CACHE_CAP);
+    assert_int_equal(runtime, 2); /* (1, 0, beta 0) and (1, 0, beta 1) */
+    free(A), free(B), free(C0);
+    pt_cpu_bf16_matmul_free(g);
+    be->destroy(be);
+}
+
+static void test_gemm_bf16_random_rows_allocate_nothing(void **state) {
+    (void)state;
+    /* 10,000 products through the backend, each with a random row count (1..1024), transpose
+     * pair and beta, allocate nothing after a warm-up that makes each (ta, tb, beta)'s exact
+     * primitives and its runtime one. pt_alloc_count counts pentatron's allocations only: those
+     * inside oneDNN (the runtime entry's memory objects when the shape changes, gemm:jit's
+     * packing buffers) are not seen. */
+    pt_backend *be = pt_backend_cpu_create(2, PT_GEMM_ONEDNN);
+    enum { MMAX = 1024, N = 64, K = 96, CALLS = 10000 };
+    bf16_operands ops[2][2];
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) ops[ta][tb] = bf16_operands_make(be, ta, tb, MMAX, N, K, 0);
+    float *C = malloc((size_t)MMAX * N * sizeof(float));
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int beta = 0; beta < 2; beta++)
+                for (int m = 1; m <= PT_BF16_EXACT_PER_FAMILY + 1; m++) {
+                    const bf16_operands *o = &ops[ta][tb];
+                    be->gemm_bf16(be, ta, tb, m, N, K, o->A, o->lda, o->B, o->ldb, (float)beta,
+                                  C, o->ldc);
+                }
+    const int64_t before = pt_alloc_count();
+    uint64_t rng = 12345;
+    for (int c = 0; c < CALLS; c++) {
+        const int M = 1 + (int)(lcg_next(&rng) % MMAX), r = (int)(lcg_next(&rng) % 8);
+        const int ta = r & 1, tb = (r >> 1) & 1, beta = r >> 2;
+        const bf16_operands *o = &ops[ta][tb];
+        be->gemm_bf16(be, ta, tb, M, N, K, o->A, o->lda, o->B, o->ldb, (float)beta, C, o->ldc);
+    }
+    assert_int_equal(pt_alloc_count(), before);
+    /* and the runtime primitive after them all still computes the product */
+    check_bf16_on(be, NULL, 1, 1, 777, N, K, ops[1][1].A, ops[1][1].lda, ops[1][1].B,
+                  ops[1][1].ldb, ops[1][1].C0, ops[1][1].ldc, 1.0f);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) bf16_operands_free(&ops[ta][tb]);
+    free(C);
+    be->destroy(be);
+}
+
 static void test_bf16_native_follows_the_isa(void **state) {
     (void)state;
     /* DNNL_MAX_CPU_ISA=AVX512_CORE (the test_gemm_isa_avx512_core entry) caps oneDNN below its
@@ -252,6 +405,9 @@ int main(void) {
         cmocka_unit_test(test_gemm_bf16_model_sized),
         cmocka_unit_test(test_gemm_bf16_empty_products),
         cmocka_unit_test(test_gemm_bf16_repeated_shape_allocates_nothing),
+        cmocka_unit_test(test_gemm_bf16_any_row_count),
+        cmocka_unit_test(test_gemm_bf16_table_full_falls_back),
+        cmocka_unit_test(test_gemm_bf16_random_rows_allocate_nothing),
         cmocka_unit_test(test_bf16_native_follows_the_isa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

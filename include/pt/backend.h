@@ -93,9 +93,11 @@ struct pt_backend {
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
     /* The same product with bf16 inputs: C (M,N, fp32) = op(A)·op(B) + beta·C, beta 0 or 1
      * (anything else is a bug: assertion), products and sums in fp32, same transposes and
-     * leading dimensions (in elements) as gemm. The first call of a shape (ta, tb, M, N, K, lda,
-     * ldb, ldc, beta) builds its kernel (milliseconds) and allocates; later calls of it allocate
-     * nothing. Call from one thread at a time. */
+     * leading dimensions (in elements) as gemm. Any shape: the first call of a shape builds its
+     * kernel (milliseconds) while its family (the shape less M and K) has few, later calls of it
+     * allocate nothing; shapes beyond that (row counts that change every step, as a mixture of
+     * experts' have) share one kernel with runtime dimensions per (ta, tb, beta). A shape's kernel
+     * is chosen at its first call and kept. Call from one thread at a time. */
     void (*gemm_bf16)(pt_backend *be, pt_trans ta, pt_trans tb, int M, int N, int K,
                       const pt_bf16 *A, int lda, const pt_bf16 *B, int ldb, float beta, float *C,
                       int ldc);

@@ -2,13 +2,31 @@
  * output), through oneDNN's matmul primitive whichever library runs the fp32 GEMM.
  *
  * A oneDNN primitive is compiled for one shape (JIT code, blocking), which costs milliseconds, so
- * each shape's primitive is made on its first call and kept: a fixed-capacity cache allocated
- * with the backend, searched linearly (a model has a few dozen GEMM shapes). Transposes and
+ * each shape's primitive is made on its first call and kept: a fixed-capacity table allocated
+ * with the backend, searched linearly (a dense model has a few dozen GEMM shapes). Transposes and
  * leading dimensions are expressed as strides of the memory descriptors, never as copies; beta = 1
  * is a sum post-op. The memory objects of an entry have no buffer of their own: each call points
  * them at its arguments (dnnl_memory_set_data_handle), and the scratchpad is ours (user mode),
- * one buffer shared by the entries and grown only when a new shape needs more, so a call
- * allocates nothing after its shape's first call.
+ * one buffer shared by the entries and grown only when a new primitive needs more, so a call
+ * allocates nothing of ours after its shape's first call.
+ *
+ * Shapes that keep changing (a mixture-of-experts layer's GEMMs: the tokens routed to an expert,
+ * M of the forward and input-gradient products, K of the weight gradient, differ every step)
+ * would fill any table. So a shape gets an exact primitive only while its family — the shape
+ * without M and K: (ta, tb, N, lda, ldb, ldc, beta) — has fewer than PT_BF16_EXACT_PER_FAMILY
+ * exact ones and the table has room; any other shape runs on one of at most 8 runtime-shape
+ * primitives, one per (ta, tb, beta), made once with every dimension and leading dimension
+ * DNNL_RUNTIME_DIM_VAL (the strides too, so a transposed A whose lda follows M is served as
+ * well). oneDNN 2.6 implements that with its gemm:jit kernel, measured within 6% of the exact
+ * primitives (brg:avx512_core_bf16) at M = 37, 300 and 2048 with N = K = 768 (and K = 37, 300,
+ * 2048 of a weight gradient), 1 thread; an exact shape costs 0.4-23 ms of JIT on its first call,
+ * the runtime primitive that once (docs/gemm.md). So exact shapes only for a family's first few,
+ * the dense model's steady shapes, which keep their kernel. oneDNN 2.6 reads a runtime shape from
+ * the memory objects passed at execution and cannot change a memory object's descriptor, so the
+ * runtime entry remakes its three memory objects (dnnl_memory_create, 0.3-1 us each, allocated
+ * inside oneDNN, not by us) when the shape differs from its previous call's; its scratchpad is
+ * booked when the primitive is made, before any shape is known, so it never grows with M (the
+ * gemm:jit kernel mallocs its own packing buffers, as it does for exact shapes).
  *
  * On CPUs with AVX512-BF16 (oneDNN's ISA avx512_core_bf16 or above) the dot products run on the
  * bf16 instructions; below that oneDNN converts to fp32 and the result is the same up to fp32
@@ -22,10 +40,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PT_BF16_CACHE_CAP 128 /* shapes; a Llama step has about 20 (forward, dX, dW per linear) */
+#define PT_BF16_RT DNNL_RUNTIME_DIM_VAL
 
 typedef struct {
-    int ta, tb, M, N, K, lda, ldb, ldc, acc; /* the key; acc = (beta != 0) */
+    /* exact entry: its shape, the key (acc = (beta != 0)); runtime entry: ta, tb, acc, and the
+     * shape its memory objects a, b, c describe (M = 0: none made yet) */
+    int ta, tb, M, N, K, lda, ldb, ldc, acc;
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, scratch;
 } pt_bf16_entry;
@@ -33,8 +53,10 @@ typedef struct {
 struct pt_cpu_bf16_matmul {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
-    pt_bf16_entry *cache; /* PT_BF16_CACHE_CAP entries, n used */
+    pt_bf16_entry *cache; /* PT_BF16_CACHE_CAP exact-shape entries, n used */
     int n;
+    pt_bf16_entry rt[8]; /* the runtime-shape entries, [4·ta + 2·tb + acc]; prim NULL: not made */
+    int n_rt;
     void *scratch; /* shared scratchpad, scratch_bytes */
     size_t scratch_bytes;
     char desc[160];
@@ -55,8 +77,9 @@ int pt_cpu_bf16_native(void) {
 }
 
 /* A (rows, cols) matrix of `dt` stored row-major at stride ld, or transposed (stored as (cols,
- * rows) at stride ld): only the strides differ. */
-static dnnl_memory_desc_t pt_bf16_md(int rows, int cols, int ld, int trans, dnnl_data_type_t dt) {
+ * rows) at stride ld): only the strides differ. Any of rows, cols, ld may be PT_BF16_RT. */
+static dnnl_memory_desc_t pt_bf16_md(dnnl_dim_t rows, dnnl_dim_t cols, dnnl_dim_t ld, int trans,
+                                     dnnl_data_type_t dt) {
     dnnl_memory_desc_t md;
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
@@ -64,11 +87,23 @@ static dnnl_memory_desc_t pt_bf16_md(int rows, int cols, int ld, int trans, dnnl
     return md;
 }
 
-/* The matmul primitive descriptor of an entry's key. */
-static dnnl_primitive_desc_t pt_bf16_pd(dnnl_engine_t engine, const pt_bf16_entry *e) {
-    dnnl_memory_desc_t a = pt_bf16_md(e->M, e->K, e->lda, e->ta, dnnl_bf16);
-    dnnl_memory_desc_t b = pt_bf16_md(e->K, e->N, e->ldb, e->tb, dnnl_bf16);
-    dnnl_memory_desc_t c = pt_bf16_md(e->M, e->N, e->ldc, 0, dnnl_f32);
+/* The descriptors of A, B and C of a shape (e->M ... e->ldc), or with every dimension and leading
+ * dimension at runtime (rt). */
+static void pt_bf16_mds(const pt_bf16_entry *e, int rt, dnnl_memory_desc_t *a,
+                        dnnl_memory_desc_t *b, dnnl_memory_desc_t *c) {
+    const dnnl_dim_t M = rt ? PT_BF16_RT : e->M, N = rt ? PT_BF16_RT : e->N,
+                     K = rt ? PT_BF16_RT : e->K, lda = rt ? PT_BF16_RT : e->lda,
+                     ldb = rt ? PT_BF16_RT : e->ldb, ldc = rt ? PT_BF16_RT : e->ldc;
+    *a = pt_bf16_md(M, K, lda, e->ta, dnnl_bf16);
+    *b = pt_bf16_md(K, N, ldb, e->tb, dnnl_bf16);
+    *c = pt_bf16_md(M, N, ldc, 0, dnnl_f32);
+}
+
+/* The matmul primitive descriptor of an entry's shape, or of its (ta, tb, beta) at runtime
+ * shapes (rt). */
+static dnnl_primitive_desc_t pt_bf16_pd(dnnl_engine_t engine, const pt_bf16_entry *e, int rt) {
+    dnnl_memory_desc_t a, b, c;
+    pt_bf16_mds(e, rt, &a, &b, &c);
     dnnl_matmul_desc_t desc;
     PT_DNNL_CHECK(dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c));
     dnnl_primitive_attr_t attr;
@@ -83,9 +118,15 @@ static dnnl_primitive_desc_t pt_bf16_pd(dnnl_engine_t engine, const pt_bf16_entr
     }
     dnnl_primitive_desc_t pd;
     dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL);
-    PT_ASSERTF(st == dnnl_success,
-               "oneDNN has no bf16 matmul for ta=%d tb=%d M=%d N=%d K=%d lda=%d ldb=%d ldc=%d "
-               "(status %d)", e->ta, e->tb, e->M, e->N, e->K, e->lda, e->ldb, e->ldc, (int)st);
+    if (rt)
+        PT_ASSERTF(st == dnnl_success,
+                   "oneDNN has no bf16 matmul with runtime shapes for ta=%d tb=%d beta=%d "
+                   "(status %d)", e->ta, e->tb, e->acc, (int)st);
+    else
+        PT_ASSERTF(st == dnnl_success,
+                   "oneDNN has no bf16 matmul for ta=%d tb=%d M=%d N=%d K=%d lda=%d ldb=%d "
+                   "ldc=%d (status %d)", e->ta, e->tb, e->M, e->N, e->K, e->lda, e->ldb, e->ldc,
+                   (int)st);
     PT_DNNL_CHECK(dnnl_primitive_attr_destroy(attr));
     return pd;
 }
@@ -97,26 +138,38 @@ static const char *pt_bf16_impl(dnnl_primitive_desc_t pd) {
     return impl;
 }
 
-static dnnl_memory_t pt_bf16_mem(dnnl_primitive_desc_t pd, dnnl_query_t what,
-                                 dnnl_engine_t engine) {
+static dnnl_memory_t pt_bf16_mem_md(const dnnl_memory_desc_t *md, dnnl_engine_t engine) {
     dnnl_memory_t m;
-    PT_DNNL_CHECK(dnnl_memory_create(&m, dnnl_primitive_desc_query_md(pd, what, 0), engine,
-                                     DNNL_MEMORY_NONE));
+    PT_DNNL_CHECK(dnnl_memory_create(&m, md, engine, DNNL_MEMORY_NONE));
     return m;
 }
 
-/* Makes the primitive and memory objects of a new entry; grows the shared scratchpad. */
-static void pt_bf16_entry_build(pt_cpu_bf16_matmul *g, pt_bf16_entry *e) {
-    dnnl_primitive_desc_t pd = pt_bf16_pd(g->engine, e);
+static dnnl_memory_t pt_bf16_mem(dnnl_primitive_desc_t pd, dnnl_query_t what,
+                                 dnnl_engine_t engine) {
+    return pt_bf16_mem_md(dnnl_primitive_desc_query_md(pd, what, 0), engine);
+}
+
+/* Makes the primitive of a new entry (exact shape, or runtime shapes: rt), the memory objects of
+ * an exact one; grows the shared scratchpad. */
+static void pt_bf16_entry_build(pt_cpu_bf16_matmul *g, pt_bf16_entry *e, int rt) {
+    dnnl_primitive_desc_t pd = pt_bf16_pd(g->engine, e, rt);
     const char *impl = pt_bf16_impl(pd);
-    if (strncmp(impl, "ref", 3) == 0) /* oneDNN's reference loops: correct, 100x slower */
-        pt_log_warn("bf16 GEMM ta=%d tb=%d M=%d N=%d K=%d lda=%d ldb=%d ldc=%d runs oneDNN's "
-                    "reference implementation (%s)", e->ta, e->tb, e->M, e->N, e->K, e->lda,
-                    e->ldb, e->ldc, impl);
+    if (strncmp(impl, "ref", 3) == 0) { /* oneDNN's reference loops: correct, 100x slower */
+        if (rt)
+            pt_log_warn("bf16 GEMM ta=%d tb=%d beta=%d at runtime shapes runs oneDNN's "
+                        "reference implementation (%s)", e->ta, e->tb, e->acc, impl);
+        else
+            pt_log_warn("bf16 GEMM ta=%d tb=%d M=%d N=%d K=%d lda=%d ldb=%d ldc=%d runs "
+                        "oneDNN's reference implementation (%s)", e->ta, e->tb, e->M, e->N,
+                        e->K, e->lda, e->ldb, e->ldc, impl);
+    }
     PT_DNNL_CHECK(dnnl_primitive_create(&e->prim, pd));
-    e->a = pt_bf16_mem(pd, dnnl_query_src_md, g->engine);
-    e->b = pt_bf16_mem(pd, dnnl_query_weights_md, g->engine);
-    e->c = pt_bf16_mem(pd, dnnl_query_dst_md, g->engine);
+    if (!rt) {
+        e->a = pt_bf16_mem(pd, dnnl_query_src_md, g->engine);
+        e->b = pt_bf16_mem(pd, dnnl_query_weights_md, g->engine);
+        e->c = pt_bf16_mem(pd, dnnl_query_dst_md, g->engine);
+    }
+    /* booked now, for any shape when rt: it does not grow with M */
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     const size_t need = dnnl_memory_desc_get_size(smd);
     if (need > 0) e->scratch = pt_bf16_mem(pd, dnnl_query_scratchpad_md, g->engine);
@@ -128,30 +181,68 @@ static void pt_bf16_entry_build(pt_cpu_bf16_matmul *g, pt_bf16_entry *e) {
     PT_DNNL_CHECK(dnnl_primitive_desc_destroy(pd));
 }
 
+static int pt_bf16_same_family(const pt_bf16_entry *e, const pt_bf16_entry *key) {
+    return e->ta == key->ta && e->tb == key->tb && e->N == key->N && e->lda == key->lda &&
+           e->ldb == key->ldb && e->ldc == key->ldc && e->acc == key->acc;
+}
+
+/* The runtime-shape entry of key's (ta, tb, beta), made on first use, its memory objects
+ * describing key's shape. */
+static pt_bf16_entry *pt_bf16_runtime(pt_cpu_bf16_matmul *g, const pt_bf16_entry *key) {
+    pt_bf16_entry *e = &g->rt[4 * key->ta + 2 * key->tb + key->acc];
+    if (!e->prim) {
+        *e = (pt_bf16_entry){.ta = key->ta, .tb = key->tb, .acc = key->acc};
+        pt_bf16_entry_build(g, e, 1);
+        g->n_rt++;
+    }
+    if (e->M != key->M || e->N != key->N || e->K != key->K || e->lda != key->lda ||
+        e->ldb != key->ldb || e->ldc != key->ldc) {
+        /* oneDNN 2.6 has no call to change a memory object's descriptor: new ones (allocated
+         * inside oneDNN, about a microsecond for the three) */
+        if (e->M) {
+            PT_DNNL_CHECK(dnnl_memory_destroy(e->a));
+            PT_DNNL_CHECK(dnnl_memory_destroy(e->b));
+            PT_DNNL_CHECK(dnnl_memory_destroy(e->c));
+        }
+        e->M = key->M, e->N = key->N, e->K = key->K;
+        e->lda = key->lda, e->ldb = key->ldb, e->ldc = key->ldc;
+        dnnl_memory_desc_t a, b, c;
+        pt_bf16_mds(e, 0, &a, &b, &c);
+        e->a = pt_bf16_mem_md(&a, g->engine);
+        e->b = pt_bf16_mem_md(&b, g->engine);
+        e->c = pt_bf16_mem_md(&c, g->engine);
+    }
+    return e;
+}
+
+/* The entry that runs key: its exact-shape one if cached; else a new exact one while key's family
+ * has fewer than PT_BF16_EXACT_PER_FAMILY and the table has room; else the runtime one. */
 static pt_bf16_entry *pt_bf16_lookup(pt_cpu_bf16_matmul *g, const pt_bf16_entry *key) {
+    int family = 0;
     for (int i = 0; i < g->n; i++) {
         const pt_bf16_entry *e = &g->cache[i];
-        if (e->ta == key->ta && e->tb == key->tb && e->M == key->M && e->N == key->N &&
-            e->K == key->K && e->lda == key->lda && e->ldb == key->ldb && e->ldc == key->ldc &&
-            e->acc == key->acc)
-            return &g->cache[i];
+        if (!pt_bf16_same_family(e, key)) continue;
+        if (e->M == key->M && e->K == key->K) return &g->cache[i];
+        family++;
     }
-    PT_ASSERTF(g->n < PT_BF16_CACHE_CAP,
-               "bf16 GEMM cache full: %d shapes already (raise PT_BF16_CACHE_CAP in "
-               "src/backend/cpu/gemm_bf16.c); new shape ta=%d tb=%d M=%d N=%d K=%d lda=%d "
-               "ldb=%d ldc=%d beta=%d", g->n, key->ta, key->tb, key->M, key->N, key->K, key->lda,
-               key->ldb, key->ldc, key->acc);
+    if (family >= PT_BF16_EXACT_PER_FAMILY || g->n >= PT_BF16_CACHE_CAP)
+        return pt_bf16_runtime(g, key);
     pt_bf16_entry *e = &g->cache[g->n++];
     *e = *key;
-    pt_bf16_entry_build(g, e);
+    pt_bf16_entry_build(g, e, 0);
     return e;
+}
+
+void pt_cpu_bf16_matmul_counts(const pt_cpu_bf16_matmul *g, int *exact, int *runtime) {
+    *exact = g->n;
+    *runtime = g->n_rt;
 }
 
 /* The implementation oneDNN picks for a plain product names its kernel and ISA (made once, at
  * creation: a primitive descriptor only, nothing compiled). */
 static void pt_bf16_describe(pt_cpu_bf16_matmul *g) {
     pt_bf16_entry probe = {.M = 256, .N = 256, .K = 256, .lda = 256, .ldb = 256, .ldc = 256};
-    dnnl_primitive_desc_t pd = pt_bf16_pd(g->engine, &probe);
+    dnnl_primitive_desc_t pd = pt_bf16_pd(g->engine, &probe, 0);
     snprintf(g->desc, sizeof g->desc, "bf16 GEMM oneDNN matmul %s, ISA %s, bf16 %s",
              pt_bf16_impl(pd), pt_cpu_dnnl_isa_name(),
              pt_cpu_bf16_native() ? "native" : "emulated in fp32");
@@ -177,16 +268,18 @@ pt_status pt_cpu_bf16_matmul_create(pt_cpu_bf16_matmul **out) {
     return PT_OK;
 }
 
+static void pt_bf16_entry_free(pt_bf16_entry *e) {
+    if (e->a) dnnl_memory_destroy(e->a);
+    if (e->b) dnnl_memory_destroy(e->b);
+    if (e->c) dnnl_memory_destroy(e->c);
+    if (e->scratch) dnnl_memory_destroy(e->scratch);
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+}
+
 void pt_cpu_bf16_matmul_free(pt_cpu_bf16_matmul *g) {
     if (!g) return;
-    for (int i = 0; i < g->n; i++) {
-        pt_bf16_entry *e = &g->cache[i];
-        dnnl_memory_destroy(e->a);
-        dnnl_memory_destroy(e->b);
-        dnnl_memory_destroy(e->c);
-        if (e->scratch) dnnl_memory_destroy(e->scratch);
-        dnnl_primitive_destroy(e->prim);
-    }
+    for (int i = 0; i < g->n; i++) pt_bf16_entry_free(&g->cache[i]);
+    for (int i = 0; i < 8; i++) pt_bf16_entry_free(&g->rt[i]);
     free(g->cache);
     pt_free_aligned(g->scratch);
     dnnl_stream_destroy(g->stream);
