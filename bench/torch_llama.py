@@ -8,6 +8,13 @@ cosine schedule) on the same batches of the same llm.c shard in the same order
 Writes one JSON object per step (step, loss, seconds, tokens_per_s) like pentatron's
 logging.metrics, plus a header line with the torch build and BLAS in use.
 
+--autocast-bf16: PyTorch's standard CPU mixed precision. The forward and the loss run under
+torch.autocast("cpu", dtype=torch.bfloat16) (autocast casts the inputs of its lower-precision
+ops, among them linear, matmul, bmm and baddbmm, to bf16; PyTorch runs those bf16 GEMMs through
+oneDNN/mkldnn where the CPU has AVX-512, and keeps its fp32-list ops in fp32); backward runs
+outside the autocast region as usual; the parameters (fp32 masters), their gradients, clipping
+and AdamW stay fp32. No loss scaling (bf16 has fp32's exponent range).
+
 Run with /usr/bin/python3 (Debian torch 1.13); bench/run_bench.sh sets the BLAS
 variant, OPENBLAS_CORETYPE, thread counts and jemalloc for it.
 """
@@ -114,6 +121,15 @@ def blas_in_use():
     return sorted(libs)
 
 
+def cpu_capability():
+    """ATen's vector ISA for its own kernels (AVX2 unless ATEN_CPU_CAPABILITY asks for more)."""
+    try:
+        return torch.backends.cpu.get_cpu_capability()  # torch >= 2.0
+    except AttributeError:
+        m = [l for l in torch.__config__.show().splitlines() if "CPU capability usage" in l]
+        return m[0].split(":")[-1].strip() if m else ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
@@ -141,6 +157,8 @@ def main():
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--min-lr", type=float, default=0.1, help="fraction of lr at the end of the cosine")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help='forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)')
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -165,6 +183,9 @@ def main():
     out.write(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
                           "libs": blas_in_use(),
+                          "precision": "autocast-bf16" if a.autocast_bf16 else "fp32",
+                          "mkldnn": torch.backends.mkldnn.is_available(),
+                          "cpu_capability": cpu_capability(),
                           "params": sum(p.numel() for p in model.parameters())}) + "\n")
     out.flush()
     for step in range(a.steps):
@@ -177,7 +198,8 @@ def main():
             p.grad = None
         loss_sum = 0.0
         for k in range(G // mb):
-            loss = model(inputs[k * mb:(k + 1) * mb], targets[k * mb:(k + 1) * mb])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast_bf16):
+                loss = model(inputs[k * mb:(k + 1) * mb], targets[k * mb:(k + 1) * mb])
             (loss * (mb / G)).backward()
             loss_sum += loss.item() * (mb / G)
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
