@@ -21,7 +21,7 @@
 #     bf16 export computes its first step bit for bit like one started from the fp32 export;
 #   - what bf16 does not support yet is refused by name on every rank.
 # CI runs this subset; PT_BF16_FULL=1 (scripts/bf16_matrix.sh) runs the full bf16 × recompute ×
-# layout matrix: 7 more layouts (up to 16 ranks), every layout in all three recompute modes.
+# layout matrix: 9 more layouts (up to 16 ranks), every layout in all three recompute modes.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
 P=--parallel
@@ -49,8 +49,6 @@ full="${PT_BF16_FULL:-0}"
 if [ "$full" = 1 ]; then
   layouts+=(
     "dp4_z2 4 $P.dp=4 $P.zero=2 --training.micro_batch=2"
-    "tp4_kvrep 4 $P.tp=4 $P.sp=true --training.micro_batch=8"
-    "pp2_interleaved 2 --model.n_layers=4 $P.pp=2 $P.pp_virtual=2 $P.pp_schedule=interleaved --training.micro_batch=2"
     "pp2_afab_tied 2 --model.tied_embeddings=true $P.pp=2 $P.pp_schedule=afab --training.micro_batch=2"
     "dp2_pp2_zb_z1 4 $P.dp=2 $P.pp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1"
     "dp2_tp2_z2_sp 4 $P.dp=2 $P.tp=2 $P.sp=true $P.zero=2 --training.micro_batch=4"
@@ -139,8 +137,8 @@ same() {
 for mode in selective full; do
   run 1 "bf16_$mode" $B16 --training.micro_batch=8 --training.recompute=$mode && same bf16 "bf16_$mode" ||
     bad "bf16 $mode failed"
-  run 2 "dp2_z1_$mode" $B16 $P.dp=2 $P.zero=1 --training.micro_batch=4 --training.recompute=$mode &&
-    same dp2_z1 "dp2_z1_$mode" || bad "dp2 ZeRO-1 $mode failed"
+  run 2 "re_dp2_z1_$mode" $B16 $P.dp=2 $P.zero=1 --training.micro_batch=4 --training.recompute=$mode &&
+    same dp2_z1 "re_dp2_z1_$mode" || bad "dp2 ZeRO-1 $mode failed"
 done
 
 # memory per rank by kind: Ψ parameters (the tiny model's table) from the fp32 run's accounting
@@ -194,6 +192,7 @@ same from32 from16
 # not yet in bf16: refused, by name
 moe=(--model.n_experts=4 --model.top_k=2 --model.moe_ffn_dim=24)
 expect_fail 2 "grad_reduce = bf16 does not support ZeRO-3" $P.dp=2 $P.zero=3 $P.grad_reduce=bf16 --training.micro_batch=4
+expect_fail 4 "heads replicated over tensor ranks" $B16 $P.tp=4
 expect_fail 2 "does not support mixture-of-experts" $B16 "${moe[@]}" $P.dp=2 --training.micro_batch=4
 
 echo "test_bf16: $pass passed, $fail failed"
