@@ -49,7 +49,7 @@ full="${PT_BF16_FULL:-0}"
 if [ "$full" = 1 ]; then
   layouts+=(
     "dp4_z2 4 $P.dp=4 $P.zero=2 --training.micro_batch=2"
-    "pp2_afab_tied 2 --model.tied_embeddings=true $P.pp=2 $P.pp_schedule=afab --training.micro_batch=2"
+    "pp2_afab 2 $P.pp=2 $P.pp_schedule=afab --training.micro_batch=2"
     "dp2_pp2_zb_z1 4 $P.dp=2 $P.pp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1"
     "dp2_tp2_z2_sp 4 $P.dp=2 $P.tp=2 $P.sp=true $P.zero=2 --training.micro_batch=4"
     "dp4_tp2_pp2_1f1b 16 $P.dp=4 $P.tp=2 $P.pp=2 $P.pp_schedule=1f1b --training.micro_batch=1"
