@@ -19,8 +19,8 @@
 #
 # Runs are strictly sequential (never two timed things at once). Needs /usr/bin/python3 with
 # numpy and torch (Debian python3-torch). PyTorch gets its best settings: the faster of
-# Debian's OpenBLAS builds (pthread / openmp, probed here), OPENBLAS_CORETYPE chosen for
-# this CPU (Debian's 0.3.21 does not recognise recent Xeons and falls back to Prescott),
+# Debian's OpenBLAS builds (pthread / openmp, probed here), the fastest OPENBLAS_CORETYPE the CPU
+# allows, probed (Debian's 0.3.21 does not recognise recent Xeons and falls back to Prescott),
 # thread counts pinned, jemalloc preloaded when available (installed if apt-get can); with
 # --precision bf16 also both ATen vector ISAs (its default AVX2 and ATEN_CPU_CAPABILITY=avx512).
 #
@@ -30,6 +30,7 @@
 #                  during it
 #      BENCH_TORCH_CAPS: ATen vector ISAs PyTorch is tried with ("default" = its own choice,
 #                  "avx512", ...); default "default" (fp32 mode), "default avx512" (bf16 mode)
+#      BENCH_CORETYPES: OPENBLAS_CORETYPEs the probe tries (default: a preset one, then the CPU flags')
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY=/usr/bin/python3
@@ -44,7 +45,7 @@ while [[ $# -gt 0 ]]; do
     --steps-gpt2) steps_gpt2="$2"; shift ;;
     --steps-small) steps_small="$2"; shift ;;
     --threads) threads_list="$2"; shift ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "run_bench.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
