@@ -257,7 +257,8 @@ static void online_softmax(float *St, float *m, float *l, float *alpha, int nq) 
     for (int r = 0; r < nq; r++) l[r] = l[r] * alpha[r] + sum[r];
 }
 
-/* fp32: acc (nq × hd) = Σ over key tiles of P·v with the online rescaling; m and l as above. */
+/* fp32: acc (nq × hd) = Σ over key tiles of P·v with the online rescaling; m and l as above.
+ * acc NULL: m and l only (p_bf16's first pass: the lse, no P·V). */
 static void forward_fp32(const pt_attn_shape *s, const q_tile *t, const float *Qt, const float *k,
                          const float *v, float *acc, float *m, float *l) {
     const int hd = s->head_dim, nkt = (s->Tk + KT - 1) / KT;
@@ -268,6 +269,7 @@ static void forward_fp32(const pt_attn_shape *s, const q_tile *t, const float *Q
         if (!k_tile_of(s, t, kt, k, v, &u)) continue;
         scores_t(St, s, t, &u, Qt);
         online_softmax(St, m, l, alpha, t->nq);
+        if (!acc) continue;
         for (int r = 0; r < t->nq; r++)
             if (alpha[r] != 1.0f)
                 for (int d = 0; d < hd; d++) acc[r * hd + d] *= alpha[r];
@@ -279,15 +281,7 @@ static void forward_fp32(const pt_attn_shape *s, const q_tile *t, const float *Q
 /* p_bf16, the first pass: m and l over the visible keys (so lse), no P·V. */
 static void softmax_stats(const pt_attn_shape *s, const q_tile *t, const float *Qt,
                           const float *k, const float *v, float *m, float *l) {
-    const int nkt = (s->Tk + KT - 1) / KT;
-    float St[KT * QT] __attribute__((aligned(64)));
-    float alpha[QT];
-    k_tile u;
-    for (int kt = 0; kt < nkt; kt++) {
-        if (!k_tile_of(s, t, kt, k, v, &u)) continue;
-        scores_t(St, s, t, &u, Qt);
-        online_softmax(St, m, l, alpha, t->nq);
-    }
+    forward_fp32(s, t, Qt, k, v, NULL, m, l);
 }
 
 /* p_bf16, the second pass: acc (nq × hd) += Σ bf16(exp(s − L))·v over the visible keys, one key
