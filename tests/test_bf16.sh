@@ -27,9 +27,16 @@ source "$(dirname "$0")/parallel_common.sh" "$1"
 P=--parallel
 B16=--training.precision=bf16
 
+# the mixture-of-experts model of test_moe.sh (3 MoE layers of 4 experts, top-2, a shared expert)
+moe=(--model.n_layers=4 --model.n_experts=4 --model.top_k=2 --model.moe_ffn_dim=24
+     --model.moe_first_dense=1 --model.n_shared_experts=1 --model.aux_loss_coef=0.05
+     --model.z_loss_coef=0.01)
 run 1 fp32 --training.micro_batch=8 || bad "fp32 run failed: $(tail -3 "$tmp/fp32.log")"
 run 1 bf16 $B16 --training.micro_batch=8 || bad "bf16 run failed: $(tail -3 "$tmp/bf16.log")"
-# the layouts: NAME NP ARGS (against the single-process bf16 run)
+run 1 moe_fp32 "${moe[@]}" --training.micro_batch=8 || bad "MoE fp32 run failed: $(tail -3 "$tmp/moe_fp32.log")"
+run 1 moe_bf16 "${moe[@]}" $B16 --training.micro_batch=8 || bad "MoE bf16 run failed: $(tail -3 "$tmp/moe_bf16.log")"
+# the layouts: NAME NP ARGS (against the single-process bf16 run; a name moe_* runs the MoE
+# model, against its own single-process bf16 run)
 layouts=(
   "dp2_z0 2 $P.dp=2 $P.zero=0 --training.micro_batch=4"
   "dp2_z1 2 $P.dp=2 $P.zero=1 --training.micro_batch=4"
@@ -42,6 +49,9 @@ layouts=(
   "pp2_zb 2 $P.pp=2 $P.pp_schedule=zb --training.micro_batch=2"
   "dp2_tp2_pp2_sp_z1 8 $P.dp=2 $P.tp=2 $P.pp=2 $P.sp=true $P.zero=1 --training.micro_batch=2"
   "dp2_cp2_tp2_z3 8 $P.dp=2 $P.cp=2 $P.tp=2 $P.zero=3 --training.micro_batch=4"
+  "moe_ep2 2 $P.dp=2 $P.ep=2 --training.micro_batch=4"
+  "moe_ep2_z3 2 $P.dp=2 $P.ep=2 $P.zero=3 --training.micro_batch=2"
+  "moe_tp2_sp_ep2 4 $P.tp=2 $P.sp=true $P.dp=2 $P.ep=2 --training.micro_batch=4"
 )
 # PT_BF16_FULL=1 (scripts/bf16_matrix.sh): the full matrix, more layouts, and each layout also
 # with selective and full recomputation, byte-identical to its own recompute = none run
@@ -57,16 +67,22 @@ if [ "$full" = 1 ]; then
     "cp2_tp2_sp 4 $P.cp=2 $P.tp=2 $P.sp=true --training.micro_batch=8"
     "dp2_pp2_cp2_tp2_zb_z1 16 $P.dp=2 $P.pp=2 $P.cp=2 $P.tp=2 $P.sp=true $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1"
     "dp4_z3 4 $P.dp=4 $P.zero=3 --training.micro_batch=2"
+    "moe_tp2 2 $P.tp=2 --training.micro_batch=8"
+    "moe_ep4_dp2_cp2 4 $P.cp=2 $P.dp=2 $P.ep=4 --training.micro_batch=4"
+    "moe_ep2_pp2_z1 4 $P.dp=2 $P.ep=2 $P.pp=2 $P.zero=1 --training.micro_batch=1"
+    "moe_dp2_pp2_cp2_tp2_ep4_zb_z1 16 $P.dp=2 $P.pp=2 $P.cp=2 $P.tp=2 $P.sp=true $P.ep=4 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1"
   )
 fi
 names=()
 for l in "${layouts[@]}"; do
   read -r name np args <<<"$l"
   names+=("$name")
-  run "$np" "$name" $B16 $args || bad "$name failed: $(tail -3 "$tmp/$name.log")"
+  model=()
+  [[ "$name" == moe_* ]] && model=("${moe[@]}")
+  run "$np" "$name" "${model[@]}" $B16 $args || bad "$name failed: $(tail -3 "$tmp/$name.log")"
   [ "$full" = 1 ] || continue
   for mode in selective full; do
-    run "$np" "${name}_$mode" $B16 $args --training.recompute=$mode &&
+    run "$np" "${name}_$mode" "${model[@]}" $B16 $args --training.recompute=$mode &&
       cmp -s "$tmp/$name.st" "$tmp/${name}_$mode.st" &&
       [ "$(grep -o '"loss": [^,]*' "$tmp/$name.jsonl")" = "$(grep -o '"loss": [^,]*' "$tmp/${name}_$mode.jsonl")" ] &&
       ok || bad "$name $mode: not byte-identical to recompute = none"
@@ -83,15 +99,35 @@ def dist(a, b):  # ‖a − b‖ / ‖b‖ over all tensors
     num = sum((x - y) ** 2 for k in b for x, y in zip(a[k], b[k]))
     return math.sqrt(num / sum(y * y for k in b for y in b[k]))
 def ldist(a, b): return max(abs(x - y) / abs(y) for x, y in zip(a, b))
-g16, g32 = grads("bf16"), grads("fp32")
-ref = dist(g16, g32); lref = ldist(losses("bf16"), losses("fp32"))
-print("bf16 vs fp32: step-1 gradients %.2e, losses %.2e" % (ref, lref))
-ok = ref > 1e-4  # bf16 really differs from fp32 (the test could not fail otherwise)
+ok, own = True, {}
+for model in ("", "moe_"):
+    g16, g32 = grads(model + "bf16"), grads(model + "fp32")
+    own[model] = (dist(g16, g32), ldist(losses(model + "bf16"), losses(model + "fp32")))
+    print("%-5s bf16 vs fp32: step-1 gradients %.2e, losses %.2e" % (model[:-1] or "dense", *own[model]))
+    ok &= own[model][0] > 1e-4  # bf16 really differs from fp32 (the test could not fail otherwise)
 for n in sys.argv[3:]:
-    d, l = dist(grads(n), g16), ldist(losses(n), losses("bf16"))
-    print("%-18s vs bf16: gradients %.2e (%.4fx), losses %.2e (%.4fx)" % (n, d, d / ref, l, l / lref))
+    model = "moe_" if n.startswith("moe_") else ""
+    ref, lref = own[model]
+    d, l = dist(grads(n), grads(model + "bf16")), ldist(losses(n), losses(model + "bf16"))
+    print("%-30s vs bf16: gradients %.2e (%.4fx), losses %.2e (%.4fx)" % (n, d, d / ref, l, l / lref))
     ok &= d <= 0.1 * ref and l <= 0.25 * lref
 sys.exit(0 if ok else 1)
+PY
+
+# expert parallelism's all-to-all bytes in bf16, rank 0, from its routing (test_moe.sh has the
+# fp32 formula): per MoE layer and micro-batch the counts (E/ep int64 to each peer); the rows it
+# dispatches (forward: inputs, backward: output gradients) in bf16, 2 bytes per element; the
+# rows it received, returned by the combines (outputs, input gradients) in fp32, 4 bytes: they
+# are partial sums over tp ranks (docs/precision.md)
+"$PY" - "$tmp" <<'PY' && ok || bad "bf16 all-to-all bytes differ from the routing"
+import json, sys
+m = [json.loads(l) for l in open("%s/moe_ep2.jsonl" % sys.argv[1])][1]
+sent, recv = m["ep_rows"]
+C, E, ep, moe_layers, micro = 32, 4, 2, 3, 1
+want = 2 * (2 * sent + 4 * recv) * C + moe_layers * micro * (E // ep) * (ep - 1) * 8
+got = m["comm"]["all-to-all"][1]
+print("moe_ep2 bf16: all-to-all %d bytes; routing: %d rows out, %d in -> %d" % (got, sent, recv, want))
+sys.exit(0 if got == want else 1)
 PY
 
 # parallel.grad_reduce = bf16 (fp32 training, dp 2): against the same layout reducing in fp32.
@@ -137,6 +173,8 @@ same() {
 for mode in selective full; do
   run 1 "bf16_$mode" $B16 --training.micro_batch=8 --training.recompute=$mode && same bf16 "bf16_$mode" ||
     bad "bf16 $mode failed"
+  run 1 "moe_bf16_$mode" "${moe[@]}" $B16 --training.micro_batch=8 --training.recompute=$mode &&
+    same moe_bf16 "moe_bf16_$mode" || bad "MoE bf16 $mode failed"
   run 2 "re_dp2_z1_$mode" $B16 $P.dp=2 $P.zero=1 --training.micro_batch=4 --training.recompute=$mode &&
     same dp2_z1 "re_dp2_z1_$mode" || bad "dp2 ZeRO-1 $mode failed"
 done
@@ -190,10 +228,8 @@ run 1 from32 $B16 --training.micro_batch=8 --training.steps=1 --model.init_from=
 same from32 from16
 
 # not yet in bf16: refused, by name
-moe=(--model.n_experts=4 --model.top_k=2 --model.moe_ffn_dim=24)
 expect_fail 2 "grad_reduce = bf16 does not support ZeRO-3" $P.dp=2 $P.zero=3 $P.grad_reduce=bf16 --training.micro_batch=4
 expect_fail 4 "heads replicated over tensor ranks" $B16 $P.tp=4
-expect_fail 2 "does not support mixture-of-experts" $B16 "${moe[@]}" $P.dp=2 --training.micro_batch=4
 
 echo "test_bf16: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

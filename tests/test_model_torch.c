@@ -67,6 +67,12 @@ static void check_model_prec(const char *extra, int tied, int bf16) {
     snprintf(args, sizeof args, "%s%s", extra, bf16 ? " --precision bf16" : "");
     run_reference(dir, args);
     double tol_grad = bf16 ? 5e-3 : 1e-5, tol_loss = bf16 ? 1e-3 : 1e-4;
+    /* the gradient norm over the 10 training steps: in bf16 with experts, once the runs have
+     * drifted apart by bf16's own mechanism (tol_loss), a token whose top-k choice sits that
+     * close to a tie goes to another expert in one of them, moving the norm by ~1% (seeds 11 and
+     * 12 of the shared, top-1 case do at steps 8 and 9); a wrong formula shows at step 1, in the
+     * gradients checked above at half of bf16's own distance */
+    double tol_norm = !bf16 ? 1e-4 : strstr(extra, "--experts") ? 2e-2 : 5e-3;
 
     snprintf(path, sizeof path, "%s/model/config.json", dir);
     pt_model_config mc;
@@ -203,7 +209,7 @@ static void check_model_prec(const char *extra, int tied, int bf16) {
         if (lrel > worst_loss) worst_loss = lrel;
         if (lrel > tol_loss) fail_msg("step %d loss %.9f vs torch %.9f (rel %.2e)", s + 1, step_loss, want_losses[s], lrel);
         double nrel = fabs(norm - want_norms[s]) / want_norms[s];
-        if (nrel > (bf16 ? 5e-3 : 1e-4))
+        if (nrel > tol_norm)
             fail_msg("step %d grad norm %.9f vs torch %.9f", s + 1, norm, want_norms[s]);
         pt_optim_step(&o, &m, r.lr, pt_clip_coef(norm, r.clip));
         pt_model_sync_weights(&m);
@@ -309,6 +315,28 @@ static void test_moe_sigmoid_router(void **state) {
                 "--zloss 0.01", 0);
 }
 
+/* Mixture of experts in bf16 (docs/precision.md: the router in fp32, the experts' rows, gate/up
+ * and h in bf16, their outputs fp32): softmax router with the aux and z losses; then a shared
+ * expert, top-1 and accumulation over micro-batches of one sequence */
+static void test_moe_bf16(void **state) {
+    (void)state;
+    check_model_prec("--tied 0 --seed 5 --experts 4 --topk 2 --moe-ffn 24 --aux 0.05 --zloss 0.01",
+                     0, 1);
+}
+
+static void test_moe_bf16_shared_accumulation(void **state) {
+    (void)state;
+    check_model_prec("--tied 0 --seed 11 --experts 3 --topk 1 --moe-ffn 16 --shared 1 --aux 0.02 "
+                     "--batch 3 --micro-batch 1", 0, 1);
+}
+
+/* the sigmoid router with its selection bias, in bf16 */
+static void test_moe_bf16_sigmoid_router(void **state) {
+    (void)state;
+    check_model_prec("--tied 0 --seed 19 --experts 6 --topk 2 --moe-ffn 16 --sigmoid 1 --aux 0.03 "
+                     "--zloss 0.01", 0, 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gqa_untied),
@@ -322,6 +350,9 @@ int main(void) {
         cmocka_unit_test(test_moe_experts_without_tokens),
         cmocka_unit_test(test_moe_capacity_drops),
         cmocka_unit_test(test_moe_sigmoid_router),
+        cmocka_unit_test(test_moe_bf16),
+        cmocka_unit_test(test_moe_bf16_shared_accumulation),
+        cmocka_unit_test(test_moe_bf16_sigmoid_router),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -366,7 +366,30 @@ static void test_swiglu_matches_reference(void **state) {
     swiglu_bwd_d(&c, x, dd, g);
     tu_check_rel("swiglu backward", tu_rel_err_d(dgu, g, N * 2 * F), TOL_BWD);
     check_fd("swiglu backward formula", swiglu_fwd_d, &c, x, N * 2 * F, dd, N * F, g);
-    free(gu), free(x), free(y), free(dh), free(dgu), free(dd), free(g);
+    /* in place (dgu = gu: the MoE layer's bf16 path), bit for bit the same */
+    float *inplace = fvec(N * 2 * F, 30, 4.0f);
+    inplace[0] = -30.0f, inplace[1] = 30.0f;
+    pt_cpu_swiglu_backward(&be, inplace, dh, inplace, N, F);
+    assert_memory_equal(inplace, dgu, sizeof(float) * N * 2 * F);
+    free(gu), free(x), free(y), free(dh), free(dgu), free(dd), free(g), free(inplace);
+}
+
+/* rows_copy gathers rows of any element type: bf16 rows byte for byte, and fp32 rows as
+ * rows_gather without scales does (indices repeated, out of order) */
+static void test_rows_copy_gathers_rows_of_any_type(void **state) {
+    (void)state;
+    enum { R = 5, n = 9, C = 13 };
+    const int32_t idx[n] = {4, 0, 0, 3, 1, 4, 2, 2, 0};
+    float *src = fvec(R * C, 40, 2.0f), got[n * C], want[n * C];
+    pt_bf16 src16[R * C], got16[n * C];
+    for (int i = 0; i < R * C; i++) src16[i] = pt_bf16_round(src[i]);
+    pt_cpu_rows_copy(&be, got16, src16, idx, n, C * sizeof(pt_bf16));
+    for (int i = 0; i < n; i++)
+        assert_memory_equal(got16 + i * C, src16 + idx[i] * C, C * sizeof(pt_bf16));
+    pt_cpu_rows_copy(&be, got, src, idx, n, C * sizeof(float));
+    pt_cpu_rows_gather(&be, want, src, idx, NULL, n, C);
+    assert_memory_equal(got, want, sizeof got);
+    free(src);
 }
 
 static void test_expf_is_accurate_over_the_float_range(void **state) {
@@ -1499,6 +1522,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm_backward_is_thread_count_independent),
         cmocka_unit_test(test_rope_matches_reference_and_inverse_is_transpose),
         cmocka_unit_test(test_swiglu_matches_reference),
+        cmocka_unit_test(test_rows_copy_gathers_rows_of_any_type),
         cmocka_unit_test(test_expf_is_accurate_over_the_float_range),
         cmocka_unit_test(test_softmax_xent_matches_reference_with_ignored_rows),
         cmocka_unit_test(test_add_scale_sum_sumsq_match_reference),

@@ -153,7 +153,7 @@ struct pt_backend {
 
     /* gu (N, 2F) = [gate | up] -> h (N,F) = silu(gate) · up */
     void (*swiglu_forward)(pt_backend *be, float *h, const float *gu, int N, int F);
-    /* dh (N,F), gu (N,2F) -> dgu (N,2F) (overwrites) */
+    /* dh (N,F), gu (N,2F) -> dgu (N,2F) (overwrites; dgu may be gu: in place) */
     void (*swiglu_backward)(pt_backend *be, float *dgu, const float *dh, const float *gu, int N,
                             int F);
 
@@ -182,6 +182,9 @@ struct pt_backend {
                         const float *scale, int n, int C);
     void (*rows_scatter_add)(pt_backend *be, float *dst, const float *src, const int32_t *idx,
                              const float *scale, int n, int C);
+    /* dst[i] = src[idx[i]], rows of row_bytes bytes (any element type: a bf16 gather) */
+    void (*rows_copy)(pt_backend *be, void *dst, const void *src, const int32_t *idx, int n,
+                      size_t row_bytes);
     /* out[i] = Σ_c x[idx[i]][c] · y[i][c] (n rows of C), each a double sum in the order of c;
      * out is (n) doubles of device memory (the router's gradient: each slot's dout · y) */
     void (*rows_dot)(pt_backend *be, double *out, const float *x, const int32_t *idx,

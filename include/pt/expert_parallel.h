@@ -6,7 +6,7 @@
 #include "pt/parallel_ops.h"
 
 /* The table over the ep group for MoE layers of E experts (rank r holds [r·E/ep, (r+1)·E/ep)),
- * top_k per token, rows of C floats; capacity_factor > 0 caps each expert's slots per sender
+ * top_k per token, rows of C elements; capacity_factor > 0 caps each expert's slots per sender
  * (what bounds the rows that can arrive, and so the buffers). */
 pt_ep_ops *pt_ep_create(pt_backend *be, pt_comm *ep, int E, int top_k, float capacity_factor,
                         int C);

@@ -67,32 +67,37 @@ typedef struct {
 typedef struct pt_ep_state pt_ep_state; /* one MoE layer's exchange of one micro-batch */
 
 /* What this rank's experts received: rows in blocks, block b from rank b / el for local expert
- * b % el, rows[b] of them, one after another. x is kept from forward to backward. */
+ * b % el, rows[b] of them, one after another. x is kept from forward to backward. The
+ * dispatched rows (x, dy) have the state's element size (bf16 under mixed precision); the
+ * combined ones (y, dx) are fp32: under tensor parallelism they are partial sums over the tp
+ * ranks' slices of the experts, summed after the combine. */
 typedef struct {
-    float *x, *y;   /* (rows, C): the received inputs; the experts' outputs to send back */
-    float *dy, *dx; /* backward: the received output gradients; the input gradients to send back */
+    void *x;        /* (rows, C): the received inputs */
+    float *y;       /* (rows, C): the experts' outputs to send back */
+    void *dy;       /* backward: the received output gradients */
+    float *dx;      /* the input gradients to send back */
     const int64_t *rows; /* (ep · el) */
     int n_blocks, el;
 } pt_ep_recv;
 
 typedef struct {
     void *ctx;
-    /* a layer's state for micro-batches of up to N tokens (buffers sized at set-up for the most
-     * rows that can arrive) */
-    pt_ep_state *(*state_create)(void *ctx, int N);
+    /* a layer's state for micro-batches of up to N tokens whose dispatched rows have elements of
+     * esize bytes (4: fp32, 2: bf16); buffers sized at set-up for the most rows that can arrive */
+    pt_ep_state *(*state_create)(void *ctx, int N, int esize);
     /* the most rows a state for N tokens can receive */
     size_t (*max_rows)(void *ctx, int N);
     void (*state_free)(void *ctx, pt_ep_state *s);
     size_t (*state_bytes)(const pt_ep_state *s);
     /* The slots' rows (S,C), sorted by expert (off: E + 1 offsets), sent to the ranks holding
      * their experts; returns what this rank received (valid until the state's next dispatch). */
-    const pt_ep_recv *(*dispatch)(void *ctx, pt_ep_state *s, const float *rows,
+    const pt_ep_recv *(*dispatch)(void *ctx, pt_ep_state *s, const void *rows,
                                   const int32_t *off);
     /* recv->y sent back: out (S,C) gets each slot's output, in the order dispatched */
     void (*combine)(void *ctx, pt_ep_state *s, float *out);
     /* Backward: the slots' output gradients (S,C) go where their inputs went (to recv->dy), and
      * recv->dx comes back into dx (S,C). */
-    void (*dispatch_grad)(void *ctx, pt_ep_state *s, const float *dy);
+    void (*dispatch_grad)(void *ctx, pt_ep_state *s, const void *dy);
     void (*combine_grad)(void *ctx, pt_ep_state *s, float *dx);
     /* rows this rank sent to and received from other ranks in the state's last dispatch */
     void (*rows_moved)(const pt_ep_state *s, int64_t *sent, int64_t *recv);

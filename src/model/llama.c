@@ -17,6 +17,7 @@
 #include "pt/model.h"
 
 #include "model/moe.h"
+#include "model/prec.h"
 
 /* Rows of logits processed at a time by the fused head + loss: enough rows that the head's
  * weight-gradient GEMM (K = rows) runs near peak (128 rows: ~200 GFLOP/s, 512: ~245 on 2 cores),
@@ -588,12 +589,9 @@ void pt_model_free(pt_model *m) {
 pt_status pt_model_set_precision(pt_model *m, pt_precision prec) {
     PT_ASSERTF(!m->ws && !m->params16, "the precision is set once, before any activations");
     if (prec == PT_PREC_FP32) return PT_OK;
-    /* what bf16 does not cover yet: every such layout is refused here, by name */
-    if (m->cfg.n_experts > 0)
-        return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support mixture-of-"
-                         "experts models yet (model.n_experts = %d)", m->cfg.n_experts);
-    /* each rank rounds its part of a shared key/value head's input gradient, where one process
-     * rounds their sum: measured 0.23× bf16's own distance from fp32, too far */
+    /* what bf16 does not cover yet, refused by name: each rank rounds its part of a shared
+     * key/value head's input gradient, where one process rounds their sum: measured 0.23× bf16's
+     * own distance from fp32, too far */
     if (m->loc.kv_shared > 1)
         return pt_errorf(PT_ERR_CONFIG, "training.precision = bf16 does not support key/value "
                          "heads replicated over tensor ranks yet (parallel.tp = %d > "
@@ -920,23 +918,6 @@ static size_t pt_own_row0(const pt_model *m, int N) {
  * kernels read and write the activations themselves), so fp32 runs the same operations as
  * always. */
 
-static int pt_is_bf16(const pt_model *m) { return m->prec == PT_PREC_BF16; }
-
-/* Element i of an activation array. */
-static void *pt_at(const pt_model *m, void *act, size_t i) {
-    return (char *)act + i * (size_t)m->act_size;
-}
-
-/* C (fp32) = op(A)·op(B) + beta·C with A and B activations or weights of the model's precision. */
-static void pt_mm(pt_model *m, pt_trans ta, pt_trans tb, int M, int N, int K, const void *A,
-                  int lda, const void *B, int ldb, float beta, float *C, int ldc) {
-    pt_backend *be = m->be;
-    if (pt_is_bf16(m))
-        be->gemm_bf16(be, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
-    else
-        be->gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-}
-
 /* An activation (n elements) as fp32: itself, or its values converted into scratch. */
 static const float *pt_f32(pt_model *m, float *scratch, const void *act, size_t n) {
     if (!pt_is_bf16(m)) return act;
@@ -1079,18 +1060,24 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     pt_residual_linear(m, a, la->xmid, la->x, la->att, w->wo, N, q);
     pt_norm_gather(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
     if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every expert
-                    * give a part, summed like the dense MLP's (fp32 only: model.c refuses bf16) */
+                    * give a part, summed like the dense MLP's. fp32 on one rank adds straight
+                    * into the residual; otherwise through y (N,C, fp32), the tp sum, then the
+                    * add in fp32 (rounded once into a bf16 xnext) */
         float *y = a->dxn;
-        int tp = m->par.tp_ops != NULL;
+        int direct = !m->par.tp_ops && !pt_is_bf16(m);
         double aux = m->aux_loss, z = m->z_loss;
         size_t RC = (size_t)R * C;
-        be->copy(be, xnext, la->xmid, RC * sizeof(float));
-        if (tp) be->zero(be, y, (size_t)N * C * sizeof(float));
-        pt_moe_forward(m, la->moe, w, la->xn2, tp ? y : xnext, a->B, a->T,
+        if (direct) be->copy(be, xnext, la->xmid, RC * sizeof(float));
+        if (!direct) be->zero(be, y, (size_t)N * C * sizeof(float));
+        pt_moe_forward(m, la->moe, w, la->xn2, direct ? xnext : y, a->B, a->T,
                        recompute ? m->ws->load : m->expert_load + (size_t)l * c->n_experts);
-        if (tp) {
+        if (!direct) {
             pt_tp_reduce(m, y, N, C);
-            be->add(be, xnext, y, RC);
+            const float *xm = pt_f32(m, a->sA, la->xmid, RC);
+            float *xo = pt_out(m, xnext, a->sA);
+            if (xo != xm) be->copy(be, xo, xm, RC * sizeof(float));
+            be->add(be, xo, y, RC);
+            pt_store(m, xnext, xo, RC);
         }
         if (recompute)
             m->aux_loss = aux, m->z_loss = z;
@@ -1268,7 +1255,8 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
          * on every rank, comes from the first): summed like the dense MLP's */
         const float *dfull = pt_full_grad(m, a, N);
         be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
-        pt_moe_backward(m, la->moe, w, g, la->xn2, dfull, a->dxn, a->B, a->T);
+        pt_moe_backward(m, la->moe, w, g, la->xn2, dfull, pt_gop(m, a, dfull, (size_t)N * C),
+                        a->dxn, a->B, a->T);
         pt_tp_reduce(m, a->dxn, N, C);
     } else {
         /* dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */

@@ -23,12 +23,19 @@
  * holds rows [r·Fe/tp, (r+1)·Fe/tp) of w1 and w3 and those columns of w2, runs its slice on the
  * (gathered) input and returns a part of the output, which the caller sums over the tp ranks.
  * The router is replicated: the routing is the same on every rank.
+ *
+ * Mixed precision (bf16, docs/precision.md): the router runs in fp32 (the normed input's and the
+ * router weight's bf16 values, fp32 logits and gradients); the gathered rows, gate/up and h are
+ * stored in bf16 (as the dense MLP's); each expert's output y stays fp32 until it is added,
+ * weighted, to the layer's output, which the caller rounds once with the residual. Backward
+ * rounds each slot's weighted output gradient to bf16 (the GEMMs' operand) and dgu likewise.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/moe.h"
+#include "model/prec.h"
 
 struct pt_moe_acts {
     int N, k, E, Fe;
@@ -44,29 +51,44 @@ struct pt_moe_acts {
     int32_t *d_tok;        /* (N·k) device copies */
     float *d_w;
     float *logits;         /* (N, E) device */
-    float *xg, *gu, *h, *y; /* sorted slots: gathered inputs (C), [gate|up] (2Fe), hidden (Fe), out (C) */
-    float *gu_s, *h_s;     /* shared experts (N, 2Fs), (N, Fs) */
-    float *dy, *dh, *dgu, *dxg; /* backward scratch */
+    /* sorted slots: gathered inputs (C), [gate|up] (2Fe), hidden (Fe) in the model's precision;
+     * the experts' outputs y (C) in fp32 */
+    void *xg, *gu, *h;
+    float *y;
+    void *gu_s, *h_s;      /* shared experts (N, 2Fs), (N, Fs), the model's precision */
+    /* backward scratch: the slots' weighted output gradients (the model's precision), then fp32
+     * dh, dgu and the slots' input gradients; in bf16, forward uses dh and dgu as the fp32 h and
+     * gate/up before rounding, and dxg as the normed input in fp32 for the router */
+    void *dy;
+    float *dh, *dgu, *dxg;
+    float *router32;       /* bf16: (E, C) the router weight's values in fp32 */
     size_t bytes;
     /* expert parallelism: the exchange's state (what arrived, kept for backward), and this
-     * rank's experts' activations over the received rows, (rows, 2Fe), (rows, Fe) and their
-     * gradients (sized for the most rows that can arrive) */
+     * rank's experts' activations over the received rows, (rows, 2Fe), (rows, Fe) of the model's
+     * precision and their fp32 gradients (sized for the most rows that can arrive) */
     pt_ep_state *ep;
     const pt_ep_recv *recv;
-    float *gur, *hr, *dhr, *dgur;
+    void *gur, *hr;
+    float *dhr, *dgur;
     /* host scratch, sized once */
     double *fseq;     /* (2·N·E): each sequence's fₑ (B, E), then its probability sums (B, E) */
     float *choose;    /* (E) */
     int32_t *fill;    /* (E) */
     float *sw, *bias; /* (N·k) the sorted slots' weights; (E) the router's selection bias */
+    pt_bf16 *bias16;  /* (E) bf16: the selection bias as the model computes with it */
     double *dw, *dp;  /* (N·k) each slot's dout · y; (E) */
     float *dl;        /* (N·E) the router logits' gradient */
     double *h_dot, *d_dot; /* (N·k) each sorted slot's dout · y: host, device */
 };
 
+/* n elements of esize bytes of device memory, counted into *bytes. */
+static void *pt_dev_e(pt_backend *be, size_t n, size_t esize, size_t *bytes) {
+    *bytes += (n ? n : 1) * esize;
+    return be->alloc(be, (n ? n : 1) * esize);
+}
+
 static float *pt_dev(pt_backend *be, size_t n, size_t *bytes) {
-    *bytes += (n ? n : 1) * sizeof(float);
-    return be->alloc(be, (n ? n : 1) * sizeof(float));
+    return pt_dev_e(be, n, sizeof(float), bytes);
 }
 
 pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
@@ -88,31 +110,34 @@ pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
     a->d_tok = be->alloc(be, S * sizeof(int32_t));
     a->d_w = pt_dev(be, S, &a->bytes);
     a->logits = pt_dev(be, (size_t)N * E, &a->bytes);
-    a->xg = pt_dev(be, S * C, &a->bytes);
-    a->gu = pt_dev(be, S * 2 * Fe, &a->bytes);
-    a->h = pt_dev(be, S * Fe, &a->bytes);
+    size_t es = (size_t)m->act_size;
+    a->xg = pt_dev_e(be, S * C, es, &a->bytes);
+    a->gu = pt_dev_e(be, S * 2 * Fe, es, &a->bytes);
+    a->h = pt_dev_e(be, S * Fe, es, &a->bytes);
     a->y = pt_dev(be, S * C, &a->bytes);
-    a->gu_s = pt_dev(be, (size_t)N * 2 * Fs, &a->bytes);
-    a->h_s = pt_dev(be, (size_t)N * Fs, &a->bytes);
-    a->dy = pt_dev(be, S * C, &a->bytes);
+    a->gu_s = pt_dev_e(be, (size_t)N * 2 * Fs, es, &a->bytes);
+    a->h_s = pt_dev_e(be, (size_t)N * Fs, es, &a->bytes);
+    a->dy = pt_dev_e(be, S * C, es, &a->bytes);
     a->dh = pt_dev(be, S * Fe + (size_t)N * Fs, &a->bytes);
     a->dgu = pt_dev(be, S * 2 * Fe + (size_t)N * 2 * Fs, &a->bytes);
-    a->dxg = pt_dev(be, S * C, &a->bytes);
+    a->dxg = pt_dev(be, S * C, &a->bytes); /* S ≥ N: it holds the router's fp32 input too */
+    if (pt_is_bf16(m)) a->router32 = pt_dev(be, (size_t)E * C, &a->bytes);
     a->d_dot = be->alloc(be, S * sizeof(double));
     a->bytes += S * sizeof(double);
     const pt_ep_ops *ep = m->par.ep_ops;
     if (ep) {
-        a->ep = ep->state_create(ep->ctx, N);
+        a->ep = ep->state_create(ep->ctx, N, m->act_size);
         a->bytes += ep->state_bytes(a->ep);
         size_t R = ep->max_rows(ep->ctx, N);
-        a->gur = pt_dev(be, R * 2 * Fe, &a->bytes), a->dgur = pt_dev(be, R * 2 * Fe, &a->bytes);
-        a->hr = pt_dev(be, R * Fe, &a->bytes), a->dhr = pt_dev(be, R * Fe, &a->bytes);
+        a->gur = pt_dev_e(be, R * 2 * Fe, es, &a->bytes), a->dgur = pt_dev(be, R * 2 * Fe, &a->bytes);
+        a->hr = pt_dev_e(be, R * Fe, es, &a->bytes), a->dhr = pt_dev(be, R * Fe, &a->bytes);
     }
     a->fseq = pt_calloc((size_t)2 * N * E, sizeof(double));
     a->choose = pt_calloc((size_t)E, sizeof(float));
     a->fill = pt_calloc((size_t)E, sizeof(int32_t));
     a->sw = pt_calloc(S, sizeof(float));
     a->bias = pt_calloc((size_t)E, sizeof(float));
+    a->bias16 = pt_calloc((size_t)E, sizeof(pt_bf16));
     a->dw = pt_calloc(S, sizeof(double));
     a->dp = pt_calloc((size_t)E, sizeof(double));
     a->dl = pt_calloc((size_t)N * E, sizeof(float));
@@ -123,17 +148,19 @@ pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
 void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a) {
     if (!a) return;
     pt_backend *be = m->be;
-    float *dev[] = {a->d_w, a->logits, a->xg, a->gu, a->h, a->y, a->gu_s, a->h_s, a->dy, a->dh,
-                    a->dgu, a->dxg};
+    void *dev[] = {a->d_w, a->logits, a->xg, a->gu, a->h, a->y, a->gu_s, a->h_s, a->dy, a->dh,
+                   a->dgu, a->dxg};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) be->free(be, dev[i]);
+    if (a->router32) be->free(be, a->router32);
     be->free(be, a->d_tok);
     be->free(be, a->d_dot);
     if (a->ep) {
         m->par.ep_ops->state_free(m->par.ep_ops->ctx, a->ep);
-        float *rows[] = {a->gur, a->hr, a->dhr, a->dgur};
+        void *rows[] = {a->gur, a->hr, a->dhr, a->dgur};
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) be->free(be, rows[i]);
     }
-    free(a->fseq), free(a->choose), free(a->fill), free(a->sw), free(a->bias), free(a->dw);
+    free(a->fseq), free(a->choose), free(a->fill), free(a->sw), free(a->bias), free(a->bias16);
+    free(a->dw);
     free(a->dp), free(a->dl), free(a->h_dot);
     free(a->probs), free(a->score), free(a->hlog), free(a->zlse), free(a->sel), free(a->w), free(a->off), free(a->slot_tok);
     free(a->slot_j);
@@ -205,26 +232,53 @@ static void pt_route(pt_moe_acts *a, const float *logits, int cap, const float *
     a->off[E] = kept;
 }
 
-/* One expert's SwiGLU over n rows: gu = x·W13ᵀ, h = silu(gate)·up, y = h·W2ᵀ. */
-static void pt_expert_forward(pt_backend *be, const float *w13, int Fe, int C, const float *x,
-                              float *gu, float *h, float *y, int n) {
-    const float *w2 = w13 + (size_t)2 * Fe * C;
-    be->gemm(be, PT_NO_TRANS, PT_TRANS, n, 2 * Fe, C, 1.0f, x, C, w13, C, 0.0f, gu, 2 * Fe);
-    be->swiglu_forward(be, h, gu, n, Fe);
-    be->gemm(be, PT_NO_TRANS, PT_TRANS, n, C, Fe, 1.0f, h, Fe, w2, Fe, 0.0f, y, C);
+/* A SwiGLU MLP over n rows x (n,C): gu = x·W13ᵀ (n,2F), h = silu(gate)·up (n,F), y = h·W2ᵀ
+ * (n,C, fp32) + beta·y; one expert (F = Fe) or the shared experts. gu and h are kept in the
+ * model's precision: in bf16 gu32 and h32 (fp32 scratch) take them before they are rounded, and
+ * the SwiGLU reads gu's rounded values. */
+static void pt_swiglu_mlp_forward(pt_model *m, const void *w13, const void *w2, int F,
+                                  const void *x, void *gu, void *h, float *y, float beta, int n,
+                                  float *gu32, float *h32) {
+    pt_backend *be = m->be;
+    int C = m->cfg.dim, bf16 = pt_is_bf16(m);
+    float *g = bf16 ? gu32 : gu, *hh = bf16 ? h32 : h;
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, 2 * F, C, x, C, w13, C, 0.0f, g, 2 * F);
+    if (bf16) {
+        be->to_bf16(be, gu, g, (size_t)n * 2 * F);
+        be->from_bf16(be, g, gu, (size_t)n * 2 * F);
+    }
+    be->swiglu_forward(be, hh, g, n, F);
+    if (bf16) be->to_bf16(be, h, hh, (size_t)n * F);
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, C, F, h, F, w2, F, beta, y, C);
 }
 
-/* Its backward: weight gradients into g13 (and the w2 after it), dx = the rows' input gradient. */
-static void pt_expert_backward(pt_backend *be, const float *w13, float *g13, int Fe, int C,
-                               const float *x, const float *gu, const float *h, const float *dy,
-                               float *dh, float *dgu, float *dx, int n) {
-    const float *w2 = w13 + (size_t)2 * Fe * C;
-    float *g2 = g13 + (size_t)2 * Fe * C;
-    be->gemm(be, PT_TRANS, PT_NO_TRANS, C, Fe, n, 1.0f, dy, C, h, Fe, 1.0f, g2, Fe);
-    be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, Fe, C, 1.0f, dy, C, w2, Fe, 0.0f, dh, Fe);
-    be->swiglu_backward(be, dgu, dh, gu, n, Fe);
-    be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * Fe, C, n, 1.0f, dgu, 2 * Fe, x, C, 1.0f, g13, C);
-    be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * Fe, 1.0f, dgu, 2 * Fe, w13, C, 0.0f, dx, C);
+/* Its backward from dy (n,C, the model's precision): weight gradients into g13 and g2, dx (n,C,
+ * fp32) = the rows' input gradient + beta·dx; dh (n,F) and dgu (n,2F) fp32 scratch. In bf16 the
+ * SwiGLU's backward reads gu's values from dgu (in place), and gu's storage, which nothing reads
+ * after that, takes dgu rounded to bf16 as the GEMMs' operand. */
+static void pt_swiglu_mlp_backward(pt_model *m, const void *w13, const void *w2, float *g13,
+                                   float *g2, int F, const void *x, void *gu, const void *h,
+                                   const void *dy, float *dx, float beta, int n, float *dh,
+                                   float *dgu) {
+    pt_backend *be = m->be;
+    int C = m->cfg.dim, bf16 = pt_is_bf16(m);
+    pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, n, dy, C, h, F, 1.0f, g2, F);
+    pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, F, C, dy, C, w2, F, 0.0f, dh, F);
+    if (bf16) be->from_bf16(be, dgu, gu, (size_t)n * 2 * F);
+    be->swiglu_backward(be, dgu, dh, bf16 ? dgu : gu, n, F);
+    const void *op = dgu;
+    if (bf16) {
+        be->to_bf16(be, gu, dgu, (size_t)n * 2 * F);
+        op = gu;
+    }
+    pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, n, op, 2 * F, x, C, 1.0f, g13, C);
+    pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * F, op, 2 * F, w13, C, beta, dx, C);
+}
+
+/* Expert j of this rank's: its w13 (2Fe,C) and the w2 (C,Fe) after it, in the view's precision
+ * (weights: the model's; gradients: fp32). */
+static const void *pt_expert_w(const pt_model *m, const pt_layer_view *w, int j) {
+    return pt_at(m, w->experts, (size_t)j * 3 * m->loc.Fe * m->cfg.dim);
 }
 
 /* The experts' forward under expert parallelism: a->xg (sorted slots) dispatched, this rank's
@@ -236,9 +290,12 @@ static void pt_ep_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w) {
     size_t at = 0;
     for (int b = 0; b < r->n_blocks; b++) {
         int n = (int)r->rows[b], j = b % r->el;
+        const void *w13 = pt_expert_w(m, w, j);
         if (n)
-            pt_expert_forward(m->be, w->experts + (size_t)j * 3 * Fe * C, Fe, C, r->x + at * C,
-                              a->gur + at * 2 * Fe, a->hr + at * Fe, r->y + at * C, n);
+            pt_swiglu_mlp_forward(m, w13, pt_at(m, w13, (size_t)2 * Fe * C), Fe,
+                                  pt_at(m, r->x, at * C), pt_at(m, a->gur, at * 2 * Fe),
+                                  pt_at(m, a->hr, at * Fe), r->y + at * C, 0.0f, n,
+                                  a->dgur + at * 2 * Fe, a->dhr + at * Fe);
         at += (size_t)n;
     }
     ep->combine(ep->ctx, a->ep, a->y);
@@ -251,15 +308,19 @@ static void pt_ep_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w,
     const pt_ep_ops *ep = m->par.ep_ops;
     const pt_ep_recv *r = a->recv;
     int Fe = a->Fe, C = m->cfg.dim;
+    size_t e3 = (size_t)3 * Fe * C;
     ep->dispatch_grad(ep->ctx, a->ep, a->dy);
     size_t at = 0;
     for (int b = 0; b < r->n_blocks; b++) {
         int n = (int)r->rows[b], j = b % r->el;
+        const void *w13 = pt_expert_w(m, w, j);
+        float *g13 = g->experts + (size_t)j * e3;
         if (n)
-            pt_expert_backward(m->be, w->experts + (size_t)j * 3 * Fe * C,
-                               g->experts + (size_t)j * 3 * Fe * C, Fe, C, r->x + at * C,
-                               a->gur + at * 2 * Fe, a->hr + at * Fe, r->dy + at * C,
-                               a->dhr + at * Fe, a->dgur + at * 2 * Fe, r->dx + at * C, n);
+            pt_swiglu_mlp_backward(m, w13, pt_at(m, w13, (size_t)2 * Fe * C), g13,
+                                   g13 + (size_t)2 * Fe * C, Fe, pt_at(m, r->x, at * C),
+                                   pt_at(m, a->gur, at * 2 * Fe), pt_at(m, a->hr, at * Fe),
+                                   pt_at(m, r->dy, at * C), r->dx + at * C, 0.0f, n,
+                                   a->dhr + at * Fe, a->dgur + at * 2 * Fe);
         at += (size_t)n;
     }
     ep->combine_grad(ep->ctx, a->ep, a->dxg);
@@ -269,20 +330,39 @@ void pt_moe_a2a_rows(const pt_model *m, const pt_moe_acts *a, int64_t *sent, int
     if (a->ep) m->par.ep_ops->rows_moved(a->ep, sent, recv);
 }
 
-double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
+/* The router's operands in fp32: the normed input xn (N,C) and the router weight, as they are
+ * (fp32), or their bf16 values converted (into a->dxg, free outside backward, and a->router32). */
+static void pt_router_operands(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const void *xn,
+                               const float **x32, const float **r32) {
+    *x32 = xn, *r32 = w->router;
+    if (!pt_is_bf16(m)) return;
+    size_t C = (size_t)m->cfg.dim;
+    m->be->from_bf16(m->be, a->dxg, xn, (size_t)a->N * C);
+    m->be->from_bf16(m->be, a->router32, (const pt_bf16 *)(const void *)w->router, a->E * C);
+    *x32 = a->dxg, *r32 = a->router32;
+}
+
+double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const void *xn,
                       float *out, int B, int T, double *load) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim;
     int Fs = c->n_shared_experts * Fe;
     int cap = c->capacity_factor > 0 ? (int)ceil(c->capacity_factor * N * k / E) : 0;
-    /* router */
-    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, E, C, 1.0f, xn, C, w->router, C, 0.0f, a->logits, E);
+    /* router (fp32) */
+    const float *x32, *r32;
+    pt_router_operands(m, a, w, xn, &x32, &r32);
+    be->gemm(be, PT_NO_TRANS, PT_TRANS, N, E, C, 1.0f, x32, C, r32, C, 0.0f, a->logits, E);
     be->download(be, a->hlog, a->logits, (size_t)N * E * sizeof(float));
     float *bias = NULL;
     if (c->router_sigmoid) {
         bias = a->bias;
-        be->download(be, bias, w->router_bias, (size_t)E * sizeof *bias);
+        if (pt_is_bf16(m)) {
+            be->download(be, a->bias16, w->router_bias, (size_t)E * sizeof(pt_bf16));
+            for (int e = 0; e < E; e++) bias[e] = pt_bf16_to_float(a->bias16[e]);
+        } else {
+            be->download(be, bias, w->router_bias, (size_t)E * sizeof *bias);
+        }
     }
     pt_route(a, a->hlog, cap, bias);
     int S = a->off[E]; /* the token-slots kept */
@@ -292,24 +372,21 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
     be->upload(be, a->d_tok, a->slot_tok, (size_t)S * sizeof(int32_t));
     be->upload(be, a->d_w, sw, (size_t)S * sizeof(float));
     /* each expert's rows: one grouped SwiGLU */
-    be->rows_gather(be, a->xg, xn, a->d_tok, NULL, S, C);
+    be->rows_copy(be, a->xg, xn, a->d_tok, S, (size_t)C * m->act_size);
     if (m->par.ep_ops) pt_ep_forward(m, a, w);
     for (int e = 0; e < E && !m->par.ep_ops; e++) {
         int o = a->off[e], n = a->off[e + 1] - o;
         if (n == 0) continue; /* an expert no token chose */
-        const float *w13 = w->experts + (size_t)e * 3 * Fe * C, *w2 = w13 + (size_t)2 * Fe * C;
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, n, 2 * Fe, C, 1.0f, a->xg + (size_t)o * C, C, w13, C, 0.0f,
-                 a->gu + (size_t)o * 2 * Fe, 2 * Fe);
-        be->swiglu_forward(be, a->h + (size_t)o * Fe, a->gu + (size_t)o * 2 * Fe, n, Fe);
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, n, C, Fe, 1.0f, a->h + (size_t)o * Fe, Fe, w2, Fe, 0.0f,
-                 a->y + (size_t)o * C, C);
+        const void *w13 = pt_expert_w(m, w, e);
+        pt_swiglu_mlp_forward(m, w13, pt_at(m, w13, (size_t)2 * Fe * C), Fe,
+                              pt_at(m, a->xg, (size_t)o * C), pt_at(m, a->gu, (size_t)o * 2 * Fe),
+                              pt_at(m, a->h, (size_t)o * Fe), a->y + (size_t)o * C, 0.0f, n,
+                              a->dgu + (size_t)o * 2 * Fe, a->dh + (size_t)o * Fe);
     }
     be->rows_scatter_add(be, out, a->y, a->d_tok, a->d_w, S, C);
-    if (Fs > 0) {
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, 2 * Fs, C, 1.0f, xn, C, w->wgu, C, 0.0f, a->gu_s, 2 * Fs);
-        be->swiglu_forward(be, a->h_s, a->gu_s, N, Fs);
-        be->gemm(be, PT_NO_TRANS, PT_TRANS, N, C, Fs, 1.0f, a->h_s, Fs, w->wdown, Fs, 1.0f, out, C);
-    }
+    if (Fs > 0)
+        pt_swiglu_mlp_forward(m, w->wgu, w->wdown, Fs, xn, a->gu_s, a->h_s, out, 1.0f, N,
+                              a->dgu + (size_t)S * 2 * Fe, a->dh + (size_t)S * Fe);
     /* the balancing losses of this micro-batch's sequences, in units of the objective. A
      * sequence's token-slot counts and probability sums are summed over the context ranks that
      * hold its parts (each of Tt = T·cp tokens) */
@@ -336,39 +413,39 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
 }
 
 void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const pt_layer_view *g,
-                     const float *xn, const float *dout, float *dxn, int B, int T) {
+                     const void *xn, const float *dout, const void *dout_op, float *dxn, int B,
+                     int T) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim, S = a->off[E];
     int Fs = c->n_shared_experts * Fe;
-    /* experts: dY = w · dout of each slot's token (dropped slots have none) */
-    be->rows_gather(be, a->dy, dout, a->d_tok, a->d_w, S, C);
+    /* experts: dY = w · dout of each slot's token (dropped slots have none), rounded to bf16
+     * (through a->dxg) under mixed precision */
+    if (pt_is_bf16(m)) {
+        be->rows_gather(be, a->dxg, dout, a->d_tok, a->d_w, S, C);
+        be->to_bf16(be, a->dy, a->dxg, (size_t)S * C);
+    } else {
+        be->rows_gather(be, a->dy, dout, a->d_tok, a->d_w, S, C);
+    }
     be->zero(be, a->dxg, (size_t)S * C * sizeof(float));
     if (m->par.ep_ops) pt_ep_backward(m, a, w, g);
+    size_t e3 = (size_t)3 * Fe * C;
     for (int e = 0; e < E && !m->par.ep_ops; e++) {
         int o = a->off[e], n = a->off[e + 1] - o;
         if (n == 0) continue;
-        const float *w13 = w->experts + (size_t)e * 3 * Fe * C, *w2 = w13 + (size_t)2 * Fe * C;
-        float *g13 = g->experts + (size_t)e * 3 * Fe * C, *g2 = g13 + (size_t)2 * Fe * C;
-        const float *dy = a->dy + (size_t)o * C, *h = a->h + (size_t)o * Fe;
-        float *dh = a->dh + (size_t)o * Fe, *dgu = a->dgu + (size_t)o * 2 * Fe;
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, Fe, n, 1.0f, dy, C, h, Fe, 1.0f, g2, Fe);
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, Fe, C, 1.0f, dy, C, w2, Fe, 0.0f, dh, Fe);
-        be->swiglu_backward(be, dgu, dh, a->gu + (size_t)o * 2 * Fe, n, Fe);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * Fe, C, n, 1.0f, dgu, 2 * Fe, a->xg + (size_t)o * C, C,
-                 1.0f, g13, C);
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * Fe, 1.0f, dgu, 2 * Fe, w13, C, 0.0f,
-                 a->dxg + (size_t)o * C, C);
+        const void *w13 = pt_expert_w(m, w, e);
+        float *g13 = g->experts + (size_t)e * e3;
+        pt_swiglu_mlp_backward(m, w13, pt_at(m, w13, (size_t)2 * Fe * C), g13,
+                               g13 + (size_t)2 * Fe * C, Fe, pt_at(m, a->xg, (size_t)o * C),
+                               pt_at(m, a->gu, (size_t)o * 2 * Fe), pt_at(m, a->h, (size_t)o * Fe),
+                               pt_at(m, a->dy, (size_t)o * C), a->dxg + (size_t)o * C, 0.0f, n,
+                               a->dh + (size_t)o * Fe, a->dgu + (size_t)o * 2 * Fe);
     }
     be->rows_scatter_add(be, dxn, a->dxg, a->d_tok, NULL, S, C);
-    if (Fs > 0) {
-        float *dh = a->dh + (size_t)S * Fe, *dgu = a->dgu + (size_t)S * 2 * Fe;
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, Fs, C, 1.0f, dout, C, w->wdown, Fs, 0.0f, dh, Fs);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, C, Fs, N, 1.0f, dout, C, a->h_s, Fs, 1.0f, g->wdown, Fs);
-        be->swiglu_backward(be, dgu, dh, a->gu_s, N, Fs);
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * Fs, 1.0f, dgu, 2 * Fs, w->wgu, C, 1.0f, dxn, C);
-        be->gemm(be, PT_TRANS, PT_NO_TRANS, 2 * Fs, C, N, 1.0f, dgu, 2 * Fs, xn, C, 1.0f, g->wgu, C);
-    }
+    if (Fs > 0)
+        pt_swiglu_mlp_backward(m, w->wgu, w->wdown, g->wgu, g->wdown, Fs, xn, a->gu_s, a->h_s,
+                               dout_op, dxn, 1.0f, N, a->dh + (size_t)S * Fe,
+                               a->dgu + (size_t)S * 2 * Fe);
     /* the router: the weights' gradient (dout · y of each slot), through the renormalisation, the
      * balancing losses and the softmax */
     be->rows_dot(be, a->d_dot, dout, a->d_tok, a->y, S, C);
@@ -413,9 +490,11 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
         }
     }
     be->upload(be, a->logits, dl, (size_t)N * E * sizeof(float)); /* the logits' gradient */
-    be->gemm(be, PT_TRANS, PT_NO_TRANS, E, C, N, 1.0f, a->logits, E, xn, C, 1.0f, g->router, C);
+    const float *x32, *r32;
+    pt_router_operands(m, a, w, xn, &x32, &r32); /* a->dxg is free again */
+    be->gemm(be, PT_TRANS, PT_NO_TRANS, E, C, N, 1.0f, a->logits, E, x32, C, 1.0f, g->router, C);
     /* the router is whole on every tp rank: its part of the input gradient comes from the first
      * (the caller sums the ranks' parts) */
     if (m->par.tp_rank == 0)
-        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, E, 1.0f, a->logits, E, w->router, C, 1.0f, dxn, C);
+        be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, E, 1.0f, a->logits, E, r32, C, 1.0f, dxn, C);
 }

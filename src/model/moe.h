@@ -10,15 +10,17 @@ typedef struct pt_moe_acts pt_moe_acts;
 pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N);
 void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a);
 size_t pt_moe_acts_bytes(const pt_moe_acts *a);
-/* out (N,C) += the experts' (and shared experts') output for the normed input xn (N,C) of B
- * sequences of T tokens; adds the layer's balancing losses to m->aux_loss and m->z_loss and
- * each expert's token-slots to load (E). */
-double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const float *xn,
+/* out (N,C, fp32) += the experts' (and shared experts') output for the normed input xn (N,C, the
+ * model's precision) of B sequences of T tokens; adds the layer's balancing losses to
+ * m->aux_loss and m->z_loss and each expert's token-slots to load (E). */
+double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const void *xn,
                       float *out, int B, int T, double *load);
-/* dxn (N,C) += the input gradient for dout (N,C); the router's, experts' and shared experts'
+/* dxn (N,C, fp32) += the input gradient for dout (N,C, fp32; dout_op: the same as a GEMM operand
+ * of the model's precision, dout itself in fp32); the router's, experts' and shared experts'
  * weight gradients accumulate into g, the balancing losses' included. */
 void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const pt_layer_view *g,
-                     const float *xn, const float *dout, float *dxn, int B, int T);
+                     const void *xn, const float *dout, const void *dout_op, float *dxn, int B,
+                     int T);
 /* Rows this rank sent to and received from other ranks in the last forward's dispatch (expert
  * parallelism), added to *sent and *recv. */
 void pt_moe_a2a_rows(const pt_model *m, const pt_moe_acts *a, int64_t *sent, int64_t *recv);

@@ -11,6 +11,11 @@
  * this module and is sized at set-up for the most rows that can arrive: every rank's tokens, each
  * sending min(top_k, el) slots to this rank's experts (with a capacity, at most cap per expert
  * and sender): no allocation while training.
+ *
+ * Mixed precision: the dispatched rows (the experts' inputs, the outputs' gradients) travel in
+ * the model's activation type (bf16: half the bytes); the combined rows (outputs, input
+ * gradients) in fp32, since under tensor parallelism each is a partial sum over the tp ranks'
+ * slices of the experts, and partial sums are rounded only once summed (docs/precision.md).
  */
 #include "pt/expert_parallel.h"
 
@@ -31,6 +36,7 @@ struct pt_ep_state {
     int64_t *rows_to, *rows_from; /* (ep) rows to and from each rank */
     int64_t *counts;              /* (4·ep) scratch: the all-to-alls' element counts */
     size_t cap, n_recv;           /* rows the buffers hold; received by the last dispatch */
+    int esize;                    /* bytes of a dispatched element (4 or 2) */
     int64_t rows_sent, rows_recv; /* to and from other ranks, the last dispatch */
     size_t bytes;
 };
@@ -46,7 +52,7 @@ static size_t ep_max_rows(void *ctx, int N) {
     return rows;
 }
 
-static pt_ep_state *ep_state_create(void *ctx, int N) {
+static pt_ep_state *ep_state_create(void *ctx, int N, int esize) {
     pt_ep *p = ctx;
     pt_backend *be = p->be;
     int ep = p->cc->size;
@@ -57,10 +63,11 @@ static pt_ep_state *ep_state_create(void *ctx, int N) {
     s->rows_from = s->rows_to + ep;
     s->counts = pt_calloc((size_t)4 * ep, sizeof(int64_t));
     s->cap = ep_max_rows(p, N);
-    size_t n = (s->cap ? s->cap : 1) * (size_t)p->C * sizeof(float);
-    s->recv.x = be->alloc(be, n), s->recv.y = be->alloc(be, n);
-    s->recv.dy = be->alloc(be, n), s->recv.dx = be->alloc(be, n);
-    s->bytes = 4 * n;
+    s->esize = esize;
+    size_t rows = (s->cap ? s->cap : 1) * (size_t)p->C, n = rows * sizeof(float);
+    s->recv.x = be->alloc(be, rows * esize), s->recv.y = be->alloc(be, n);
+    s->recv.dy = be->alloc(be, rows * esize), s->recv.dx = be->alloc(be, n);
+    s->bytes = 2 * n + 2 * rows * esize;
     s->recv.rows = s->cnt_recv;
     s->recv.n_blocks = ep * p->el;
     s->recv.el = p->el;
@@ -78,14 +85,19 @@ static void ep_state_free(void *ctx, pt_ep_state *s) {
 
 static size_t ep_state_bytes(const pt_ep_state *s) { return s ? s->bytes : 0; }
 
-/* Rows (× C) to each rank, rows from each rank: an all-to-all(v) of the rows. */
-static void ep_exchange(pt_ep *p, pt_ep_state *s, const float *send, const int64_t *rows_to,
-                        float *recv, const int64_t *rows_from) {
+/* Rows (× C elements of type dt) to each rank, rows from each rank: an all-to-all(v). */
+static void ep_exchange(pt_ep *p, pt_ep_state *s, const void *send, const int64_t *rows_to,
+                        void *recv, const int64_t *rows_from, pt_dtype dt) {
     pt_comm *cc = p->cc;
     int ep = cc->size;
     int64_t *sc = s->counts, *rc = sc + ep;
     for (int r = 0; r < ep; r++) sc[r] = rows_to[r] * p->C, rc[r] = rows_from[r] * p->C;
-    pt_comm_wait(cc, cc->ialltoallv(cc, send, sc, recv, rc, PT_DTYPE_F32));
+    pt_comm_wait(cc, cc->ialltoallv(cc, send, sc, recv, rc, dt));
+}
+
+/* The type of the dispatched rows. */
+static pt_dtype ep_dtype(const pt_ep_state *s) {
+    return s->esize == 2 ? PT_DTYPE_BF16 : PT_DTYPE_F32;
 }
 
 static void ep_rows(const int64_t *cnt, int ep, int el, int64_t *rows) {
@@ -95,7 +107,7 @@ static void ep_rows(const int64_t *cnt, int ep, int el, int64_t *rows) {
     }
 }
 
-static const pt_ep_recv *ep_dispatch(void *ctx, pt_ep_state *s, const float *rows,
+static const pt_ep_recv *ep_dispatch(void *ctx, pt_ep_state *s, const void *rows,
                                      const int32_t *off) {
     pt_ep *p = ctx;
     pt_comm *cc = p->cc;
@@ -114,20 +126,20 @@ static const pt_ep_recv *ep_dispatch(void *ctx, pt_ep_state *s, const float *row
     }
     PT_ASSERTF(s->n_recv <= s->cap, "expert parallelism: %zu rows arrived, sized for %zu",
                s->n_recv, s->cap);
-    ep_exchange(p, s, rows, s->rows_to, s->recv.x, s->rows_from);
+    ep_exchange(p, s, rows, s->rows_to, s->recv.x, s->rows_from, ep_dtype(s));
     return &s->recv;
 }
 
 static void ep_combine(void *ctx, pt_ep_state *s, float *out) {
-    ep_exchange(ctx, s, s->recv.y, s->rows_from, out, s->rows_to);
+    ep_exchange(ctx, s, s->recv.y, s->rows_from, out, s->rows_to, PT_DTYPE_F32);
 }
 
-static void ep_dispatch_grad(void *ctx, pt_ep_state *s, const float *dy) {
-    ep_exchange(ctx, s, dy, s->rows_to, s->recv.dy, s->rows_from);
+static void ep_dispatch_grad(void *ctx, pt_ep_state *s, const void *dy) {
+    ep_exchange(ctx, s, dy, s->rows_to, s->recv.dy, s->rows_from, ep_dtype(s));
 }
 
 static void ep_combine_grad(void *ctx, pt_ep_state *s, float *dx) {
-    ep_exchange(ctx, s, s->recv.dx, s->rows_from, dx, s->rows_to);
+    ep_exchange(ctx, s, s->recv.dx, s->rows_from, dx, s->rows_to, PT_DTYPE_F32);
 }
 
 static void ep_rows_moved(const pt_ep_state *s, int64_t *sent, int64_t *recv) {

@@ -102,6 +102,7 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
         .softmax_xent = pt_cpu_softmax_xent,
         .xent_stats = pt_cpu_xent_stats,
         .rows_gather = pt_cpu_rows_gather,
+        .rows_copy = pt_cpu_rows_copy,
         .rows_scatter_add = pt_cpu_rows_scatter_add,
         .rows_dot = pt_cpu_rows_dot,
         .xent_grad = pt_cpu_xent_grad,

@@ -38,7 +38,7 @@
 
 /* Every function slot of pt_backend is wrapped below: a slot added to backend.h must be too.
  * (name, ctx, then n_threads and bf16_native sharing a word) */
-_Static_assert(sizeof(pt_backend) == 3 * sizeof(void *) + 33 * sizeof(void (*)(void)),
+_Static_assert(sizeof(pt_backend) == 3 * sizeof(void *) + 34 * sizeof(void (*)(void)),
                "pt_backend gained or lost a slot: wrap it in src/backend/cpu/guard.c");
 
 #define PT_GUARD_RESERVE ((size_t)16 << 30) /* address space per guarded backend */
@@ -411,6 +411,10 @@ static void g_rows_gather(pt_backend *be, float *dst, const float *src, const in
                           const float *scale, int n, int C) {
     PT_GUARDED(in->rows_gather(in, dst, src, idx, scale, n, C));
 }
+static void g_rows_copy(pt_backend *be, void *dst, const void *src, const int32_t *idx, int n,
+                        size_t row_bytes) {
+    PT_GUARDED(in->rows_copy(in, dst, src, idx, n, row_bytes));
+}
 static void g_rows_scatter_add(pt_backend *be, float *dst, const float *src, const int32_t *idx,
                                const float *scale, int n, int C) {
     PT_GUARDED(in->rows_scatter_add(in, dst, src, idx, scale, n, C));
@@ -519,6 +523,7 @@ pt_backend *pt_backend_guard(pt_backend *inner) {
         .xent_stats = g_xent_stats,
         .xent_grad = g_xent_grad,
         .rows_gather = g_rows_gather,
+        .rows_copy = g_rows_copy,
         .rows_scatter_add = g_rows_scatter_add,
         .rows_dot = g_rows_dot,
         .add = g_add,

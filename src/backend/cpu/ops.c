@@ -14,6 +14,7 @@
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
+#include <limits.h>
 #include <string.h>
 
 /* Below this many floats of work a kernel stays on the calling thread. */
@@ -175,10 +176,10 @@ void pt_cpu_swiglu_backward(pt_backend *be, float *dgu, const float *dh, const f
     for (int i = 0; i < N; i++) {
         const float *g = gu + (size_t)i * 2 * F, *u = g + F, *dy = dh + (size_t)i * F;
         float *dg = dgu + (size_t)i * 2 * F, *du = dg + F;
-        for (int j = 0; j < F; j++) {
-            float s = 1.0f / (1.0f + pt_cpu_expf(-g[j]));
-            du[j] = dy[j] * g[j] * s;
-            dg[j] = dy[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+        for (int j = 0; j < F; j++) { /* both read before either is written: dgu may be gu */
+            float gj = g[j], uj = u[j], s = 1.0f / (1.0f + pt_cpu_expf(-gj));
+            du[j] = dy[j] * gj * s;
+            dg[j] = dy[j] * uj * s * (1.0f + gj * (1.0f - s));
         }
     }
 }
@@ -280,6 +281,12 @@ void pt_cpu_rows_gather(pt_backend *be, float *dst, const float *src, const int3
         float *y = dst + (size_t)i * C, sc = scale ? scale[i] : 1.0f;
         for (int c = 0; c < C; c++) y[c] = sc * x[c];
     }
+}
+
+void pt_cpu_rows_copy(pt_backend *be, void *dst, const void *src, const int32_t *idx, int n,
+                      size_t row_bytes) {
+    (void)be;
+    embedding_rows(dst, idx, src, n, row_bytes, 0, INT_MAX); /* every index in range */
 }
 
 void pt_cpu_rows_scatter_add(pt_backend *be, float *dst, const float *src, const int32_t *idx,

@@ -45,6 +45,8 @@ void pt_cpu_swiglu_backward(pt_backend *be, float *dgu, const float *dh, const f
 
 void pt_cpu_attention_merge(pt_backend *be, float *out, float *lse, const float *ob,
                             const float *lb, int B, int T, int H, int hd, int ldo);
+void pt_cpu_rows_copy(pt_backend *be, void *dst, const void *src, const int32_t *idx, int n,
+                      size_t row_bytes);
 void pt_cpu_rows_gather(pt_backend *be, float *dst, const float *src, const int32_t *idx,
                         const float *scale, int n, int C);
 void pt_cpu_rows_scatter_add(pt_backend *be, float *dst, const float *src, const int32_t *idx,
