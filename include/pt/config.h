@@ -37,9 +37,11 @@ typedef struct {
 
     struct {
         float lr, beta1, beta2, eps, weight_decay, grad_clip;
-        char schedule[16]; /* constant | cosine | linear */
+        char schedule[16]; /* constant | cosine | linear | wsd */
         int64_t warmup_steps;
         float min_lr; /* floor of the decay, as a fraction of lr */
+        float decay_fraction; /* wsd: the share of the steps that cools down */
+        char cooldown[8];     /* wsd: linear | sqrt */
     } optimizer;
 
     struct {

@@ -15,9 +15,12 @@ typedef struct {
     int schedule; /* PT_LR_* */
     int64_t warmup_steps, total_steps;
     float min_lr; /* fraction of lr */
+    float decay_fraction; /* wsd: the share of total_steps that cools down */
+    int cooldown;         /* wsd: PT_COOLDOWN_* */
 } pt_optim_config;
 
-enum { PT_LR_CONSTANT = 0, PT_LR_COSINE, PT_LR_LINEAR };
+enum { PT_LR_CONSTANT = 0, PT_LR_COSINE, PT_LR_LINEAR, PT_LR_WSD };
+enum { PT_COOLDOWN_LINEAR = 0, PT_COOLDOWN_SQRT };
 
 /* A range this optimizer owns (data_parallel.h), moments at m + off, v + off. One range
  * [0, total) without ZeRO; the rank's shard of every bucket with ZeRO. */
@@ -37,8 +40,15 @@ typedef struct {
 void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *model,
                    const pt_optim_range *ranges, int n_ranges);
 void pt_optim_free(pt_optim *o, const pt_model *model);
-/* Learning rate of step s (from 0): linear warmup to lr over warmup_steps, then constant, or a
- * cosine / linear decay to min_lr·lr at total_steps. */
+/* Learning rate of step s (from 0), with peak lr, floor f = min_lr·lr, W = warmup_steps and
+ * N = total_steps (docs/guide.md, "Learning-rate schedules"):
+ *   s < W          lr·(s+1)/W                                       (every schedule)
+ *   constant       lr
+ *   cosine         f + (lr−f)·½(1 + cos πp),  p = min(1, (s−W)/(N−W))
+ *   linear         f + (lr−f)·(1 − p)
+ *   wsd            lr until s0 = N − D (D = round(decay_fraction·N), s0 at least W), then
+ *                  f + (lr−f)·(1 − q) (cooldown linear) or f + (lr−f)·(1 − √q) (sqrt),
+ *                  q = min(1, (s−s0)/(N−s0)): lr at s0, f at s = N (after the last step). */
 float pt_lr_at(const pt_optim_config *c, int64_t s);
 /* Global L2 norm of the model's own gradient buffer (one process, no ZeRO). */
 double pt_grad_norm(const pt_model *model);

@@ -104,12 +104,19 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "decoupled weight decay, applied to every matrix (not to norm weights)"),
     PT_K("optimizer.grad_clip", PT_CFG_FLOAT, optimizer.grad_clip, "1.0", NULL,
          "clip the global gradient L2 norm to this (0 = off)"),
-    PT_K("optimizer.schedule", PT_CFG_STR, optimizer.schedule, "cosine", "constant|cosine|linear",
-         "learning-rate schedule after warmup"),
+    PT_K("optimizer.schedule", PT_CFG_STR, optimizer.schedule, "cosine",
+         "constant|cosine|linear|wsd",
+         "learning-rate schedule after warmup (wsd: warmup-stable-decay, the peak until the "
+         "cooldown of the last decay_fraction of the steps; formulas in docs/guide.md)"),
     PT_K("optimizer.warmup_steps", PT_CFG_INT64, optimizer.warmup_steps, "0", NULL,
          "linear warmup steps"),
     PT_K("optimizer.min_lr", PT_CFG_FLOAT, optimizer.min_lr, "0.1", NULL,
          "floor of the decay, as a fraction of optimizer.lr"),
+    PT_K("optimizer.decay_fraction", PT_CFG_FLOAT, optimizer.decay_fraction, "0.2", NULL,
+         "wsd: the share of training.steps the cooldown takes, in [0, 1] (the last "
+         "round(fraction·steps) steps, after warmup)"),
+    PT_K("optimizer.cooldown", PT_CFG_STR, optimizer.cooldown, "linear", "linear|sqrt",
+         "wsd: the cooldown's shape, 1 − p (linear) or 1 − √p (sqrt) of its progress p"),
     PT_K("parallel.dp", PT_CFG_INT, parallel.dp, "1", NULL,
          "data-parallel degree (-1 = world size / (tp·pp·cp))"),
     PT_K("parallel.tp", PT_CFG_INT, parallel.tp, "1", NULL,
@@ -239,9 +246,6 @@ static pt_status pt_cfg_apply(pt_config *c, const pt_cfg_key *k, const char *raw
             return pt_errorf(PT_ERR_CONFIG, "%s: expected true or false, got \"%s\"", k->key, val);
         break;
     case PT_CFG_STR:
-        if (strlen(val) >= k->size)
-            return pt_errorf(PT_ERR_CONFIG, "%s: value longer than %zu characters", k->key,
-                             k->size - 1);
         if (k->choices) {
             /* the value must be one of "a|b|c" */
             int ok = 0;
@@ -257,6 +261,9 @@ static pt_status pt_cfg_apply(pt_config *c, const pt_cfg_key *k, const char *raw
                 return pt_errorf(PT_ERR_CONFIG, "%s: expected one of %s, got \"%s\"", k->key,
                                  k->choices, val);
         }
+        if (strlen(val) >= k->size)
+            return pt_errorf(PT_ERR_CONFIG, "%s: value longer than %zu characters", k->key,
+                             k->size - 1);
         snprintf((char *)dst, k->size, "%s", val);
         break;
     }
@@ -375,6 +382,13 @@ pt_status pt_config_validate(const pt_config *c) {
     if (o->warmup_steps < 0) return pt_errorf(PT_ERR_CONFIG, "optimizer.warmup_steps must be >= 0");
     if (!(o->min_lr >= 0 && o->min_lr <= 1))
         return pt_errorf(PT_ERR_CONFIG, "optimizer.min_lr must be in [0, 1] (a fraction of lr)");
+    if (!(o->decay_fraction >= 0 && o->decay_fraction <= 1))
+        return pt_errorf(PT_ERR_CONFIG, "optimizer.decay_fraction = %g: must be in [0, 1] (the "
+                         "share of training.steps the wsd cooldown takes)", (double)o->decay_fraction);
+    if (strcmp(o->schedule, "wsd") != 0 && (pt_config_was_set(c, "optimizer.decay_fraction") ||
+                                            pt_config_was_set(c, "optimizer.cooldown")))
+        return pt_errorf(PT_ERR_CONFIG, "optimizer.decay_fraction and optimizer.cooldown apply to "
+                         "optimizer.schedule = wsd (the schedule is %s)", o->schedule);
     const typeof(c->parallel) *p = &c->parallel;
     if (p->dp == 0 || p->dp < -1)
         return pt_errorf(PT_ERR_CONFIG, "parallel.dp must be >= 1 or -1 (got %d)", p->dp);

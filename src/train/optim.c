@@ -37,10 +37,24 @@ void pt_optim_free(pt_optim *o, const pt_model *model) {
     o->ranges = NULL;
 }
 
+/* Warmup–stable–decay: the peak until the cooldown's first step s0, then down to the floor over
+ * the last N − s0 steps (Hägele et al. 2024: linear or 1 − √ of the cooldown's progress). */
+static float pt_lr_wsd(const pt_optim_config *c, int64_t s) {
+    int64_t n = c->total_steps, d = llround((double)c->decay_fraction * (double)n);
+    int64_t s0 = n - d > c->warmup_steps ? n - d : c->warmup_steps;
+    if (s < s0 || n <= s0) return c->lr;
+    double q = (double)(s - s0) / (double)(n - s0);
+    if (q > 1) q = 1;
+    double floor_lr = (double)c->min_lr * c->lr;
+    double shape = c->cooldown == PT_COOLDOWN_SQRT ? 1.0 - sqrt(q) : 1.0 - q;
+    return (float)(floor_lr + (c->lr - floor_lr) * shape);
+}
+
 float pt_lr_at(const pt_optim_config *c, int64_t s) {
     if (c->warmup_steps > 0 && s < c->warmup_steps)
         return c->lr * (float)(s + 1) / (float)c->warmup_steps;
     if (c->schedule == PT_LR_CONSTANT) return c->lr;
+    if (c->schedule == PT_LR_WSD) return pt_lr_wsd(c, s);
     int64_t span = c->total_steps - c->warmup_steps;
     if (span <= 0) return c->lr;
     double frac = (double)(s - c->warmup_steps) / (double)span;

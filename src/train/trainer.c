@@ -16,6 +16,7 @@
 static int pt_schedule_id(const char *s) {
     if (!strcmp(s, "cosine")) return PT_LR_COSINE;
     if (!strcmp(s, "linear")) return PT_LR_LINEAR;
+    if (!strcmp(s, "wsd")) return PT_LR_WSD;
     return PT_LR_CONSTANT;
 }
 
@@ -105,6 +106,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         .warmup_steps = cfg->optimizer.warmup_steps,
         .total_steps = cfg->training.steps,
         .min_lr = cfg->optimizer.min_lr,
+        .decay_fraction = cfg->optimizer.decay_fraction,
+        .cooldown = !strcmp(cfg->optimizer.cooldown, "sqrt") ? PT_COOLDOWN_SQRT : PT_COOLDOWN_LINEAR,
     };
     int n_ranges = 1;
     pt_optim_range *ranges = pt_layout_owned_ranges(lay, &n_ranges);
