@@ -5,14 +5,17 @@
 #   - layouts against the single-process bf16 run, step-1 gradients at most 0.1× that distance
 #     and the 10 losses at most 0.25× (a master weight a few ulps apart can round to the other
 #     bf16 neighbour, one bf16 step of that weight: over the steps the runs drift apart by bf16's
-#     own mechanism, measured 0.04-0.11× here): data
+#     own mechanism, measured up to 0.18× here; 0.5× for the MoE model, whose gates and routing
+#     carry such a step further: measured 0.11-0.34×, the 16-rank 5D layout the most): data
 #     parallelism over 2 ranks with ZeRO-0 to 3 (fp32 gradient reduction), cp 2 (two-pass ring
 #     attention), tp 2 with and without sp, pp 2 (1F1B, zero bubble), dp·tp·pp = 2·2·2 with sp
-#     and ZeRO-1, dp·cp·tp = 2·2·2 with ZeRO-3;
+#     and ZeRO-1, dp·cp·tp = 2·2·2 with ZeRO-3; the MoE model (against its own bf16 and fp32
+#     runs) under dp 2 × ep 2, the same with ZeRO-3, and tp 2 + sp × dp 2 × ep 2;
+#   - expert parallelism's all-to-all bytes: dispatches in bf16, combines in fp32;
 #   - parallel.grad_reduce = bf16 (dp 2, ZeRO-0/1/2) within its stated bound of the fp32
 #     reduction, with half the bytes on the wire for the gradients;
 #   - recomputation stays exact in bf16: selective and full give byte-identical step-1 gradients
-#     and losses, one process and dp 2 × ZeRO-1;
+#     and losses, one process (dense and MoE) and dp 2 × ZeRO-1;
 #   - memory: per rank parameters 2 bytes (the bf16 copy), gradients 4, optimizer 12 (the fp32
 #     master and two moments) per parameter in one process; under ZeRO-1 over dp the moments are
 #     divided by dp, under ZeRO-2 the gradients too (the fp32 master stays whole: docs/precision.md),
@@ -21,7 +24,8 @@
 #     bf16 export computes its first step bit for bit like one started from the fp32 export;
 #   - what bf16 does not support yet is refused by name on every rank.
 # CI runs this subset; PT_BF16_FULL=1 (scripts/bf16_matrix.sh) runs the full bf16 × recompute ×
-# layout matrix: 9 more layouts (up to 16 ranks), every layout in all three recompute modes.
+# layout matrix: 13 more layouts (up to 16 ranks, the 5D one with ep), every layout in all three
+# recompute modes.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
 P=--parallel
@@ -110,7 +114,7 @@ for n in sys.argv[3:]:
     ref, lref = own[model]
     d, l = dist(grads(n), grads(model + "bf16")), ldist(losses(n), losses(model + "bf16"))
     print("%-30s vs bf16: gradients %.2e (%.4fx), losses %.2e (%.4fx)" % (n, d, d / ref, l, l / lref))
-    ok &= d <= 0.1 * ref and l <= 0.25 * lref
+    ok &= d <= 0.1 * ref and l <= (0.5 if model else 0.25) * lref
 sys.exit(0 if ok else 1)
 PY
 
