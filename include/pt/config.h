@@ -95,6 +95,12 @@ pt_status pt_config_from_args(pt_config *c, int argc, char **argv);
 pt_status pt_config_validate(const pt_config *c);
 /* 1 if the key was set by a file or the command line (not defaulted). */
 int pt_config_was_set(const pt_config *c, const char *key);
+/* The model of model.init_from: ckpt (read from source, its config.json) into c->model. A key
+ * set explicitly (file or command line) that is training-time (max_seq_len, aux_loss_coef,
+ * z_loss_coef, capacity_factor, bias_rate, init_std) keeps its value, logged when it differs
+ * from the checkpoint's; an explicit architecture key (any other model.* key) must equal the
+ * checkpoint's, else PT_ERR_CONFIG naming both values. Keys not set take the checkpoint's. */
+pt_status pt_config_merge_model(pt_config *c, const pt_model_config *ckpt, const char *source);
 /* Prints every key with its type, default and meaning. */
 void pt_config_print_help(FILE *f);
 /* Writes the effective configuration as INI (for checkpoints and the log). */

@@ -17,6 +17,9 @@
 #define PT_SHARD_MAGIC 20240520
 #define PT_SHARD_VERSION 1
 #define PT_SHARD_HEADER_INTS 256
+/* Shards of uint32 tokens, for vocabularies over 65,536 (llm.c's Llama 3 layout). */
+#define PT_SHARD32_MAGIC 20240801
+#define PT_SHARD32_VERSION 7
 
 typedef struct {
     int n_shards;
@@ -37,6 +40,9 @@ typedef struct {
  * vocab_size > 0 also checks that every token is below it. */
 pt_status pt_data_open(pt_data *d, const char *glob_pattern, int T, int shuffle, uint64_t seed,
                        int vocab_size);
+/* The same, for the shards of another key (data.val): errors name it. */
+pt_status pt_data_open_key(pt_data *d, const char *key, const char *glob_pattern, int T,
+                           int shuffle, uint64_t seed, int vocab_size);
 void pt_data_close(pt_data *d);
 /* Global row index of sequence j (0 ≤ j < G) of optimizer step s. */
 int64_t pt_data_row(pt_data *d, int64_t step, int64_t j, int64_t G);

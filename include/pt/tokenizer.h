@@ -33,6 +33,27 @@ typedef struct pt_tokenizer pt_tokenizer;
 
 /* Reads DIR/encoder.json (token -> id) and DIR/vocab.bpe (merges, best first). */
 pt_status pt_tokenizer_load(pt_tokenizer **out, const char *dir);
+
+/* Opens any supported tokenizer (src/data/tokenizer_json.c):
+ *  - a Hugging Face tokenizer.json (or a directory holding one) with a byte-level BPE model:
+ *    normalizer null or NFC (utf8proc); pre-tokenizer ByteLevel, or a Sequence of Split(Regex,
+ *    behavior Isolated) steps and ByteLevel (Llama 3, Qwen 2/3, GPT-2); merges as "a b" or
+ *    ["a", "b"]; model.ignore_merges; added tokens, matched in the text before anything else
+ *    (leftmost, then longest); decoder ByteLevel. Anything else is refused with a message
+ *    naming it. The regexes run on PCRE2 with Oniguruma's meanings (see tokenizer_json.c).
+ *  - a tiktoken ranks file (NAME.tiktoken: base64 token and rank per line) of cl100k_base, with
+ *    cl100k_base's pattern and special tokens (the file holds neither);
+ *  - a directory holding GPT-2's encoder.json and vocab.bpe (pt_tokenizer_load).
+ * Text given to the first two is first decoded as the WHATWG decoder (Node's TextDecoder) does,
+ * each maximal invalid UTF-8 subsequence becoming U+FFFD: references take strings, and this is the
+ * string they get. The separator (pt_tokenizer_eot) defaults to the first token among
+ * <|begin_of_text|> (Llama 3), <|endoftext|> (GPT-2, Qwen, tiktoken), <s>, <|end_of_text|>, </s>;
+ * -1 if none is a token. */
+pt_status pt_tokenizer_open(pt_tokenizer **out, const char *path);
+/* The id of the token whose text is `text` (an added token or a vocabulary entry), or -1. */
+int32_t pt_tokenizer_token_id(const pt_tokenizer *t, const char *text);
+/* Makes the token `text` the document separator that pt_tokenizer_eot returns. */
+pt_status pt_tokenizer_set_eot(pt_tokenizer *t, const char *text);
 void pt_tokenizer_free(pt_tokenizer *t);
 
 /* Encodes `len` bytes of UTF-8 text and appends the ids to *tokens (n used, cap allocated;
@@ -44,7 +65,8 @@ pt_status pt_tokenizer_encode(pt_tokenizer *t, const char *text, size_t len, int
  * message in pt_last_error(), if an id is out of range. */
 char *pt_tokenizer_decode(const pt_tokenizer *t, const int32_t *tokens, size_t n, size_t *len);
 
-/* The id of "<|endoftext|>" (50256 for GPT-2). */
+/* The document separator: "<|endoftext|>" (50256) for GPT-2's files, see pt_tokenizer_open for the
+ * others. */
 int pt_tokenizer_eot(const pt_tokenizer *t);
 /* Number of ids (50257 for GPT-2). */
 int pt_tokenizer_vocab_size(const pt_tokenizer *t);

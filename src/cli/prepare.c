@@ -1,10 +1,14 @@
-/* prepare.c: `pentatron prepare`, text files -> GPT-2 token shards in llm.c's format.
+/* prepare.c: `pentatron prepare`, text files -> token shards in llm.c's format.
  *
- * Each input file is one document: <|endoftext|> followed by the file's tokens. The token stream
+ * The tokenizer is GPT-2's files (--vocab DIR) or any pt_tokenizer_open reads (--tokenizer PATH:
+ * a tokenizer.json, a .tiktoken file). Each input file is one document: the separator token
+ * (<|endoftext|> for GPT-2, see pt_tokenizer_open for the others, or --separator TOKEN) followed
+ * by the file's tokens. The token stream
  * is cut into shards of exactly --shard-tokens tokens (the last one holds the rest; documents may
  * span two shards, as in llm.c's fineweb.py), written as OUT/train_000000.bin, train_000001.bin, ...
- * A shard is a header of 256 int32 (magic 20240520, version 1, token count, zeros) followed by the
- * tokens as uint16, little-endian as the machine writes them; each is written atomically.
+ * A shard is a header of 256 int32 (magic, version, token count, zeros) followed by the tokens,
+ * little-endian as the machine writes them: uint16 (magic 20240520, version 1) when every id fits,
+ * else uint32 (magic 20240801, version 7: llm.c's Llama 3 layout). Each is written atomically.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,45 +18,46 @@
 
 #include "cli/commands.h"
 #include "pt/core.h"
+#include "pt/data.h"
 #include "pt/tokenizer.h"
-
-enum {
-    PT_SHARD_MAGIC = 20240520,
-    PT_SHARD_VERSION = 1,
-    PT_SHARD_HEADER_INTS = 256,
-};
 
 static void prepare_usage(FILE *f) {
     fprintf(f,
-            "usage: pentatron prepare --vocab DIR --out DIR [--shard-tokens N] FILE...\n"
+            "usage: pentatron prepare (--vocab DIR | --tokenizer PATH) --out DIR [--separator TOKEN]\n"
+            "                         [--shard-tokens N] FILE...\n"
             "\n"
-            "Tokenizes each FILE (one document, UTF-8 text) with the GPT-2 BPE and writes token\n"
-            "shards in llm.c's format: OUT/train_000000.bin, train_000001.bin, ...\n"
-            "Every document is preceded by <|endoftext|>.\n"
+            "Tokenizes each FILE (one document, UTF-8 text) and writes token shards in llm.c's\n"
+            "format: OUT/train_000000.bin, train_000001.bin, ... (uint16 tokens, or uint32 when the\n"
+            "vocabulary has more than 65536 ids). Every document is preceded by the separator.\n"
             "\n"
-            "  --vocab DIR         directory holding encoder.json and vocab.bpe\n"
+            "  --vocab DIR         GPT-2's BPE: directory holding encoder.json and vocab.bpe\n"
+            "  --tokenizer PATH    a Hugging Face tokenizer.json with a byte-level BPE model (or its\n"
+            "                      directory), or a cl100k_base .tiktoken file\n"
+            "  --separator TOKEN   the token put before every document (default: the first of\n"
+            "                      <|begin_of_text|>, <|endoftext|>, <s>, <|end_of_text|>, </s>)\n"
             "  --out DIR           output directory (created if missing)\n"
             "  --shard-tokens N    tokens per shard (default 100000000)\n"
             "  --help              print this help\n");
 }
 
 typedef struct {
-    uint8_t *buf; /* header (256 int32) then uint16 tokens */
+    uint8_t *buf; /* header (256 int32) then uint16 or uint32 tokens */
     size_t n, cap, max;
+    size_t width; /* bytes per token: 2 or 4 */
     int index;
     const char *dir;
 } prepare_shard;
 
-static uint16_t *shard_tokens(prepare_shard *s) {
-    return (uint16_t *)(s->buf + PT_SHARD_HEADER_INTS * sizeof(int32_t));
-}
+static uint8_t *shard_tokens(prepare_shard *s) { return s->buf + PT_SHARD_HEADER_INTS * sizeof(int32_t); }
 
 static pt_status shard_flush(prepare_shard *s) {
-    int32_t header[PT_SHARD_HEADER_INTS] = {PT_SHARD_MAGIC, PT_SHARD_VERSION, (int32_t)s->n};
+    int32_t header[PT_SHARD_HEADER_INTS] = {s->width == 4 ? PT_SHARD32_MAGIC : PT_SHARD_MAGIC,
+                                            s->width == 4 ? PT_SHARD32_VERSION : PT_SHARD_VERSION,
+                                            (int32_t)s->n};
     memcpy(s->buf, header, sizeof header);
     char path[4096];
     snprintf(path, sizeof path, "%s/train_%06d.bin", s->dir, s->index);
-    PT_TRY(pt_write_file_atomic(path, s->buf, sizeof header + s->n * sizeof(uint16_t)));
+    PT_TRY(pt_write_file_atomic(path, s->buf, sizeof header + s->n * s->width));
     pt_log_info("prepare: wrote %s (%zu tokens)", path, s->n);
     s->index++;
     s->n = 0;
@@ -65,14 +70,18 @@ static pt_status shard_add(prepare_shard *s, const int32_t *tok, size_t n) {
         if (s->n == s->cap) {
             size_t cap = s->cap ? 2 * s->cap : 1 << 16;
             if (cap > s->max) cap = s->max;
-            uint8_t *b = realloc(s->buf, PT_SHARD_HEADER_INTS * sizeof(int32_t) + cap * sizeof(uint16_t));
+            uint8_t *b = realloc(s->buf, PT_SHARD_HEADER_INTS * sizeof(int32_t) + cap * s->width);
             if (!b) return pt_errorf(PT_ERR_MEMORY, "out of memory for a shard of %zu tokens", cap);
             s->buf = b;
             s->cap = cap;
         }
         size_t k = s->cap - s->n < n ? s->cap - s->n : n;
-        uint16_t *dst = shard_tokens(s) + s->n;
-        for (size_t i = 0; i < k; i++) dst[i] = (uint16_t)tok[i];
+        if (s->width == 4) {
+            memcpy(shard_tokens(s) + s->n * 4, tok, k * 4);
+        } else {
+            uint16_t *dst = (uint16_t *)shard_tokens(s) + s->n;
+            for (size_t i = 0; i < k; i++) dst[i] = (uint16_t)tok[i];
+        }
         s->n += k;
         tok += k;
         n -= k;
@@ -82,8 +91,12 @@ static pt_status shard_add(prepare_shard *s, const int32_t *tok, size_t n) {
 }
 
 /* Options and files; returns 0 to go on, else the exit code (after printing the problem). */
-static int prepare_args(int argc, char **argv, const char **vocab, const char **out,
-                        long long *shard_max, const char ***files, int *nfiles) {
+typedef struct {
+    const char *vocab, *tokenizer, *separator, *out;
+    long long shard_max;
+} prepare_opts;
+
+static int prepare_args(int argc, char **argv, prepare_opts *o, const char ***files, int *nfiles) {
     *files = pt_calloc((size_t)argc + 1, sizeof **files);
     int only_files = 0;
     for (int i = 0; i < argc; i++) {
@@ -100,10 +113,10 @@ static int prepare_args(int argc, char **argv, const char **vocab, const char **
             prepare_usage(stdout);
             return -1;
         }
-        const char *names[] = {"--vocab", "--out", "--shard-tokens"};
+        const char *names[] = {"--vocab", "--out", "--shard-tokens", "--tokenizer", "--separator"};
         const char *val = NULL;
         int which = -1;
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 5; k++) {
             size_t l = strlen(names[k]);
             if (strncmp(a, names[k], l) == 0 && (a[l] == 0 || a[l] == '=')) {
                 which = k;
@@ -121,8 +134,10 @@ static int prepare_args(int argc, char **argv, const char **vocab, const char **
             pt_log_error("prepare: option %s needs a value", names[which]);
             return 2;
         }
-        if (which == 0) *vocab = val;
-        if (which == 1) *out = val;
+        if (which == 0) o->vocab = val;
+        if (which == 1) o->out = val;
+        if (which == 3) o->tokenizer = val;
+        if (which == 4) o->separator = val;
         if (which == 2) {
             char *end;
             errno = 0;
@@ -132,19 +147,20 @@ static int prepare_args(int argc, char **argv, const char **vocab, const char **
                              INT32_MAX);
                 return 2;
             }
-            *shard_max = v;
+            o->shard_max = v;
         }
     }
-    if (!*vocab) {
-        pt_log_error("prepare: --vocab DIR is required (the directory of encoder.json and vocab.bpe)");
+    if (!o->vocab == !o->tokenizer) {
+        pt_log_error("prepare: give one of --vocab DIR (GPT-2's encoder.json and vocab.bpe) and "
+                     "--tokenizer PATH (tokenizer.json or .tiktoken)");
         return 2;
     }
-    if (!*out) {
+    if (!o->out) {
         pt_log_error("prepare: --out DIR is required");
         return 2;
     }
     if (*nfiles == 0) {
-        pt_log_error("prepare: no input files (usage: pentatron prepare --vocab DIR --out DIR FILE...)");
+        pt_log_error("prepare: no input files (usage: pentatron prepare --tokenizer PATH --out DIR FILE...)");
         return 2;
     }
     return 0;
@@ -152,11 +168,10 @@ static int prepare_args(int argc, char **argv, const char **vocab, const char **
 
 /* argv holds what follows `pentatron prepare`: options and files. */
 int pt_cmd_prepare(int argc, char **argv) {
-    const char *vocab = NULL, *out = NULL;
-    long long shard_max = 100000000;
+    prepare_opts o = {.shard_max = 100000000};
     const char **files = NULL;
     int nfiles = 0;
-    int rc = prepare_args(argc, argv, &vocab, &out, &shard_max, &files, &nfiles);
+    int rc = prepare_args(argc, argv, &o, &files, &nfiles);
     if (rc != 0) {
         free(files);
         return rc < 0 ? 0 : rc;
@@ -178,22 +193,23 @@ int pt_cmd_prepare(int argc, char **argv) {
     }
 
     pt_tokenizer *tok = NULL;
-    pt_status status = pt_tokenizer_load(&tok, vocab);
+    const char *opt = o.vocab ? "--vocab" : "--tokenizer", *path = o.vocab ? o.vocab : o.tokenizer;
+    pt_status status = o.vocab ? pt_tokenizer_load(&tok, o.vocab) : pt_tokenizer_open(&tok, o.tokenizer);
+    if (status == PT_OK && o.separator) status = pt_tokenizer_set_eot(tok, o.separator);
+    if (status == PT_OK && pt_tokenizer_eot(tok) < 0)
+        status = pt_errorf(PT_ERR_CONFIG, "none of <|begin_of_text|>, <|endoftext|>, <s>, <|end_of_text|>, "
+                           "</s> is a token: name the document separator with --separator TOKEN");
     if (status != PT_OK) {
-        pt_log_error("prepare: --vocab %s: %s", vocab, pt_last_error());
-        free(files);
-        return 1;
-    }
-    if (pt_tokenizer_vocab_size(tok) > 65536) {
-        pt_log_error("prepare: --vocab %s: %d tokens do not fit the shards' uint16", vocab,
-                     pt_tokenizer_vocab_size(tok));
+        pt_log_error("prepare: %s %s: %s", opt, path, pt_last_error());
         pt_tokenizer_free(tok);
         free(files);
         return 1;
     }
+    const char *out = o.out;
     status = pt_mkdirs(out);
 
-    prepare_shard shard = {.max = (size_t)shard_max, .dir = out};
+    size_t width = pt_tokenizer_vocab_size(tok) > 65536 ? 4 : 2;
+    prepare_shard shard = {.max = (size_t)o.shard_max, .dir = out, .width = width};
     int32_t *ids = NULL;
     size_t nids = 0, cap = 0, total_tokens = 0, total_bytes = 0;
     double t0 = pt_now(), t_encode = 0;
@@ -223,10 +239,11 @@ int pt_cmd_prepare(int argc, char **argv) {
         if (access(next, F_OK) == 0)
             pt_log_warn("prepare: %s is left from an earlier run; remove the stale shards", next);
         double dt = pt_now() - t0;
-        pt_log_info("prepare: %d files, %zu bytes -> %zu tokens in %d shards, %.1f s "
-                    "(encoding %.2f MB/s)",
-                    nfiles, total_bytes, total_tokens, shard.index, dt,
-                    t_encode > 0 ? total_bytes / t_encode / 1e6 : 0.0);
+        pt_log_info("prepare: %d files, %zu bytes -> %zu tokens in %d shards of uint%d, %.1f s "
+                    "(encoding %.2f MB/s, %.0f tokens/s)",
+                    nfiles, total_bytes, total_tokens, shard.index, (int)(8 * width), dt,
+                    t_encode > 0 ? total_bytes / t_encode / 1e6 : 0.0,
+                    t_encode > 0 ? total_tokens / t_encode : 0.0);
     } else {
         pt_log_error("prepare: %s", pt_last_error());
     }

@@ -25,6 +25,8 @@
  */
 #include "pt/tokenizer.h"
 
+#include "data/bpe_internal.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -43,7 +45,7 @@ static void *bpe_realloc(void *p, size_t bytes) {
 }
 
 /* Grows *buf (elements of `size` bytes, *cap allocated) to hold at least `need`. */
-static void bpe_reserve(void **buf, size_t *cap, size_t need, size_t size) {
+void pt_bpe_reserve(void **buf, size_t *cap, size_t need, size_t size) {
     if (need <= *cap) return;
     size_t c = *cap ? *cap : 16;
     while (c < need) c *= 2;
@@ -51,31 +53,13 @@ static void bpe_reserve(void **buf, size_t *cap, size_t need, size_t size) {
     *cap = c;
 }
 
-static uint64_t bpe_hash_bytes(const uint8_t *s, size_t n) {
+uint64_t pt_bpe_hash(const uint8_t *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
     return h ^ (h >> 29);
 }
 
-/* ---- byte string -> int32 list map (open addressing; used for the vocabulary and the cache) ---- */
-
-typedef struct {
-    uint64_t hash;
-    uint32_t key_off, key_len, val_off, val_len;
-} bmap_entry;
-
-typedef struct {
-    uint32_t *slots; /* entry index + 1; 0 = empty */
-    size_t nslots;   /* power of two */
-    bmap_entry *ents;
-    size_t n, ents_cap;
-    uint8_t *keys;
-    size_t keys_len, keys_cap;
-    int32_t *vals;
-    size_t vals_len, vals_cap;
-} bmap;
-
-static void bmap_free(bmap *m) {
+void pt_bmap_free(bmap *m) {
     free(m->slots);
     free(m->ents);
     free(m->keys);
@@ -83,12 +67,12 @@ static void bmap_free(bmap *m) {
     memset(m, 0, sizeof *m);
 }
 
-static void bmap_clear(bmap *m) {
+void pt_bmap_clear(bmap *m) {
     if (m->slots) memset(m->slots, 0, m->nslots * sizeof *m->slots);
     m->n = m->keys_len = m->vals_len = 0;
 }
 
-static const bmap_entry *bmap_get(const bmap *m, const uint8_t *key, size_t len, uint64_t h) {
+const bmap_entry *pt_bmap_get(const bmap *m, const uint8_t *key, size_t len, uint64_t h) {
     if (!m->nslots) return NULL;
     size_t mask = m->nslots - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
@@ -108,7 +92,7 @@ static void bmap_place(bmap *m, uint32_t idx) {
 }
 
 /* Adds key -> vals; the key must not be present. */
-static void bmap_put(bmap *m, const uint8_t *key, size_t len, uint64_t h, const int32_t *vals,
+void pt_bmap_put(bmap *m, const uint8_t *key, size_t len, uint64_t h, const int32_t *vals,
                      size_t nvals) {
     if (2 * (m->n + 1) > m->nslots) { /* keep the load factor <= 1/2 */
         size_t ns = m->nslots ? 2 * m->nslots : 1024;
@@ -117,9 +101,9 @@ static void bmap_put(bmap *m, const uint8_t *key, size_t len, uint64_t h, const 
         m->nslots = ns;
         for (size_t i = 0; i < m->n; i++) bmap_place(m, (uint32_t)i);
     }
-    bpe_reserve((void **)&m->ents, &m->ents_cap, m->n + 1, sizeof *m->ents);
-    bpe_reserve((void **)&m->keys, &m->keys_cap, m->keys_len + len, 1);
-    bpe_reserve((void **)&m->vals, &m->vals_cap, m->vals_len + nvals, sizeof *m->vals);
+    pt_bpe_reserve((void **)&m->ents, &m->ents_cap, m->n + 1, sizeof *m->ents);
+    pt_bpe_reserve((void **)&m->keys, &m->keys_cap, m->keys_len + len, 1);
+    pt_bpe_reserve((void **)&m->vals, &m->vals_cap, m->vals_len + nvals, sizeof *m->vals);
     bmap_entry *e = &m->ents[m->n];
     e->hash = h;
     e->key_off = (uint32_t)m->keys_len;
@@ -136,13 +120,6 @@ static void bmap_put(bmap *m, const uint8_t *key, size_t len, uint64_t h, const 
 
 /* ---- merge table: (left id, right id) -> (rank, merged id) ---- */
 
-typedef struct {
-    uint64_t key; /* left << 32 | right; MERGE_EMPTY = free slot */
-    int32_t rank, id;
-} merge_slot;
-
-#define MERGE_EMPTY UINT64_MAX
-
 static inline uint64_t merge_key(int32_t a, int32_t b) {
     return (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
 }
@@ -150,33 +127,6 @@ static inline uint64_t merge_key(int32_t a, int32_t b) {
 static inline size_t merge_hash(uint64_t k) {
     return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20);
 }
-
-/* ---- the tokenizer ---- */
-
-typedef struct {
-    int32_t rank, pos;
-} heap_item;
-
-struct pt_tokenizer {
-    int32_t nvocab;
-    uint32_t *tok_off; /* bytes of id i: tok_bytes[tok_off[i] .. tok_off[i + 1]) */
-    uint8_t *tok_bytes;
-    int32_t byte_id[256]; /* id of each single byte */
-    int32_t eot;
-    uint8_t ascii_class[128];
-
-    merge_slot *merges;
-    size_t merge_mask;
-    bool heap_ok; /* vocab.bpe ranks are monotone: comma-free pieces may use the heap */
-
-    bmap cache;
-
-    /* scratch of one piece: symbols, links and the heap */
-    int32_t *sym, *sym2, *prev, *next;
-    size_t sym_cap, sym2_cap, prev_cap, next_cap;
-    heap_item *heap;
-    size_t heap_cap;
-};
 
 static inline const merge_slot *merge_find(const pt_tokenizer *t, int32_t a, int32_t b) {
     uint64_t k = merge_key(a, b);
@@ -188,7 +138,7 @@ static inline const merge_slot *merge_find(const pt_tokenizer *t, int32_t a, int
 }
 
 /* Sets (a, b) -> (rank, id), replacing an earlier value as the later assignment does in Encoder.js. */
-static void merge_set(pt_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t id) {
+void pt_bpe_merge_set(pt_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32_t id) {
     uint64_t k = merge_key(a, b);
     size_t i = merge_hash(k) & t->merge_mask;
     while (t->merges[i].key != MERGE_EMPTY && t->merges[i].key != k) i = (i + 1) & t->merge_mask;
@@ -197,9 +147,17 @@ static void merge_set(pt_tokenizer *t, int32_t a, int32_t b, int32_t rank, int32
     t->merges[i].id = id;
 }
 
+void pt_bpe_merges_init(pt_tokenizer *t, size_t n) {
+    size_t cap = 1024;
+    while (cap < 4 * (n + 16)) cap *= 2; /* GPT-2's aliases add a few entries */
+    t->merges = pt_malloc(cap * sizeof *t->merges);
+    for (size_t i = 0; i < cap; i++) t->merges[i].key = MERGE_EMPTY;
+    t->merge_mask = cap - 1;
+}
+
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others for
  * U+0100 + k in byte order. Fills the inverse (code point -> byte, -1 if none). */
-static void bpe_byte_decoder(int16_t dec[324]) {
+void pt_bpe_byte_decoder(int16_t dec[324]) {
     for (int i = 0; i < 324; i++) dec[i] = -1;
     int k = 0;
     for (int b = 0; b < 256; b++) {
@@ -208,48 +166,13 @@ static void bpe_byte_decoder(int16_t dec[324]) {
     }
 }
 
-/* Strict UTF-8 (RFC 3629). Returns the code point and its length in *n, or UINT32_MAX with *n = 1
- * for a byte that does not start a valid sequence. */
-static inline uint32_t utf8_decode(const uint8_t *s, size_t len, size_t i, size_t *n) {
-    uint8_t b0 = s[i];
-    if (b0 < 0x80) {
-        *n = 1;
-        return b0;
-    }
-    *n = 1;
-    size_t left = len - i;
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-        if (left < 2 || (s[i + 1] & 0xC0) != 0x80) return UINT32_MAX;
-        *n = 2;
-        return (uint32_t)(b0 & 0x1F) << 6 | (s[i + 1] & 0x3F);
-    }
-    if (b0 >= 0xE0 && b0 <= 0xEF) {
-        if (left < 3) return UINT32_MAX;
-        uint8_t b1 = s[i + 1], b2 = s[i + 2];
-        uint8_t lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
-        if (b1 < lo || b1 > hi || (b2 & 0xC0) != 0x80) return UINT32_MAX;
-        *n = 3;
-        return (uint32_t)(b0 & 0x0F) << 12 | (uint32_t)(b1 & 0x3F) << 6 | (b2 & 0x3F);
-    }
-    if (b0 >= 0xF0 && b0 <= 0xF4) {
-        if (left < 4) return UINT32_MAX;
-        uint8_t b1 = s[i + 1], b2 = s[i + 2], b3 = s[i + 3];
-        uint8_t lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
-        if (b1 < lo || b1 > hi || (b2 & 0xC0) != 0x80 || (b3 & 0xC0) != 0x80) return UINT32_MAX;
-        *n = 4;
-        return (uint32_t)(b0 & 0x07) << 18 | (uint32_t)(b1 & 0x3F) << 12 |
-               (uint32_t)(b2 & 0x3F) << 6 | (b3 & 0x3F);
-    }
-    return UINT32_MAX;
-}
-
 /* Class of the character at s[i] and its length in bytes; invalid bytes are PT_CHAR_OTHER. */
 static inline int char_at(const pt_tokenizer *t, const uint8_t *s, size_t len, size_t i, size_t *n) {
     if (s[i] < 0x80) {
         *n = 1;
         return t->ascii_class[s[i]];
     }
-    uint32_t cp = utf8_decode(s, len, i, n);
+    uint32_t cp = pt_utf8_decode(s, len, i, n);
     return cp == UINT32_MAX ? PT_CHAR_OTHER : (int)pt_tokenizer_char_class(cp);
 }
 
@@ -305,7 +228,7 @@ static inline bool heap_less(heap_item a, heap_item b) {
 }
 
 static void heap_push(pt_tokenizer *t, size_t *hn, int32_t rank, int32_t pos) {
-    bpe_reserve((void **)&t->heap, &t->heap_cap, *hn + 1, sizeof *t->heap);
+    pt_bpe_reserve((void **)&t->heap, &t->heap_cap, *hn + 1, sizeof *t->heap);
     heap_item *h = t->heap, it = {rank, pos};
     size_t i = (*hn)++;
     while (i > 0 && heap_less(it, h[(i - 1) / 2])) {
@@ -338,8 +261,8 @@ static void heap_push_pair(pt_tokenizer *t, size_t *hn, int32_t p) {
 
 /* Lowest (rank, position) first over a linked list of symbols; leaves the result in t->sym[0..). */
 static size_t merge_heap(pt_tokenizer *t, size_t n) {
-    bpe_reserve((void **)&t->prev, &t->prev_cap, n, sizeof *t->prev);
-    bpe_reserve((void **)&t->next, &t->next_cap, n, sizeof *t->next);
+    pt_bpe_reserve((void **)&t->prev, &t->prev_cap, n, sizeof *t->prev);
+    pt_bpe_reserve((void **)&t->next, &t->next_cap, n, sizeof *t->next);
     int32_t *sym = t->sym, *prev = t->prev, *next = t->next;
     for (size_t i = 0; i < n; i++) {
         prev[i] = (int32_t)i - 1;
@@ -368,7 +291,7 @@ static size_t merge_heap(pt_tokenizer *t, size_t n) {
 /* Encoder.js's loop: each round, find the lowest-ranked pair (the last one on ties), then merge
  * every occurrence of that exact pair from left to right. */
 static size_t merge_exact(pt_tokenizer *t, size_t n) {
-    bpe_reserve((void **)&t->sym2, &t->sym2_cap, n, sizeof *t->sym2);
+    pt_bpe_reserve((void **)&t->sym2, &t->sym2_cap, n, sizeof *t->sym2);
     while (n > 1) {
         int32_t *sym = t->sym;
         const merge_slot *best = NULL;
@@ -402,44 +325,52 @@ static size_t merge_exact(pt_tokenizer *t, size_t n) {
     return n;
 }
 
-static void append_tokens(int32_t **tokens, size_t *n, size_t *cap, const int32_t *ids, size_t k) {
-    bpe_reserve((void **)tokens, cap, *n + k, sizeof **tokens);
+void pt_bpe_append(int32_t **tokens, size_t *n, size_t *cap, const int32_t *ids, size_t k) {
+    pt_bpe_reserve((void **)tokens, cap, *n + k, sizeof **tokens);
     memcpy(*tokens + *n, ids, k * sizeof *ids);
     *n += k;
 }
 
-static void encode_piece(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t **tokens,
+void pt_bpe_encode_piece(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t **tokens,
                          size_t *n, size_t *cap) {
     if (len == 1) {
-        append_tokens(tokens, n, cap, &t->byte_id[s[0]], 1);
+        pt_bpe_append(tokens, n, cap, &t->byte_id[s[0]], 1);
         return;
     }
-    uint64_t h = bpe_hash_bytes(s, len);
-    const bmap_entry *e = bmap_get(&t->cache, s, len, h);
+    uint64_t h = pt_bpe_hash(s, len);
+    const bmap_entry *e = pt_bmap_get(&t->cache, s, len, h);
     if (e) {
-        append_tokens(tokens, n, cap, t->cache.vals + e->val_off, e->val_len);
+        pt_bpe_append(tokens, n, cap, t->cache.vals + e->val_off, e->val_len);
         return;
     }
-    bpe_reserve((void **)&t->sym, &t->sym_cap, len, sizeof *t->sym);
+    if (t->ignore_merges) {
+        const bmap_entry *v = pt_bmap_get(&t->vocab, s, len, h);
+        if (v) {
+            pt_bpe_append(tokens, n, cap, t->vocab.vals + v->val_off, 1);
+            return;
+        }
+    }
+    pt_bpe_reserve((void **)&t->sym, &t->sym_cap, len, sizeof *t->sym);
     bool comma = false;
     for (size_t i = 0; i < len; i++) {
         t->sym[i] = t->byte_id[s[i]];
         comma |= s[i] == ',';
     }
-    size_t k = (t->heap_ok && !comma) ? merge_heap(t, len) : merge_exact(t, len);
-    append_tokens(tokens, n, cap, t->sym, k);
+    size_t k = (t->heap_ok && !(comma && t->comma_quirk)) ? merge_heap(t, len) : merge_exact(t, len);
+    pt_bpe_append(tokens, n, cap, t->sym, k);
     if (t->cache.n >= PT_BPE_CACHE_MAX_ENTRIES || t->cache.keys_len + len > PT_BPE_CACHE_MAX_BYTES ||
         t->cache.vals_len + k > PT_BPE_CACHE_MAX_BYTES / sizeof(int32_t))
-        bmap_clear(&t->cache);
-    if (len <= PT_BPE_CACHE_MAX_BYTES) bmap_put(&t->cache, s, len, h, t->sym, k);
+        pt_bmap_clear(&t->cache);
+    if (len <= PT_BPE_CACHE_MAX_BYTES) pt_bmap_put(&t->cache, s, len, h, t->sym, k);
 }
 
 pt_status pt_tokenizer_encode(pt_tokenizer *t, const char *text, size_t len, int32_t **tokens,
                               size_t *n, size_t *cap) {
+    if (t->source != PT_TOK_SOURCE_GPT2) return pt_tok_json_encode(t, text, len, tokens, n, cap);
     const uint8_t *s = (const uint8_t *)text;
     for (size_t pos = 0; pos < len;) {
         size_t end = next_piece(t, s, len, pos);
-        encode_piece(t, s + pos, end - pos, tokens, n, cap);
+        pt_bpe_encode_piece(t, s + pos, end - pos, tokens, n, cap);
         pos = end;
     }
     return PT_OK;
@@ -473,11 +404,11 @@ int pt_tokenizer_vocab_size(const pt_tokenizer *t) { return t->nvocab; }
 
 /* Byte-encoded token text (UTF-8 of bytes_to_unicode characters) -> raw bytes in out (capacity
  * >= strlen(s)). Returns the byte count, or -1 if a character is not one of the 256. */
-static long unicode_to_bytes(const int16_t dec[324], const char *s, size_t slen, uint8_t *out) {
+long pt_bpe_unicode_to_bytes(const int16_t dec[324], const char *s, size_t slen, uint8_t *out) {
     size_t i = 0, k = 0;
     while (i < slen) {
         size_t n;
-        uint32_t cp = utf8_decode((const uint8_t *)s, slen, i, &n);
+        uint32_t cp = pt_utf8_decode((const uint8_t *)s, slen, i, &n);
         if (cp >= 324 || dec[cp] < 0) return -1;
         out[k++] = (uint8_t)dec[cp];
         i += n;
@@ -486,7 +417,7 @@ static long unicode_to_bytes(const int16_t dec[324], const char *s, size_t slen,
 }
 
 static const bmap_entry *vocab_get(const bmap *v, const uint8_t *s, size_t n) {
-    return bmap_get(v, s, n, bpe_hash_bytes(s, n));
+    return pt_bmap_get(v, s, n, pt_bpe_hash(s, n));
 }
 
 static pt_status load_encoder(pt_tokenizer *t, const char *path, const int16_t dec[324], bmap *vocab) {
@@ -518,8 +449,8 @@ static pt_status load_encoder(pt_tokenizer *t, const char *path, const int16_t d
             break;
         }
         size_t kl = strlen(key);
-        bpe_reserve((void **)&buf, &buf_cap, kl + 1, 1);
-        long bl = unicode_to_bytes(dec, key, kl, buf);
+        pt_bpe_reserve((void **)&buf, &buf_cap, kl + 1, 1);
+        long bl = pt_bpe_unicode_to_bytes(dec, key, kl, buf);
         if (bl <= 0) {
             st = pt_errorf(PT_ERR_FORMAT, "%s: token \"%s\" is not byte-level BPE text", path, key);
             break;
@@ -536,17 +467,17 @@ static pt_status load_encoder(pt_tokenizer *t, const char *path, const int16_t d
         for (size_t i = 0; i < nv; i++) t->tok_off[i + 1] = t->tok_off[i] + lens[i];
         json_object_foreach(root, key, val) {
             int32_t id = (int32_t)json_integer_value(val);
-            unicode_to_bytes(dec, key, strlen(key), t->tok_bytes + t->tok_off[id]);
+            pt_bpe_unicode_to_bytes(dec, key, strlen(key), t->tok_bytes + t->tok_off[id]);
         }
         for (int32_t id = 0; id < (int32_t)nv && st == PT_OK; id++) {
             const uint8_t *b = t->tok_bytes + t->tok_off[id];
             uint32_t bl = t->tok_off[id + 1] - t->tok_off[id];
-            uint64_t h = bpe_hash_bytes(b, bl);
-            if (bmap_get(vocab, b, bl, h)) {
+            uint64_t h = pt_bpe_hash(b, bl);
+            if (pt_bmap_get(vocab, b, bl, h)) {
                 st = pt_errorf(PT_ERR_FORMAT, "%s: id %d repeats the bytes of another token", path, id);
                 break;
             }
-            bmap_put(vocab, b, bl, h, &id, 1);
+            pt_bmap_put(vocab, b, bl, h, &id, 1);
         }
     }
     free(lens);
@@ -563,8 +494,8 @@ static pt_status load_merge(pt_tokenizer *t, const bmap *vocab, const int16_t de
                             const char *path, size_t line, int32_t rank, const char *a, size_t al,
                             const char *b, size_t bl, uint8_t *scratch, int32_t pair[3]) {
     /* scratch (>= al + bl + 1 bytes) := bytes(A) ',' bytes(B) */
-    long na = unicode_to_bytes(dec, a, al, scratch);
-    long nb = na > 0 ? unicode_to_bytes(dec, b, bl, scratch + na + 1) : -1;
+    long na = pt_bpe_unicode_to_bytes(dec, a, al, scratch);
+    long nb = na > 0 ? pt_bpe_unicode_to_bytes(dec, b, bl, scratch + na + 1) : -1;
     if (na <= 0 || nb <= 0)
         return pt_errorf(PT_ERR_FORMAT, "%s:%zu: merge is not two byte-level BPE tokens", path, line);
     scratch[na] = ',';
@@ -588,7 +519,7 @@ static pt_status load_merge(pt_tokenizer *t, const bmap *vocab, const int16_t de
             return pt_errorf(PT_ERR_FORMAT, "%s:%zu: merged token is not in encoder.json", path, line);
         if (!x || !y || !z) continue;
         int32_t id = vocab->vals[z->val_off];
-        merge_set(t, vocab->vals[x->val_off], vocab->vals[y->val_off], rank, id);
+        pt_bpe_merge_set(t, vocab->vals[x->val_off], vocab->vals[y->val_off], rank, id);
         if (genuine) pair[2] = id;
     }
     return PT_OK;
@@ -608,11 +539,7 @@ static pt_status load_merges(pt_tokenizer *t, const char *path, const bmap *voca
         free(data);
         return pt_errorf(PT_ERR_FORMAT, "%s: too many merges", path);
     }
-    size_t cap = 1024;
-    while (cap < 4 * (nmerges + 16)) cap *= 2; /* aliases add a few entries */
-    t->merges = pt_malloc(cap * sizeof *t->merges);
-    for (size_t i = 0; i < cap; i++) t->merges[i].key = MERGE_EMPTY;
-    t->merge_mask = cap - 1;
+    pt_bpe_merges_init(t, nmerges);
     int32_t (*pairs)[3] = pt_malloc((nmerges ? nmerges : 1) * sizeof *pairs); /* left, right, made */
     uint8_t *scratch = NULL;
     size_t scratch_cap = 0;
@@ -641,7 +568,7 @@ static pt_status load_merges(pt_tokenizer *t, const char *path, const bmap *voca
             st = pt_errorf(PT_ERR_FORMAT, "%s:%zu: expected two tokens separated by a space", path, m + 2);
             break;
         }
-        bpe_reserve((void **)&scratch, &scratch_cap, 2 * (fl[0] + fl[1] + 2), 1);
+        pt_bpe_reserve((void **)&scratch, &scratch_cap, 2 * (fl[0] + fl[1] + 2), 1);
         st = load_merge(t, vocab, dec, path, m + 2, (int32_t)m, f[0], fl[0], f[1], fl[1], scratch,
                         pairs[m]);
     }
@@ -669,9 +596,10 @@ pt_status pt_tokenizer_load(pt_tokenizer **out, const char *dir) {
     *out = NULL;
     char path[4096];
     pt_tokenizer *t = pt_calloc(1, sizeof *t);
+    t->comma_quirk = true;
     bmap vocab = {0};
     int16_t dec[324];
-    bpe_byte_decoder(dec);
+    pt_bpe_byte_decoder(dec);
     for (int c = 0; c < 128; c++) t->ascii_class[c] = (uint8_t)pt_tokenizer_char_class((uint32_t)c);
 
     snprintf(path, sizeof path, "%s/encoder.json", dir);
@@ -696,7 +624,7 @@ pt_status pt_tokenizer_load(pt_tokenizer **out, const char *dir) {
         snprintf(path, sizeof path, "%s/vocab.bpe", dir);
         st = load_merges(t, path, &vocab, dec);
     }
-    bmap_free(&vocab);
+    pt_bmap_free(&vocab);
     if (st != PT_OK) {
         pt_tokenizer_free(t);
         return st;
@@ -707,10 +635,11 @@ pt_status pt_tokenizer_load(pt_tokenizer **out, const char *dir) {
 
 void pt_tokenizer_free(pt_tokenizer *t) {
     if (!t) return;
+    pt_tok_json_free(t);
     free(t->tok_off);
     free(t->tok_bytes);
     free(t->merges);
-    bmap_free(&t->cache);
+    pt_bmap_free(&t->cache);
     free(t->sym);
     free(t->sym2);
     free(t->prev);

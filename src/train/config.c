@@ -26,7 +26,8 @@ typedef struct {
 static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("model.init_from", PT_CFG_STR, init_from, "", NULL,
          "Hugging Face Llama directory (config.json + safetensors, F32 or BF16) to start from; "
-         "its config.json sets the architecture"),
+         "its config.json sets the model.* keys not given explicitly (an explicit training-time "
+         "key wins, an explicit architecture key must agree: docs/guide.md section 10)"),
     PT_K("model.vocab_size", PT_CFG_INT, model.vocab_size, "50257", NULL, "vocabulary size"),
     PT_K("model.dim", PT_CFG_INT, model.dim, "256", NULL, "hidden size"),
     PT_K("model.n_layers", PT_CFG_INT, model.n_layers, "4", NULL, "number of decoder layers"),
@@ -291,6 +292,55 @@ int pt_config_was_set(const pt_config *c, const char *key) {
     (void)c;
     const pt_cfg_key *k = pt_cfg_find(key);
     return k ? pt_cfg_set_flags[k - pt_cfg_keys] : 0;
+}
+
+/* The model.* keys a checkpoint's config.json does not decide: how the model is trained, not
+ * what it computes. Given explicitly they win over model.init_from; every other model.* key is
+ * architecture, which an explicit value may repeat but not contradict. */
+static const char *const pt_cfg_training_keys[] = {
+    "model.max_seq_len", "model.aux_loss_coef", "model.z_loss_coef", "model.capacity_factor",
+    "model.bias_rate",   "model.init_std",
+};
+
+static int pt_cfg_is_training_key(const char *key) {
+    for (size_t i = 0; i < sizeof pt_cfg_training_keys / sizeof *pt_cfg_training_keys; i++)
+        if (!strcmp(pt_cfg_training_keys[i], key)) return 1;
+    return 0;
+}
+
+/* A key's value at v (int, float or bool) as the INI would write it. */
+static void pt_cfg_format(const pt_cfg_key *k, const void *v, char *buf, size_t cap) {
+    switch (k->type) {
+    case PT_CFG_INT: snprintf(buf, cap, "%d", *(const int *)v); break;
+    case PT_CFG_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)v); break;
+    case PT_CFG_BOOL: snprintf(buf, cap, "%s", *(const int *)v ? "true" : "false"); break;
+    default: PT_ASSERTF(0, "%s: not a model key type", k->key);
+    }
+}
+
+pt_status pt_config_merge_model(pt_config *c, const pt_model_config *ckpt, const char *source) {
+    /* the checkpoint's model (fields without a key too), then the explicit keys over it */
+    pt_model_config merged = *ckpt;
+    size_t lo = offsetof(pt_config, model), hi = lo + sizeof(pt_model_config);
+    for (size_t i = 0; i < PT_N_KEYS; i++) {
+        const pt_cfg_key *k = &pt_cfg_keys[i];
+        if (k->offset < lo || k->offset >= hi || !pt_cfg_set_flags[i]) continue;
+        const void *mine = (const char *)c + k->offset;
+        void *theirs = (char *)&merged + (k->offset - lo);
+        if (!memcmp(mine, theirs, k->size)) continue;
+        char a[64], b[64];
+        pt_cfg_format(k, mine, a, sizeof a);
+        pt_cfg_format(k, theirs, b, sizeof b);
+        if (!pt_cfg_is_training_key(k->key))
+            return pt_errorf(PT_ERR_CONFIG,
+                             "%s = %s (explicit) contradicts the checkpoint's %s (%s): an "
+                             "architecture key must match model.init_from's",
+                             k->key, a, b, source);
+        pt_log_info("%s = %s (explicit) overrides the checkpoint's %s", k->key, a, b);
+        memcpy(theirs, mine, k->size);
+    }
+    c->model = merged;
+    return PT_OK;
 }
 
 typedef struct {

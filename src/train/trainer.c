@@ -26,13 +26,14 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     pt_config *cfg = &t->cfg;
     PT_TRY(pt_config_validate(cfg));
 
-    /* the architecture comes from model.init_from's config.json when given */
+    /* the architecture comes from model.init_from's config.json when given (explicit
+     * training-time keys win; explicit architecture keys must agree) */
     if (cfg->init_from[0]) {
         char path[PT_PATH_MAX + 16];
         snprintf(path, sizeof path, "%s/config.json", cfg->init_from);
         pt_model_config hf;
         PT_TRY(pt_hf_config_read(path, &hf));
-        cfg->model = hf;
+        PT_TRY(pt_config_merge_model(cfg, &hf, path));
     }
     if (cfg->model.n_experts > 0 && cfg->model.moe_ffn_dim == 0)
         cfg->model.moe_ffn_dim = cfg->model.ffn_dim;
