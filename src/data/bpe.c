@@ -416,6 +416,12 @@ long pt_bpe_unicode_to_bytes(const int16_t dec[324], const char *s, size_t slen,
     return (long)k;
 }
 
+long pt_bpe_token_bytes(const int16_t dec[324], const char *s, uint8_t **buf, size_t *cap) {
+    size_t n = strlen(s);
+    pt_bpe_reserve((void **)buf, cap, n + 1, 1);
+    return pt_bpe_unicode_to_bytes(dec, s, n, *buf);
+}
+
 static const bmap_entry *vocab_get(const bmap *v, const uint8_t *s, size_t n) {
     return pt_bmap_get(v, s, n, pt_bpe_hash(s, n));
 }
@@ -448,9 +454,7 @@ static pt_status load_encoder(pt_tokenizer *t, const char *path, const int16_t d
                            path, key, nv);
             break;
         }
-        size_t kl = strlen(key);
-        pt_bpe_reserve((void **)&buf, &buf_cap, kl + 1, 1);
-        long bl = pt_bpe_unicode_to_bytes(dec, key, kl, buf);
+        long bl = pt_bpe_token_bytes(dec, key, &buf, &buf_cap);
         if (bl <= 0) {
             st = pt_errorf(PT_ERR_FORMAT, "%s: token \"%s\" is not byte-level BPE text", path, key);
             break;

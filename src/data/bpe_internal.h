@@ -116,6 +116,8 @@ void pt_bpe_merges_init(pt_tokenizer *t, size_t n);
 void pt_bpe_byte_decoder(int16_t dec[324]);
 /* Byte-level token text -> raw bytes in out (capacity >= slen); the byte count, or -1. */
 long pt_bpe_unicode_to_bytes(const int16_t dec[324], const char *s, size_t slen, uint8_t *out);
+/* The same for a NUL-terminated token, into *buf (grown to fit). */
+long pt_bpe_token_bytes(const int16_t dec[324], const char *s, uint8_t **buf, size_t *cap);
 void pt_bpe_append(int32_t **tokens, size_t *n, size_t *cap, const int32_t *ids, size_t k);
 /* Merges one pre-tokenized piece and appends its ids. */
 void pt_bpe_encode_piece(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t **tokens, size_t *n,

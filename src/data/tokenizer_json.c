@@ -596,9 +596,7 @@ static pt_status load_model(pt_tokenizer *t, const char *path, const json_t *mod
     const json_t *val;
     pt_status st = PT_OK;
     json_object_foreach((json_t *)vocab, key, val) {
-        size_t kl = strlen(key);
-        pt_bpe_reserve((void **)&buf, &cap, kl + 1, 1);
-        long bl = pt_bpe_unicode_to_bytes(dec, key, kl, buf);
+        long bl = pt_bpe_token_bytes(dec, key, &buf, &cap);
         if (bl <= 0) {
             st = pt_errorf(PT_ERR_FORMAT, "%s: model.vocab token \"%s\" is not byte-level BPE text", path, key);
             break;
