@@ -335,10 +335,50 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
 void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos,
                      float *host_logits);
 
-/* Greedy / temperature / top-k continuation of a prompt (host tokens) by an unsplit model, n_new
- * tokens appended to out (src/model/generate.c). */
-int pt_generate(pt_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n_new,
-                float temperature, int top_k, uint64_t seed);
+/* Decoding with a key/value cache (src/model/generate.c): per layer, the rotated keys and the
+ * values of every position so far, in fp32 (a bf16 model's values are bf16 numbers, as its
+ * attention reads them), in one block of device memory sized once for max_len positions. */
+typedef struct {
+    int n_layers, max_len;
+    int width;      /* floats per position and layer: n_kv_heads·head_dim keys, then the values */
+    int len;        /* positions held: 0, ..., len − 1 */
+    float *kv;      /* (n_layers, max_len, width) device memory */
+    int32_t *d_pos; /* (max_len) device memory: 0, 1, ..., max_len − 1 */
+} pt_kv_cache;
+/* A cache for an unsplit model, max_len ≤ model.max_seq_len (0: max_seq_len). */
+pt_status pt_kv_cache_init(pt_kv_cache *kv, const pt_model *m, int max_len);
+void pt_kv_cache_free(pt_kv_cache *kv, const pt_model *m);
+/* Forward of T new tokens (device memory) at positions kv->len, ..., kv->len + T − 1 of one
+ * sequence: their keys and values appended to the cache (kv->len += T), their queries attending
+ * to every cached position, and the logits (V) of the last one to host_logits; the prompt is one
+ * call (prefill), each generated token one more. a: activations made for (1, ≥ T) (a mixture of
+ * experts computes all the rows they were made for: make them for T). The same function as the
+ * forward over the whole sequence, to rounding (the attention of one query reads the keys in a
+ * different grouping). PT_ERR_CONFIG, the cache unchanged, when kv->len + T > kv->max_len: the
+ * context never slides. */
+pt_status pt_model_decode(pt_model *m, pt_acts *a, pt_kv_cache *kv, const int32_t *tokens, int T,
+                          float *host_logits);
+
+/* Continuing a prompt (host tokens) by an unsplit model: greedy (temperature 0) or sampling
+ * from softmax(logits / temperature) over the top_k most likely (0: all). */
+typedef struct {
+    float temperature;
+    int top_k;
+    uint64_t seed;
+    int no_cache;  /* 1: every token from a forward over the whole context (the check of the cache) */
+    float *logits; /* NULL, or host (n_new, V): the logits each new token was chosen from */
+} pt_gen_options;
+typedef struct {
+    int n_new;                  /* tokens generated */
+    int n_steps;                /* forwards after the first (one per token after the first) */
+    double prefill_s, decode_s; /* the first forward (the prompt), and the others */
+} pt_gen_stats;
+/* Appends n_new tokens to out. The context (prompt and generated tokens) never exceeds
+ * model.max_seq_len: PT_ERR_CONFIG when n_prompt + n_new does (the caller trims n_new; nothing
+ * slides). A mixture of experts generates dropless (model.capacity_factor is set aside: it makes
+ * a token's experts depend on the other tokens of its forward). stats may be NULL. */
+pt_status pt_generate(pt_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n_new,
+                      const pt_gen_options *o, pt_gen_stats *stats);
 
 /* Model FLOPs per token (forward + backward = 6Ψ + attention as executed, causal halved). */
 double pt_model_flops_per_token(const pt_model_config *c, int T);

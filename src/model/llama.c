@@ -88,6 +88,7 @@ struct pt_acts {
     void *g16;
     float *wn;
     int has_targets;
+    pt_kv_cache *kv;  /* decoding (pt_model_decode): the cache attention reads and appends to */
     void *block;      /* the one allocation everything above points into */
 };
 
@@ -1019,7 +1020,19 @@ static void pt_attention(pt_model *m, pt_acts *a, int l, int recompute) {
     const float *qkv = pt_f32(m, a->sA, la->qkv, (size_t)N * (q + 2 * kv));
     float *att = pt_out(m, la->att, a->sB);
     const pt_cp_ops *cp = m->par.cp_ops;
-    if (cp)
+    if (a->kv) {
+        /* decoding: the new rows' keys and values (after rope) appended to layer l's cache at
+         * their positions, then the queries against every cached position (B = 1) */
+        pt_kv_cache *c = a->kv;
+        float *ck = c->kv + (size_t)l * c->max_len * c->width;
+        for (int i = 0; i < a->T; i++)
+            m->be->copy(m->be, ck + (size_t)(c->len + i) * c->width, qkv + (size_t)i * as.ldq + q,
+                        (size_t)2 * kv * sizeof(float));
+        as.Tk = c->len + a->T;
+        as.ldk = as.ldv = c->width;
+        as.k_pos = c->d_pos;
+        m->be->attention_forward(m->be, &as, qkv, ck, ck + kv, att, la->lse);
+    } else if (cp)
         cp->attn_forward(cp->ctx, &as, qkv, att, la->lse, l, recompute, pt_poll_cb, m);
     else
         m->be->attention_forward(m->be, &as, qkv, qkv + q, qkv + q + kv, att, la->lse);
@@ -1416,6 +1429,34 @@ void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32
         be->download(be, host_logits + (size_t)r0 * V, a->logits, (size_t)n * V * sizeof(float));
     }
     pt_release(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
+}
+
+pt_status pt_model_decode(pt_model *m, pt_acts *a, pt_kv_cache *kv, const int32_t *tokens, int T,
+                          float *host_logits) {
+    pt_backend *be = m->be;
+    const pt_model_config *c = &m->cfg;
+    PT_ASSERTF(m->par.tp == 1 && !m->par.cp_ops && !m->par.ep_ops && a->first && a->last,
+               "pt_model_decode runs on an unsplit model");
+    PT_ASSERTF(T >= 1 && T <= a->cap_T && a->cap_B == 1, "activations for (1,%d) cannot decode %d rows",
+               a->cap_T, T);
+    if (kv->len + T > kv->max_len)
+        return pt_errorf(PT_ERR_CONFIG, "the context would hold %d tokens, more than the %d of the "
+                         "key/value cache (model.max_seq_len)", kv->len + T, kv->max_len);
+    int C = c->dim, V = c->vocab_size;
+    pt_acts_set_shape(a, 1, T);
+    a->kv = kv;
+    pt_forward_trunk(m, a, tokens, kv->d_pos + kv->len);
+    a->kv = NULL;
+    a->has_targets = 0;
+    kv->len += T;
+    /* the head on the last row only: logits (1,V) = xf[T-1] (1,C) · Headᵀ */
+    pt_release(m, c->n_layers + 1, PT_USE_PARAMS, 0);
+    pt_acquire(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, 1, V, C, pt_at(m, a->xf, (size_t)(T - 1) * C), C,
+          pt_wc(m)->head, C, 0.0f, a->logits, V);
+    be->download(be, host_logits, a->logits, (size_t)V * sizeof(float));
+    pt_release(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
+    return PT_OK;
 }
 
 double pt_model_flops_per_token(const pt_model_config *c, int T) {

@@ -1,0 +1,192 @@
+/* generate_cmd.c: `pentatron generate`, and the sample `pentatron train` prints at its end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "pt/checkpoint.h"
+#include "pt/config.h"
+#include "pt/hf_config.h"
+#include "pt/tokenizer.h"
+
+pt_status pt_cli_sample(pt_model *m, const char *tokenizer, const char *prompt, int n_new,
+                        const pt_gen_options *o, int flags) {
+    pt_tokenizer *tok;
+    PT_TRY(pt_tokenizer_open(&tok, tokenizer));
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    int Tmax = m->cfg.max_seq_len, sep = pt_tokenizer_eot(tok);
+    pt_status st = PT_OK;
+    if (flags & PT_SAMPLE_SEPARATOR) { /* as prepare puts it before every document */
+        if (sep < 0)
+            st = pt_errorf(PT_ERR_CONFIG, "%s has no document separator token to start with", tokenizer);
+        cap = 16;
+        ids = pt_malloc(cap * sizeof *ids);
+        ids[n++] = sep;
+    }
+    size_t n_sep = n;
+    if (st == PT_OK) st = pt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap);
+    if (st == PT_OK && n == n_sep) st = pt_errorf(PT_ERR_CONFIG, "the prompt is empty");
+    if (st == PT_OK && n >= (size_t)Tmax)
+        st = pt_errorf(PT_ERR_CONFIG, "the prompt is %zu tokens: model.max_seq_len = %d leaves no "
+                       "room for a new one", n, Tmax);
+    if (st == PT_OK && (int)n + n_new > Tmax) {
+        pt_log_warn("generation stops after %d new tokens: the context (prompt and new tokens) "
+                    "reaches model.max_seq_len = %d and does not slide", Tmax - (int)n, Tmax);
+        n_new = Tmax - (int)n;
+    }
+    pt_gen_stats gs = {0};
+    int32_t *out = pt_malloc((size_t)(n_new > 0 ? n_new : 1) * sizeof *out);
+    if (st == PT_OK) st = pt_generate(m, ids, (int)n, out, n_new, o, &gs);
+    if (st == PT_OK) {
+        size_t len;
+        char *text = pt_tokenizer_decode(tok, out, (size_t)gs.n_new, &len);
+        if (!text) st = PT_ERR_RUNTIME;
+        else printf("%s%.*s\n", prompt, (int)len, text);
+        fflush(stdout);
+        free(text);
+    }
+    if (st == PT_OK && (flags & PT_SAMPLE_REPORT)) {
+        /* on stderr, so that stdout is the text alone */
+        fprintf(stderr, "prefill: %zu tokens in %.3f s, %.1f tokens/s\n", n, gs.prefill_s,
+                gs.prefill_s > 0 ? (double)n / gs.prefill_s : 0.0);
+        fprintf(stderr, "decode: %d tokens in %.3f s, %.2f tokens/s (%s)\n", gs.n_steps,
+                gs.decode_s, gs.decode_s > 0 ? gs.n_steps / gs.decode_s : 0.0,
+                o->no_cache ? "no cache: each a forward over the whole context" : "key/value cache");
+    }
+    free(out);
+    free(ids);
+    pt_tokenizer_free(tok);
+    return st;
+}
+
+static void pt_generate_usage(FILE *f) {
+    fprintf(f,
+            "usage: pentatron generate (--checkpoint DIR | --model DIR) --prompt TEXT [options]\n"
+            "\n"
+            "Continues TEXT with a model saved by `pentatron train` (--checkpoint) or a Hugging Face\n"
+            "Llama directory, config.json and safetensors weights (--model); single process, fp32.\n"
+            "Prints the text on stdout, and the prompt's (prefill) and the new tokens' (decode)\n"
+            "tokens/s on stderr. The context (prompt and new tokens) is at most model.max_seq_len:\n"
+            "a longer prompt is refused, and generation stops there (nothing slides).\n"
+            "  --tokenizer PATH       a Hugging Face tokenizer.json, a .tiktoken file, or a directory\n"
+            "                         with tokenizer.json or GPT-2's encoder.json and vocab.bpe\n"
+            "                         (default: the model directory when it has one of those, else\n"
+            "                         sample.vocab of DIR/train.ini); --vocab DIR is the same\n"
+            "  --bos                  start with the tokenizer's document separator, as `prepare`\n"
+            "                         puts before every document (<|endoftext|> for GPT-2's)\n"
+            "  --max-new-tokens N     tokens to generate (default 64)\n"
+            "  --temperature T        0 = greedy (default 0)\n"
+            "  --top-k K              sample among the K most likely (default 0 = all)\n"
+            "  --seed S               sampling seed (default 1)\n"
+            "  --no-cache             no key/value cache: each token from a forward over the whole\n"
+            "                         context (slow; the same tokens)\n"
+            "  --threads N            compute threads (default: all cores)\n");
+}
+
+static int pt_file_exists(const char *dir, const char *name) {
+    char path[PT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, R_OK) == 0;
+}
+
+/* The tokenizer of the model in dir: the one given, else its own (tokenizer.json or GPT-2's files),
+ * else the one its training named (train.ini's sample.vocab). path: room for PT_PATH_MAX. */
+static pt_status pt_find_tokenizer(const char *dir, const char *given, char *path) {
+    if (given) {
+        snprintf(path, PT_PATH_MAX, "%s", given);
+        return PT_OK;
+    }
+    if (pt_file_exists(dir, "tokenizer.json") ||
+        (pt_file_exists(dir, "encoder.json") && pt_file_exists(dir, "vocab.bpe"))) {
+        snprintf(path, PT_PATH_MAX, "%s", dir);
+        return PT_OK;
+    }
+    pt_config saved;
+    pt_config_defaults(&saved);
+    char ini[PT_PATH_MAX + 32];
+    snprintf(ini, sizeof ini, "%s/train.ini", dir);
+    if (access(ini, R_OK) == 0 && pt_config_load_file(&saved, ini) == PT_OK && saved.sample.vocab[0]) {
+        snprintf(path, PT_PATH_MAX, "%s", saved.sample.vocab);
+        return PT_OK;
+    }
+    return pt_errorf(PT_ERR_CONFIG, "no tokenizer for %s: no --tokenizer, neither tokenizer.json nor "
+                     "encoder.json and vocab.bpe in it, and no train.ini naming sample.vocab", dir);
+}
+
+int pt_cmd_generate(int argc, char **argv) {
+    const char *ckpt = NULL, *model = NULL, *prompt = NULL, *tokenizer = NULL;
+    int n_new = 64, threads = 0, flags = PT_SAMPLE_REPORT;
+    pt_gen_options o = {.seed = 1};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            pt_generate_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--no-cache") || !strcmp(a, "--bos")) {
+            if (a[2] == 'n') o.no_cache = 1;
+            else flags |= PT_SAMPLE_SEPARATOR;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            pt_log_error("generate: %s needs a value (see --help)", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        char *end = NULL;
+        if (!strcmp(a, "--checkpoint"))
+            ckpt = v;
+        else if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--prompt"))
+            prompt = v;
+        else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--vocab"))
+            tokenizer = v;
+        else if (!strcmp(a, "--max-new-tokens"))
+            n_new = (int)strtol(v, &end, 10);
+        else if (!strcmp(a, "--temperature"))
+            o.temperature = strtof(v, &end);
+        else if (!strcmp(a, "--top-k"))
+            o.top_k = (int)strtol(v, &end, 10);
+        else if (!strcmp(a, "--seed"))
+            o.seed = strtoull(v, &end, 10);
+        else if (!strcmp(a, "--threads"))
+            threads = (int)strtol(v, &end, 10);
+        else {
+            pt_log_error("generate: unknown option %s (see --help)", a);
+            return 2;
+        }
+        if (end && (*end || end == v || n_new < 0 || o.top_k < 0 || !(o.temperature >= 0) ||
+                    threads < 0)) {
+            pt_log_error("generate: bad value \"%s\" for %s", v, a);
+            return 2;
+        }
+    }
+    if (!ckpt == !model || !prompt) {
+        pt_log_error("generate: --checkpoint and --prompt are required (or --model instead of "
+                     "--checkpoint, not both; see --help)");
+        return 2;
+    }
+    const char *dir = ckpt ? ckpt : model;
+    char path[PT_PATH_MAX + 32], tok_path[PT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    pt_model_config mc;
+    pt_status st = access(dir, R_OK) == 0 ? PT_OK : pt_errorf(PT_ERR_IO, "cannot read %s", dir);
+    if (st == PT_OK) st = pt_hf_config_read(path, &mc);
+    if (st == PT_OK) st = pt_find_tokenizer(dir, tokenizer, tok_path);
+    pt_backend *be = NULL;
+    pt_model m = {0};
+    if (st == PT_OK) {
+        be = pt_backend_cpu_create(threads, PT_GEMM_ONEDNN);
+        if (!be) st = PT_ERR_RUNTIME;
+    }
+    if (st == PT_OK) st = pt_model_init_ex(&m, &mc, be, 0, PT_MODEL_NO_GRADS, NULL);
+    if (st == PT_OK) st = pt_ckpt_load_weights(dir, &m);
+    if (st == PT_OK) st = pt_cli_sample(&m, tok_path, prompt, n_new, &o, flags);
+    if (st != PT_OK) pt_log_error("generate: %s", pt_last_error());
+    pt_model_free(&m);
+    if (be) be->destroy(be);
+    return st == PT_OK ? 0 : 1;
+}
