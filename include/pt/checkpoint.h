@@ -4,7 +4,8 @@
  *   config.json        Hugging Face LlamaConfig of the model
  *   index.json         the global tensors (name, shape, offset in the single-process table), the
  *                      step counters and data order, and per shard file its CRC-32 and the blocks
- *                      [tensor, r0, r1, c0, c1] of global tensors it holds
+ *                      [tensor, r0, r1, c0, c1] of global tensors it holds; under
+ *                      model.aux_loss_scope = global also the next step's balancing f ("aux_f")
  *   shard-RRRRR-of-WWWWW.safetensors   written by rank RRRRR of WWWWW, in parallel: for each block
  *                      it holds, "params@T@R0@C0", "exp_avg@T@R0@C0", "exp_avg_sq@T@R0@C0" (F32,
  *                      (r1 − r0) × (c1 − c0); a vector is one column)
@@ -47,6 +48,9 @@ pt_status pt_ckpt_read_block(pt_ckpt *c, int kind, int tensor, int64_t r0, int64
                              int64_t c1, float *out);
 int64_t pt_ckpt_step(const pt_ckpt *c);
 int64_t pt_ckpt_optimizer_step(const pt_ckpt *c);
+/* The global balancing scope's f for the step after the checkpoint (index.json "aux_f", written
+ * under model.aux_loss_scope = global): 1 and n values into f when it holds n, else 0. */
+int pt_ckpt_aux_f(const pt_ckpt *c, double *f, size_t n);
 void pt_ckpt_close(pt_ckpt *c);
 
 /* Weights of a Hugging Face Llama directory (model.safetensors, F32 or BF16; every tensor of the

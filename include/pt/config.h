@@ -15,6 +15,7 @@
 typedef struct {
     pt_model_config model;
     char init_from[PT_PATH_MAX]; /* model.init_from: a Hugging Face Llama directory */
+    char aux_loss_scope[16];     /* model.aux_loss_scope: sequence | micro_batch | global */
 
     struct {
         char train[PT_PATH_MAX]; /* glob of token shards */

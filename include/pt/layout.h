@@ -65,6 +65,9 @@ void pt_layout_free_tables(pt_layout *l);
  * replicas counted once), the balancing losses and the expert load. */
 void pt_layout_sum_step(const pt_layout *l, double *loss, double *sumsq, double aux[2],
                         double *load, size_t n_load);
+/* Per-layer counts of a step (the global balancing scope's token-slots, m->aux_count) summed
+ * over every data and context rank's tokens and every pipeline stage's layers. */
+void pt_layout_sum_counts(const pt_layout *l, double *x, size_t n);
 /* The tied embedding's two copies' gradients summed (first and last pipeline stage). */
 void pt_layout_sum_tied(const pt_layout *l, pt_model *m);
 /* A host array of the local table assembled into the global one (gtable.total) on every rank:

@@ -37,7 +37,13 @@ typedef struct {
                             * chosen scores renormalised (else Mixtral's softmax) */
     float bias_rate;       /* auxiliary-loss-free balancing: after each step every expert's bias
                             * moves by rate toward balance (0 = off; sigmoid router) */
+    int aux_scope;         /* pt_aux_scope: the tokens the balancing loss's f and P are over */
 } pt_model_config;
+
+/* The balancing loss's scope (model.aux_loss_scope; docs/parallelism.md): f and P per sequence;
+ * per micro-batch (Switch); or global: P over the step's tokens, f the previous step's
+ * token-slot shares over the whole global batch (pt_model_aux_f_update; uniform at the first). */
+typedef enum { PT_AUX_SEQUENCE = 0, PT_AUX_MICRO_BATCH, PT_AUX_GLOBAL } pt_aux_scope;
 
 /* Whether layer l of c is a mixture-of-experts layer. */
 static inline int pt_layer_is_moe(const pt_model_config *c, int l) {
@@ -257,6 +263,10 @@ typedef struct {
      * the trainer) and their sums since the trainer last cleared them (objective units) */
     double aux_scale, aux_loss, z_loss;
     double *expert_load; /* (n_layers, n_experts): token-slots routed to each expert (counter) */
+    /* the global balancing scope: the f this step's loss uses, and this rank's token-slots
+     * chosen (before any capacity drop) per layer and expert since pt_model_aux_counts_clear,
+     * both (n_layers, n_experts) */
+    double *aux_f, *aux_count;
     int64_t a2a_sent, a2a_recv; /* expert parallelism: rows dispatched to / from other ranks (counter) */
     int recompute, recompute_layers; /* pt_recompute, pt_model_set_recompute */
     /* mixed precision (pt_model_set_precision, docs/precision.md): with PT_PREC_BF16 the model
@@ -297,6 +307,11 @@ static inline int pt_model_n_units(const pt_model *m) { return m->cfg.n_layers +
 static inline int pt_model_head_unit(const pt_model *m) {
     return m->cfg.tied_embeddings ? 0 : m->cfg.n_layers + 2;
 }
+/* The global balancing scope (PT_AUX_GLOBAL) between steps: clear the counts before a step's
+ * first forward; after its last backward, with aux_count summed over every rank's tokens of the
+ * step (pt_layout_sum_counts), make them the next step's f (each MoE layer's shares). */
+void pt_model_aux_counts_clear(pt_model *m);
+void pt_model_aux_f_update(pt_model *m);
 /* Hugging Face's initialisation into a host array of the global table (gtable.total elements):
  * matrices ~ N(0, init_std), norm weights 1, a router's bias 0. Deterministic. */
 void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host);

@@ -66,7 +66,7 @@ static void pt_generate_usage(FILE *f) {
             "usage: pentatron generate (--checkpoint DIR | --model DIR) --prompt TEXT [options]\n"
             "\n"
             "Continues TEXT with a model saved by `pentatron train` (--checkpoint) or a Hugging Face\n"
-            "Llama directory, config.json and safetensors weights (--model); single process, fp32.\n"
+            "Llama directory, config.json and safetensors weights (--model), on one process.\n"
             "Prints the text on stdout, and the prompt's (prefill) and the new tokens' (decode)\n"
             "tokens/s on stderr. The context (prompt and new tokens) is at most model.max_seq_len:\n"
             "a longer prompt is refused, and generation stops there (nothing slides).\n"
@@ -82,6 +82,8 @@ static void pt_generate_usage(FILE *f) {
             "  --seed S               sampling seed (default 1)\n"
             "  --no-cache             no key/value cache: each token from a forward over the whole\n"
             "                         context (slow; the same tokens)\n"
+            "  --precision P          fp32 (default) or bf16: weights and activations rounded to bf16,\n"
+            "                         products summed in fp32, as training.precision = bf16 computes\n"
             "  --threads N            compute threads (default: all cores)\n");
 }
 
@@ -117,7 +119,7 @@ static pt_status pt_find_tokenizer(const char *dir, const char *given, char *pat
 
 int pt_cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *model = NULL, *prompt = NULL, *tokenizer = NULL;
-    int n_new = 64, threads = 0, flags = PT_SAMPLE_REPORT;
+    int n_new = 64, threads = 0, flags = PT_SAMPLE_REPORT, bf16 = 0;
     pt_gen_options o = {.seed = 1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -154,6 +156,10 @@ int pt_cmd_generate(int argc, char **argv) {
             o.seed = strtoull(v, &end, 10);
         else if (!strcmp(a, "--threads"))
             threads = (int)strtol(v, &end, 10);
+        else if (!strcmp(a, "--precision")) {
+            bf16 = !strcmp(v, "bf16");
+            if (!bf16 && strcmp(v, "fp32")) end = (char *)v; /* neither: a bad value */
+        }
         else {
             pt_log_error("generate: unknown option %s (see --help)", a);
             return 2;
@@ -184,6 +190,7 @@ int pt_cmd_generate(int argc, char **argv) {
     }
     if (st == PT_OK) st = pt_model_init_ex(&m, &mc, be, 0, PT_MODEL_NO_GRADS, NULL);
     if (st == PT_OK) st = pt_ckpt_load_weights(dir, &m);
+    if (st == PT_OK && bf16) st = pt_model_set_precision(&m, PT_PREC_BF16);
     if (st == PT_OK) st = pt_cli_sample(&m, tok_path, prompt, n_new, &o, flags);
     if (st != PT_OK) pt_log_error("generate: %s", pt_last_error());
     pt_model_free(&m);

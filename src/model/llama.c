@@ -537,8 +537,10 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     if (m->par.n_chunks == 0) m->par.chunk[0] = (pt_chunk){0, cfg->n_layers};
     pt_param_table_build_local(&m->table, cfg, &m->par);
     pt_param_table_build(&m->gtable, cfg);
-    if (cfg->n_experts > 0)
+    if (cfg->n_experts > 0) {
         m->expert_load = pt_calloc((size_t)cfg->n_layers * cfg->n_experts, sizeof *m->expert_load);
+        pt_moe_model_init(m);
+    }
     m->alloc_total = alloc_total > m->table.total ? alloc_total : m->table.total;
     m->w.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->w.layers);
     m->g.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->g.layers);
@@ -583,6 +585,7 @@ void pt_model_free(pt_model *m) {
     pt_param_table_free(&m->table);
     pt_param_table_free(&m->gtable);
     free(m->expert_load);
+    pt_moe_model_free(m);
     PT_ASSERTF(!m->ws, "activations outlive their model");
     memset(m, 0, sizeof *m);
 }
@@ -1083,7 +1086,8 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
         if (direct) be->copy(be, xnext, la->xmid, RC * sizeof(float));
         if (!direct) be->zero(be, y, (size_t)N * C * sizeof(float));
         pt_moe_forward(m, la->moe, w, la->xn2, direct ? xnext : y, a->B, a->T,
-                       recompute ? m->ws->load : m->expert_load + (size_t)l * c->n_experts);
+                       recompute ? m->ws->load : m->expert_load + (size_t)l * c->n_experts, l,
+                       recompute);
         if (!direct) {
             pt_tp_reduce(m, y, N, C);
             const float *xm = pt_f32(m, a->sA, la->xmid, RC);

@@ -6,12 +6,16 @@
  * are added back, weighted, into the residual stream. Shared experts (a dense SwiGLU every token
  * passes through) are added too.
  *
- * Load-balancing losses, computed per sequence so that any split of a batch over micro-batches
- * and ranks gives the same step (a batch's statistics would not split), each averaged over the
- * sequences of the global batch (m->aux_scale = 1/sequences):
+ * Load-balancing losses, by default computed per sequence so that any split of a batch over
+ * micro-batches and ranks gives the same step (a batch's statistics would not split), each
+ * averaged over the sequences of the global batch (m->aux_scale = 1/sequences):
  *   aux = aux_loss_coef · E · Σₑ fₑ·Pₑ, fₑ the sequence's share of token-slots routed to e, Pₑ
  *         its mean router probability of e (gradient through P only);
  *   z   = z_loss_coef · mean over the sequence's tokens of logsumexp(logits)².
+ * model.aux_loss_scope = micro_batch takes f and P over each micro-batch's tokens (averaged over
+ * the micro-batches); global takes P over the step's tokens and f from the previous step's
+ * token-slots over the whole global batch (m->aux_f; the trainer sums the counts over the ranks
+ * and makes them the next step's f: the counts of a step are known only after its backward).
  * Routing decisions are made on the host (the router's probabilities are downloaded).
  *
  * Expert parallelism (m->par.ep_ops) moves the sorted slots' rows to the ranks holding their
@@ -342,8 +346,36 @@ static void pt_router_operands(pt_model *m, pt_moe_acts *a, const pt_layer_view 
     *x32 = a->dxg, *r32 = a->router32;
 }
 
+void pt_moe_model_init(pt_model *m) {
+    size_t n = (size_t)m->cfg.n_layers * m->cfg.n_experts;
+    m->aux_count = pt_calloc(n, sizeof *m->aux_count);
+    m->aux_f = pt_malloc(n * sizeof *m->aux_f);
+    for (size_t i = 0; i < n; i++) m->aux_f[i] = 1.0 / m->cfg.n_experts; /* the first step's */
+}
+
+void pt_moe_model_free(pt_model *m) {
+    free(m->aux_f);
+    free(m->aux_count);
+}
+
+void pt_model_aux_counts_clear(pt_model *m) {
+    if (m->aux_count)
+        memset(m->aux_count, 0, (size_t)m->cfg.n_layers * m->cfg.n_experts * sizeof *m->aux_count);
+}
+
+void pt_model_aux_f_update(pt_model *m) {
+    int E = m->cfg.n_experts;
+    for (int l = 0; l < m->cfg.n_layers && m->aux_count; l++) {
+        const double *cnt = m->aux_count + (size_t)l * E;
+        double slots = 0;
+        for (int e = 0; e < E; e++) slots += cnt[e];
+        /* a dense layer has no token-slots: its f is never read */
+        for (int e = 0; e < E && slots > 0; e++) m->aux_f[(size_t)l * E + e] = cnt[e] / slots;
+    }
+}
+
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const void *xn,
-                      float *out, int B, int T, double *load) {
+                      float *out, int B, int T, double *load, int layer, int recompute) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim;
@@ -400,11 +432,24 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
                 psum[(size_t)b * E + e] += a->probs[(size_t)t * E + e];
                 for (int j = 0; j < k; j++) cnt[(size_t)b * E + e] += a->sel[(size_t)t * k + j] == e;
             }
+    if (c->aux_scope == PT_AUX_GLOBAL && !recompute) /* this rank's token-slots of the step */
+        for (int i = 0; i < B * E; i++) m->aux_count[(size_t)layer * E + i % E] += cnt[i];
     if (m->par.cp_ops) m->par.cp_ops->sum_host_f64(m->par.cp_ops->ctx, a->fseq, (size_t)2 * B * E);
-    for (int i = 0; i < B * E; i++) {
-        cnt[i] /= Tt * k; /* fₑ of the sequence */
-        aux += cnt[i] * psum[i] / Tt;
+    /* each sequence's row of cnt becomes the fₑ its tokens' P is weighted by (model.aux_loss_scope):
+     * the sequence's own share of token-slots; the micro-batch's (Switch: the slots of all its B
+     * sequences); or the previous step's shares over the whole global batch. The same sum then
+     * gives each scope's loss, P its tokens' mean over the sequence, micro-batch or step */
+    if (c->aux_scope == PT_AUX_MICRO_BATCH) {
+        double *fmb = a->dp; /* (E): backward's scratch */
+        memset(fmb, 0, (size_t)E * sizeof *fmb);
+        for (int i = 0; i < B * E; i++) fmb[i % E] += cnt[i];
+        for (int i = 0; i < B * E; i++) cnt[i] = fmb[i % E] / (B * Tt * k);
+    } else if (c->aux_scope == PT_AUX_GLOBAL) {
+        for (int i = 0; i < B * E; i++) cnt[i] = m->aux_f[(size_t)layer * E + i % E];
+    } else {
+        for (int i = 0; i < B * E; i++) cnt[i] /= Tt * k; /* fₑ of the sequence */
     }
+    for (int i = 0; i < B * E; i++) aux += cnt[i] * psum[i] / Tt;
     for (int t = 0; t < B * T; t++) z += (double)a->zlse[t] * a->zlse[t] / Tt;
     /* every context rank has the sequence's aux: each reports its share of it */
     m->aux_loss += c->aux_loss_coef * E * aux * m->aux_scale / cp;

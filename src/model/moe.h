@@ -10,11 +10,16 @@ typedef struct pt_moe_acts pt_moe_acts;
 pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N);
 void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a);
 size_t pt_moe_acts_bytes(const pt_moe_acts *a);
+/* The model's balancing-scope state (m->aux_f uniform, m->aux_count zero), made and freed with
+ * a model that has experts. */
+void pt_moe_model_init(pt_model *m);
+void pt_moe_model_free(pt_model *m);
 /* out (N,C, fp32) += the experts' (and shared experts') output for the normed input xn (N,C, the
- * model's precision) of B sequences of T tokens; adds the layer's balancing losses to
- * m->aux_loss and m->z_loss and each expert's token-slots to load (E). */
+ * model's precision) of B sequences of T tokens of layer `layer`; adds the layer's balancing
+ * losses (over m->cfg.aux_scope) to m->aux_loss and m->z_loss and each expert's token-slots to
+ * load (E); the global scope's counts to m->aux_count unless this is a recomputation. */
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const void *xn,
-                      float *out, int B, int T, double *load);
+                      float *out, int B, int T, double *load, int layer, int recompute);
 /* dxn (N,C, fp32) += the input gradient for dout (N,C, fp32; dout_op: the same as a GEMM operand
  * of the model's precision, dout itself in fp32); the router's, experts' and shared experts'
  * weight gradients accumulate into g, the balancing losses' included. */

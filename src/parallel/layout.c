@@ -243,6 +243,11 @@ void pt_layout_sum_step(const pt_layout *l, double *loss, double *sumsq, double 
     if (l->par.ep > 1 && !zero) pt_allreduce_sum(mesh->ep, sumsq, 1, PT_DTYPE_F64);
 }
 
+void pt_layout_sum_counts(const pt_layout *l, double *x, size_t n) {
+    if (l->dpc) pt_allreduce_sum(l->dpc, x, n, PT_DTYPE_F64);
+    if (l->mesh && l->pp > 1) pt_allreduce_sum(l->mesh->pp, x, n, PT_DTYPE_F64);
+}
+
 void pt_layout_sum_tied(const pt_layout *l, pt_model *m) {
     if (!m->cfg.tied_embeddings || !l->mesh || l->mesh->emb->size <= 1) return;
     for (int i = 0; i < m->table.n; i++) {

@@ -182,6 +182,12 @@ static pt_status pt_write_index(const char *path, int64_t step, const pt_model *
     json_object_set_new(root, "seq_len", json_integer(cfg->training.seq_len));
     json_object_set_new(root, "shuffle", json_boolean(cfg->data.shuffle));
     json_object_set_new(root, "total", json_integer((json_int_t)m->gtable.total));
+    if (m->aux_f && m->cfg.aux_scope == PT_AUX_GLOBAL) { /* the next step's balancing f */
+        json_t *f = json_array();
+        for (size_t i = 0; i < (size_t)m->cfg.n_layers * m->cfg.n_experts; i++)
+            json_array_append_new(f, json_real(m->aux_f[i]));
+        json_object_set_new(root, "aux_f", f);
+    }
     json_t *tensors = json_array();
     for (int i = 0; i < m->gtable.n; i++) {
         const pt_param *p = &m->gtable.p[i];
@@ -376,6 +382,8 @@ typedef struct {
 struct pt_ckpt {
     char dir[PT_PATH_MAX];
     int64_t step, optimizer_step;
+    double *aux_f; /* the global balancing scope's f, or NULL */
+    size_t n_aux_f;
     pt_ckpt_shard *shards;
     int n_shards;
     pt_ckpt_block *blocks; /* sorted by tensor */
@@ -416,6 +424,13 @@ pt_status pt_ckpt_open(pt_ckpt **out, const char *dir, const pt_param_table *t) 
                                                 "optimizer_step, tensors or shards", path));
     c->step = json_integer_value(js);
     c->optimizer_step = json_integer_value(jo);
+    json_t *jf = json_object_get(root, "aux_f"), *x;
+    size_t xi;
+    if (json_is_array(jf) && json_array_size(jf) > 0) {
+        c->n_aux_f = json_array_size(jf);
+        c->aux_f = pt_calloc(c->n_aux_f, sizeof *c->aux_f);
+        json_array_foreach(jf, xi, x) c->aux_f[xi] = json_number_value(x);
+    }
 
     /* the global tensors must be this model's */
     if ((int)json_array_size(tensors) != t->n)
@@ -529,6 +544,12 @@ pt_status pt_ckpt_read_block(pt_ckpt *c, int kind, int tensor, int64_t r0, int64
 int64_t pt_ckpt_step(const pt_ckpt *c) { return c->step; }
 int64_t pt_ckpt_optimizer_step(const pt_ckpt *c) { return c->optimizer_step; }
 
+int pt_ckpt_aux_f(const pt_ckpt *c, double *f, size_t n) {
+    if (!c->aux_f || c->n_aux_f != n) return 0;
+    memcpy(f, c->aux_f, n * sizeof *f);
+    return 1;
+}
+
 void pt_ckpt_close(pt_ckpt *c) {
     if (!c) return;
     for (int s = 0; s < c->n_shards; s++)
@@ -536,6 +557,7 @@ void pt_ckpt_close(pt_ckpt *c) {
     free(c->shards);
     free(c->blocks);
     free(c->first);
+    free(c->aux_f);
     free(c);
 }
 

@@ -51,7 +51,12 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("model.n_shared_experts", PT_CFG_INT, model.n_shared_experts, "0", NULL,
          "shared experts every token also passes through (one SwiGLU of n × moe_ffn_dim)"),
     PT_K("model.aux_loss_coef", PT_CFG_FLOAT, model.aux_loss_coef, "0.01", NULL,
-         "load-balancing loss E·Σ f·P per MoE layer and sequence (0 = off)"),
+         "load-balancing loss E·Σ f·P per MoE layer, over model.aux_loss_scope (0 = off)"),
+    PT_K("model.aux_loss_scope", PT_CFG_STR, aux_loss_scope, "sequence",
+         "sequence|micro_batch|global",
+         "the tokens of the balancing loss's f and P: each sequence; each micro-batch (Switch); "
+         "global: P over the step's tokens, f the previous step's token-slot shares over every "
+         "data rank (uniform at the first step; docs/parallelism.md)"),
     PT_K("model.z_loss_coef", PT_CFG_FLOAT, model.z_loss_coef, "0", NULL,
          "router z-loss: mean logsumexp(logits)² (0 = off)"),
     PT_K("model.capacity_factor", PT_CFG_FLOAT, model.capacity_factor, "0", NULL,
@@ -299,7 +304,7 @@ int pt_config_was_set(const pt_config *c, const char *key) {
  * architecture, which an explicit value may repeat but not contradict. */
 static const char *const pt_cfg_training_keys[] = {
     "model.max_seq_len", "model.aux_loss_coef", "model.z_loss_coef", "model.capacity_factor",
-    "model.bias_rate",   "model.init_std",
+    "model.bias_rate",   "model.init_std",     "model.aux_loss_scope",
 };
 
 static int pt_cfg_is_training_key(const char *key) {

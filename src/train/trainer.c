@@ -35,6 +35,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         PT_TRY(pt_hf_config_read(path, &hf));
         PT_TRY(pt_config_merge_model(cfg, &hf, path));
     }
+    cfg->model.aux_scope = !strcmp(cfg->aux_loss_scope, "global")        ? PT_AUX_GLOBAL
+                           : !strcmp(cfg->aux_loss_scope, "micro_batch") ? PT_AUX_MICRO_BATCH
+                                                                         : PT_AUX_SEQUENCE;
     if (cfg->model.n_experts > 0 && cfg->model.moe_ffn_dim == 0)
         cfg->model.moe_ffn_dim = cfg->model.ffn_dim;
     if (cfg->training.seq_len > cfg->model.max_seq_len)
@@ -269,6 +272,11 @@ pt_status pt_trainer_load(pt_trainer *t, const char *dir) {
     free(blocks);
     t->step = pt_ckpt_step(c);
     t->opt.step = pt_ckpt_optimizer_step(c);
+    const pt_model_config *mc = &t->model.cfg;
+    if (mc->aux_scope == PT_AUX_GLOBAL && t->model.aux_f && t->step > 0 &&
+        !pt_ckpt_aux_f(c, t->model.aux_f, (size_t)mc->n_layers * mc->n_experts))
+        pt_log_warn("%s has no balancing f of the global scope (saved under another "
+                    "model.aux_loss_scope): the next step's f is uniform", dir);
     free(host);
     pt_ckpt_close(c);
     return st;
@@ -365,6 +373,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         pt_model_zero_grads(&t->model);
     double loss_sum = 0;
     t->model.aux_scale = 1.0 / G; /* the balancing losses: a mean over the batch's sequences */
+    pt_model_aux_counts_clear(&t->model); /* the global scope's token-slots of this step */
     t->model.aux_loss = t->model.z_loss = 0;
     t->model.a2a_sent = t->model.a2a_recv = 0;
     size_t n_load = t->model.expert_load ? (size_t)cfg->model.n_layers * cfg->model.n_experts : 0;
@@ -412,6 +421,10 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     double sumsq = pt_grad_sumsq_owned(&t->opt, &t->model);
     double aux[2] = {t->model.aux_loss, t->model.z_loss};
     pt_layout_sum_step(lay, &loss_sum, &sumsq, aux, t->model.expert_load, n_load);
+    if (cfg->model.aux_scope == PT_AUX_GLOBAL && n_load) { /* the next step's f */
+        pt_layout_sum_counts(lay, t->model.aux_count, n_load);
+        pt_model_aux_f_update(&t->model);
+    }
     double norm = sqrt(sumsq);
     if (!isfinite(norm))
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",

@@ -137,6 +137,10 @@ class Cfg:
         self.experts, self.topk, self.moe_ffn, self.shared = 0, 2, ffn, 0
         self.aux, self.zloss, self.capacity, self.sigmoid = 0.0, 0.0, 0.0, False
         self.aux_sum = 0.0  # the last forward's balancing losses, summed over its sequences
+        # the balancing loss's scope (--aux-scope): sequence, micro_batch or global; global's f
+        # per MoE layer (prefix -> (E,) float64: the previous step's shares, uniform when absent)
+        # and this step's token-slot counts
+        self.aux_scope, self.aux_f, self.aux_count = "sequence", {}, {}
         self.moe_trace = None  # a list: every MoE layer appends its (sel, keep) (self-checks)
 
 
@@ -281,9 +285,23 @@ def moe_block(params, m, h, cfg, swiglu=swiglu32):
         out = out + swiglu(h, params[m + "shared_experts.gate_proj.weight"],
                            params[m + "shared_experts.up_proj.weight"],
                            params[m + "shared_experts.down_proj.weight"])
-    f = F.one_hot(sel, E).to(h.dtype).sum(2).mean(1) / k  # (B, E): detached by construction
-    P = probs.mean(1)  # (B, E)
-    cfg.aux_sum = cfg.aux_sum + cfg.aux * E * (f * P).sum()
+    scope = getattr(cfg, "aux_scope", "sequence")
+    if scope == "micro_batch":
+        # Switch: f and P over the micro-batch's tokens, the micro-batch B of the batch's sequences
+        f = F.one_hot(sel, E).to(h.dtype).sum(2).mean((0, 1)) / k  # (E)
+        P = probs.mean((0, 1))
+        cfg.aux_sum = cfg.aux_sum + cfg.aux * E * (f * P).sum() * B
+    elif scope == "global":
+        # f: the previous step's shares of token-slots over the global batch (uniform at the
+        # first step); P over the step's tokens (the caller divides by the batch's sequences)
+        f = cfg.aux_f.get(m, torch.full((E,), 1.0 / E, dtype=torch.float64)).to(h.dtype)
+        cfg.aux_sum = cfg.aux_sum + cfg.aux * E * (f * probs.sum((0, 1)) / T).sum()
+        cnt = F.one_hot(sel, E).sum((0, 1, 2)).double()  # this step's slots, before any drop
+        cfg.aux_count[m] = cfg.aux_count.get(m, 0) + cnt
+    else:
+        f = F.one_hot(sel, E).to(h.dtype).sum(2).mean(1) / k  # (B, E): detached by construction
+        P = probs.mean(1)  # (B, E)
+        cfg.aux_sum = cfg.aux_sum + cfg.aux * E * (f * P).sum()
     cfg.aux_sum = cfg.aux_sum + cfg.zloss * (torch.logsumexp(logits, -1) ** 2).mean(1).sum()
     return out
 
@@ -344,6 +362,7 @@ def loss_and_grads(params0, tokens, targets, cfg, dtype, micro=None, fwd=forward
     B = tokens.shape[0]
     nvalid = int((targets != -1).sum())
     micro = micro or B
+    cfg.aux_f, cfg.aux_count = {}, {}  # a first step: the global scope's f uniform
     logits_all = []
     total = 0.0
     for b0 in range(0, B, micro):
@@ -578,8 +597,10 @@ def train(params0, tokens, targets, cfg, a, fwd=forward):
     B = tokens.shape[1]
     micro = a.micro_batch or B
     losses, gnorms = [], []
+    cfg.aux_f = {}  # the global scope: uniform f at the first step
     for s in range(a.steps):
         opt.zero_grad(set_to_none=True)
+        cfg.aux_count = {}
         tk, tg = tokens[s], targets[s]
         nvalid = int((tg != -1).sum())
         tot = 0.0
@@ -595,6 +616,8 @@ def train(params0, tokens, targets, cfg, a, fwd=forward):
         losses.append(tot)
         gnorms.append(float(gn))
         opt.step()
+        # the global scope: this step's token-slot shares are the next step's f
+        cfg.aux_f = {m: c / c.sum() for m, c in cfg.aux_count.items()}
     return losses, gnorms, {k: v.detach().clone() for k, v in P.items()}
 
 
@@ -1046,6 +1069,8 @@ def parse_args(argv):
     ap.add_argument("--zloss", type=float, default=0.0, help="MoE: z-loss coefficient")
     ap.add_argument("--capacity", type=float, default=0.0, help="MoE: capacity factor (0 = dropless)")
     ap.add_argument("--sigmoid", type=int, default=0, choices=(0, 1), help="MoE: sigmoid router")
+    ap.add_argument("--aux-scope", default="sequence", choices=("sequence", "micro_batch", "global"),
+                    help="MoE: the balancing loss's scope (model.aux_loss_scope)")
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                     help="bf16: the mixed-precision model of docs/precision.md (fp32 masters, "
                     "bf16 weights and activations); the fp32 run's results go in as fp32.*")
@@ -1066,6 +1091,7 @@ def generate(a):
     cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied)
     cfg.experts, cfg.topk, cfg.moe_ffn, cfg.shared = a.experts, a.topk, a.moe_ffn or a.ffn, a.shared
     cfg.aux, cfg.zloss, cfg.capacity, cfg.sigmoid = a.aux, a.zloss, a.capacity, bool(a.sigmoid)
+    cfg.aux_scope = a.aux_scope
     params = init_params(cfg, a.seed)
     tokens, targets = make_data(cfg, a.steps, a.batch, a.seq, a.seed, a.ignore_frac)
 
