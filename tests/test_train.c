@@ -245,8 +245,14 @@ static void test_init_from_export_reproduces_the_model(void **state) {
     pt_config d;
     tiny_config(&d, NULL);
     snprintf(d.init_from, sizeof d.init_from, "%s", dir);
-    d.model.dim = 999; /* ignored: the architecture comes from config.json */
+    /* model.dim is explicit here (tiny_config gives it): an architecture key that contradicts
+     * config.json is refused, naming both values; one that agrees is fine */
+    d.model.dim = 999;
     pt_trainer b;
+    assert_int_equal(pt_trainer_init(&b, &d), PT_ERR_CONFIG);
+    assert_non_null(strstr(pt_last_error(), "model.dim = 999 (explicit) contradicts the "
+                                            "checkpoint's 32"));
+    d.model.dim = 32;
     init_or_fail(&b, &d);
     assert_int_equal(b.model.cfg.dim, 32);
     float *pa = tu_download(a.be, a.model.params, a.model.table.total);
