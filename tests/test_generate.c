@@ -1,7 +1,8 @@
 /* test_generate.c: generation with the key/value cache against the computation without it.
  *
- * On small random models (dense and mixture of experts, tied and untied heads, grouped-query
- * attention, prompts within one key tile of the attention and across several):
+ * On small random models (dense and mixture of experts with softmax and sigmoid routers, tied and
+ * untied heads, multi-, grouped- and multi-query attention, prompts within one key tile of the
+ * attention and across several):
  *   - greedy decoding with the cache gives the same tokens as without it (every token from a
  *     forward over the whole context), 48 new tokens;
  *   - the logits each cached step chose from are within 1e-5 (‖Δ‖/‖ref‖) of the rows of one
@@ -23,7 +24,7 @@ enum { N_NEW = 48 };
 
 typedef struct {
     const char *name;
-    int tied, moe, n_kv_heads, n_prompt;
+    int tied, moe, n_kv_heads, n_prompt; /* moe: 1 softmax router, 2 sigmoid router with a bias */
 } gen_case;
 
 static pt_model_config small_config(const gen_case *g) {
@@ -44,6 +45,7 @@ static pt_model_config small_config(const gen_case *g) {
         c.n_experts = 4, c.top_k = 2, c.moe_ffn_dim = 32, c.moe_every = 1, c.moe_first_dense = 1;
         c.n_shared_experts = 1;
         c.capacity_factor = 1.0f; /* set aside by generation (dropless) */
+        c.router_sigmoid = g->moe == 2;
     }
     return c;
 }
@@ -155,6 +157,7 @@ static const gen_case cases[] = {
     {"dense untied MQA, prompt 70", 0, 0, 1, 70},
     {"MoE tied GQA", 1, 1, 2, 7},
     {"MoE untied GQA, prompt 70", 0, 1, 2, 70},
+    {"MoE sigmoid untied MQA", 0, 2, 1, 7},
 };
 
 static void test_greedy(void **state) {
