@@ -4,7 +4,8 @@
 #     pipeline, 0–3 without, with or without experts; sp on and off; degrees of 3 and 6 on 6 and
 #     12 ranks), each reproducing the single-process run: step-1 gradients per tensor
 #     ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative; among them dp2·pp2·cp2·tp2 with ep 2, zero
-#     bubble and ZeRO-1 on 16 ranks;
+#     bubble and ZeRO-1 on 16 ranks; a model with head_dim ≠ dim / heads and Llama 3 rope
+#     scaling under dp·cp·tp and pp·cp·tp;
 #   - the same layout run twice: bitwise the same losses and checkpoint (weights and moments);
 #   - resharding: that layout's checkpoint at step 5 continued on 1 rank, and a 1-rank checkpoint
 #     continued on 16, both giving the uninterrupted run's losses; its Hugging Face export equals
@@ -37,6 +38,12 @@ dense 8 cp4_tp2_sp $P.cp=4 $P.tp=2 $P.sp=true --training.micro_batch=8
 dense 8 tp4_pp2_1f1b $P.tp=4 $P.pp=2 $P.pp_schedule=1f1b --training.micro_batch=2
 dense 8 cp2_pp4_zb $P.cp=2 $P.pp=4 $P.pp_schedule=zb --training.micro_batch=2
 # tied embeddings across the pipeline (the last stage's copy), with everything else
+# a Hugging Face shape of today: heads of 12 over a width of 32 (head_dim ≠ dim / heads) and
+# Llama 3.1's rope scaling (factor 8, original context 16: every kind of frequency pair)
+hf=("${L4[@]}" --model.head_dim=12 --model.rope_factor=8 --model.rope_original_max_seq_len=16)
+run 1 href "${hf[@]}" --training.micro_batch=8 || bad "head_dim reference failed: $(tail -3 "$tmp/href.log")"
+check 8 hd12_dp2_cp2_tp2_sp_z1 href "${hf[@]}" $P.dp=2 $P.cp=2 $P.tp=2 $P.sp=true $P.zero=1 --training.micro_batch=2
+check 8 hd12_pp2_cp2_tp2_zb href "${hf[@]}" $P.pp=2 $P.cp=2 $P.tp=2 $P.pp_schedule=zb --training.micro_batch=2
 run 1 tref "${L4[@]}" --model.tied_embeddings=true --training.micro_batch=8 || bad "tied reference failed"
 check 8 tied_dp2_pp2_tp2_sp_zb_z1 tref "${L4[@]}" --model.tied_embeddings=true $P.dp=2 $P.pp=2 $P.tp=2 $P.sp=true $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
 run 1 tmref "${moe[@]}" --model.tied_embeddings=true --training.micro_batch=8 || bad "tied MoE reference failed"

@@ -272,6 +272,14 @@ static void test_gqa_untied_accumulation(void **state) {
     check_model("--tied 0 --seed 3 --batch 4 --micro-batch 1 --seq 23 --layers 3", 0);
 }
 
+/* Hugging Face configs of today's models: a head width other than dim / heads (Qwen 3, Gemma:
+ * 6 heads of 12 over a width of 48) and Llama 3.1's rope scaling (rope_type llama3, factor 8,
+ * original context 64: of the 6 frequency pairs one is kept, one blended, four divided) */
+static void test_head_dim_and_llama3_rope(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 23 --head-dim 12 --rope-factor 8 --rope-orig 64 --theta 500", 0);
+}
+
 /* bf16 against the reference that rounds where the model rounds (docs/precision.md) */
 static void test_bf16_untied(void **state) {
     (void)state;
@@ -371,6 +379,7 @@ int main(void) {
         cmocka_unit_test(test_gqa_untied),
         cmocka_unit_test(test_gqa_tied),
         cmocka_unit_test(test_gqa_untied_accumulation),
+        cmocka_unit_test(test_head_dim_and_llama3_rope),
         cmocka_unit_test(test_bf16_untied),
         cmocka_unit_test(test_bf16_tied),
         cmocka_unit_test(test_bf16_accumulation),

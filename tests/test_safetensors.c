@@ -1036,6 +1036,37 @@ static void test_hf_config_write_read_round_trip(void **state) {
     expect_msg_contains("rms_norm_eps");
 }
 
+/* Today's Llama 3.1 / Qwen 3 shapes: rope_scaling of rope_type llama3 and a head_dim other than
+ * hidden_size / heads, read, then written and read back the same */
+static void test_hf_config_reads_llama3_rope_and_head_dim(void **state) {
+    (void)state;
+    char *json = config_with("\"rope_scaling\": null",
+                             "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                             "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                             "\"original_max_position_embeddings\": 8192}, \"head_dim\": 128");
+    const char *path = tpath("llama31_config.json"), *path2 = tpath("llama31_written.json");
+    write_bytes(path, json, strlen(json));
+    free(json);
+    pt_model_config c = {0}, back = {0};
+    assert_int_equal(pt_hf_config_read(path, &c), PT_OK);
+    assert_int_equal(c.head_dim, 128);
+    assert_true(c.rope_factor == 8.0f && c.rope_low_freq_factor == 1.0f &&
+                c.rope_high_freq_factor == 4.0f && c.rope_original_max_seq_len == 8192);
+    assert_int_equal(pt_hf_config_write(path2, &c), PT_OK);
+    assert_int_equal(pt_hf_config_read(path2, &back), PT_OK);
+    assert_true(back.head_dim == c.head_dim && back.rope_factor == c.rope_factor &&
+                back.rope_low_freq_factor == c.rope_low_freq_factor &&
+                back.rope_high_freq_factor == c.rope_high_freq_factor &&
+                back.rope_original_max_seq_len == c.rope_original_max_seq_len &&
+                back.dim == c.dim && back.n_heads == c.n_heads);
+    /* without rope_scaling: no scaling (factor 0) */
+    json = config_with("\"pretraining_tp\": 1", "\"pretraining_tp\": 1");
+    write_bytes(path, json, strlen(json));
+    free(json);
+    assert_int_equal(pt_hf_config_read(path, &c), PT_OK);
+    assert_true(c.rope_factor == 0.0f && c.head_dim == 0);
+}
+
 static void test_hf_config_errors_name_file_and_key(void **state) {
     (void)state;
     const struct {
@@ -1060,14 +1091,23 @@ static void test_hf_config_errors_name_file_and_key(void **state) {
         {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": 0", "\"tie_word_embeddings\"",
          PT_ERR_CONFIG},
         {"\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}",
-         "rope_scaling not supported", PT_ERR_CONFIG},
+         "rope_scaling of type \"linear\" not supported", PT_ERR_CONFIG},
+        {"\"rope_scaling\": null",
+         "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+         "\"original_max_position_embeddings\": 8192}",
+         "rope_scaling \"high_freq_factor\" must be a positive number", PT_ERR_CONFIG},
+        {"\"rope_scaling\": null",
+         "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0, "
+         "\"high_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192}",
+         "\"high_freq_factor\" (1) must exceed", PT_ERR_CONFIG},
         {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "\"hidden_act\" must be \"silu\"",
          PT_ERR_CONFIG},
         {"\"attention_bias\": false", "\"attention_bias\": true",
          "\"attention_bias\" must be false", PT_ERR_CONFIG},
         {"\"pretraining_tp\": 1", "\"mlp_bias\": true", "\"mlp_bias\" must be false",
          PT_ERR_CONFIG},
-        {"\"pretraining_tp\": 1", "\"head_dim\": 128", "\"head_dim\" must equal", PT_ERR_CONFIG},
+        {"\"pretraining_tp\": 1", "\"head_dim\": 7", "\"head_dim\" must be an even integer",
+         PT_ERR_CONFIG},
         {"\"pretraining_tp\": 1", "\"attention_dropout\": 0.1", "\"attention_dropout\"",
          PT_ERR_CONFIG},
         {"\"model_type\": \"llama\"", "\"model_type\": \"mistral\"",
@@ -1139,6 +1179,7 @@ int main(void) {
         cmocka_unit_test(test_hf_config_reads_tinyllama),
         cmocka_unit_test(test_hf_config_defaults),
         cmocka_unit_test(test_hf_config_write_read_round_trip),
+        cmocka_unit_test(test_hf_config_reads_llama3_rope_and_head_dim),
         cmocka_unit_test(test_hf_config_errors_name_file_and_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

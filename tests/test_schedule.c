@@ -374,7 +374,7 @@ static void test_svg_has_a_rect_per_computation(void **state) {
  * the matrix parameters a token passes through; the last stage adds the head's V·C) is the least
  * there is, for dense models and MoE models whose MoE layers weigh more or less than dense ones. */
 static double layer_cost(const pt_model_config *c, int l) {
-    int hd = c->dim / c->n_heads;
+    int hd = pt_model_head_dim(c);
     double attn = (double)c->dim * (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) +
                   (double)c->n_heads * hd * c->dim;
     if (pt_layer_is_moe(c, l))

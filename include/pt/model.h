@@ -24,6 +24,12 @@ typedef struct {
     int ffn_dim;
     int max_seq_len;
     float rope_theta;
+    int head_dim;                   /* per attention head (0: dim / n_heads) */
+    /* Llama 3.1's rope scaling (Hugging Face rope_scaling of rope_type "llama3"): factor > 0
+     * divides the frequencies whose wavelength exceeds original_max / low_freq_factor by factor,
+     * keeps those below original_max / high_freq_factor, and blends in between (0: none) */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_seq_len;
     float norm_eps;
     int tied_embeddings;
     float init_std;
@@ -44,6 +50,11 @@ typedef struct {
  * per micro-batch (Switch); or global: P over the step's tokens, f the previous step's
  * token-slot shares over the whole global batch (pt_model_aux_f_update; uniform at the first). */
 typedef enum { PT_AUX_SEQUENCE = 0, PT_AUX_MICRO_BATCH, PT_AUX_GLOBAL } pt_aux_scope;
+
+/* The width of an attention head: model.head_dim, or dim / n_heads when it is 0. */
+static inline int pt_model_head_dim(const pt_model_config *c) {
+    return c->head_dim > 0 ? c->head_dim : c->dim / c->n_heads;
+}
 
 /* Whether layer l of c is a mixture-of-experts layer. */
 static inline int pt_layer_is_moe(const pt_model_config *c, int l) {
@@ -397,5 +408,8 @@ pt_status pt_generate(pt_model *m, const int32_t *prompt, int n_prompt, int32_t 
 
 /* Model FLOPs per token (forward + backward = 6Ψ + attention as executed, causal halved). */
 double pt_model_flops_per_token(const pt_model_config *c, int T);
+/* The rotary frequency of the head dimensions' pair i (fp32, as Hugging Face computes it; Llama
+ * 3's rope scaling applied when c->rope_factor > 0). */
+float pt_rope_inv_freq(const pt_model_config *c, int i);
 
 #endif

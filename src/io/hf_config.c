@@ -100,10 +100,7 @@ static pt_status check_model_kind(const char *path, json_t *root) {
 
 /* Features transformers' Llama supports and this trainer does not: refuse rather than differ. */
 static pt_status check_unsupported(const char *path, json_t *root, const pt_model_config *c) {
-    if (value_of(root, "rope_scaling"))
-        return pt_errorf(PT_ERR_CONFIG,
-                         "%s: key \"rope_scaling\": rope_scaling not supported (expected null)",
-                         path);
+    (void)c;
     json_t *v = value_of(root, "hidden_act");
     if (v && (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
         return pt_errorf(PT_ERR_CONFIG, "%s: key \"hidden_act\" must be \"silu\"", path);
@@ -118,11 +115,45 @@ static pt_status check_unsupported(const char *path, json_t *root, const pt_mode
     if (v && (!json_is_number(v) || json_number_value(v) != 0))
         return pt_errorf(PT_ERR_CONFIG,
                          "%s: key \"attention_dropout\" must be 0 (dropout not supported)", path);
-    v = value_of(root, "head_dim");
-    if (v && (!json_is_integer(v) || json_integer_value(v) != c->dim / c->n_heads))
-        return pt_errorf(PT_ERR_CONFIG,
-                         "%s: key \"head_dim\" must equal hidden_size / num_attention_heads = %d",
-                         path, c->dim / c->n_heads);
+    return PT_OK;
+}
+
+/* rope_scaling: null, or Llama 3.1's {"rope_type" (or "type"): "llama3", "factor",
+ * "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}; any other type is
+ * refused by name. */
+static pt_status parse_rope_scaling(const char *path, json_t *root, pt_model_config *c) {
+    json_t *rs = value_of(root, "rope_scaling");
+    if (!rs) return PT_OK;
+    if (!json_is_object(rs))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"rope_scaling\" must be null or an object", path);
+    json_t *t = json_object_get(rs, "rope_type");
+    if (!t) t = json_object_get(rs, "type");
+    const char *type = t && json_is_string(t) ? json_string_value(t) : NULL;
+    if (!type || strcmp(type, "llama3") != 0)
+        return pt_errorf(PT_ERR_CONFIG, "%s: rope_scaling of type \"%s\" not supported (only "
+                         "\"llama3\")", path, type ? type : "(none)");
+    const struct {
+        const char *key;
+        float *dst;
+    } reals[] = {{"factor", &c->rope_factor},
+                 {"low_freq_factor", &c->rope_low_freq_factor},
+                 {"high_freq_factor", &c->rope_high_freq_factor}};
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++) {
+        json_t *v = json_object_get(rs, reals[i].key);
+        if (!v || !json_is_number(v) || !(json_number_value(v) > 0))
+            return pt_errorf(PT_ERR_CONFIG, "%s: rope_scaling \"%s\" must be a positive number",
+                             path, reals[i].key);
+        *reals[i].dst = (float)json_number_value(v);
+    }
+    json_t *om = json_object_get(rs, "original_max_position_embeddings");
+    if (!om || !json_is_integer(om) || json_integer_value(om) < 1)
+        return pt_errorf(PT_ERR_CONFIG, "%s: rope_scaling \"original_max_position_embeddings\" "
+                         "must be a positive integer", path);
+    c->rope_original_max_seq_len = (int)json_integer_value(om);
+    if (!(c->rope_high_freq_factor > c->rope_low_freq_factor))
+        return pt_errorf(PT_ERR_CONFIG, "%s: rope_scaling \"high_freq_factor\" (%g) must exceed "
+                         "\"low_freq_factor\" (%g)", path, c->rope_high_freq_factor,
+                         c->rope_low_freq_factor);
     return PT_OK;
 }
 
@@ -136,6 +167,14 @@ static pt_status parse(const char *path, json_t *root, pt_model_config *c) {
     PT_TRY(get_int(path, root, "intermediate_size", 1, 0, &c->ffn_dim));
     PT_TRY(get_int(path, root, "max_position_embeddings", 1, 0, &c->max_seq_len));
     PT_TRY(get_float(path, root, "rope_theta", 10000.0f, &c->rope_theta));
+    /* head_dim: absent or null means hidden_size / num_attention_heads */
+    json_t *hd = value_of(root, "head_dim");
+    if (hd && (!json_is_integer(hd) || json_integer_value(hd) < 2 || json_integer_value(hd) % 2))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"head_dim\" must be an even integer >= 2", path);
+    c->head_dim = hd ? (int)json_integer_value(hd) : 0;
+    c->rope_low_freq_factor = 1.0f, c->rope_high_freq_factor = 4.0f;
+    c->rope_original_max_seq_len = 8192;
+    PT_TRY(parse_rope_scaling(path, root, c));
     PT_TRY(get_float(path, root, "rms_norm_eps", 1e-6f, &c->norm_eps));
     PT_TRY(get_bool(path, root, "tie_word_embeddings", 0, &c->tied_embeddings));
     PT_TRY(get_float(path, root, "initializer_range", 0.02f, &c->init_std));
@@ -157,11 +196,11 @@ static pt_status parse(const char *path, json_t *root, pt_model_config *c) {
     c->bias_rate = br && json_is_number(br) ? (float)json_number_value(br) : 0.0f;
     json_t *cf = value_of(root, "capacity_factor");
     c->capacity_factor = cf && json_is_number(cf) ? (float)json_number_value(cf) : 0.0f;
-    if (c->dim % c->n_heads != 0)
+    if (c->head_dim == 0 && c->dim % c->n_heads != 0)
         return pt_errorf(
             PT_ERR_CONFIG,
-            "%s: key \"hidden_size\" = %d is not a multiple of num_attention_heads = %d", path,
-            c->dim, c->n_heads);
+            "%s: key \"hidden_size\" = %d is not a multiple of num_attention_heads = %d (and no "
+            "head_dim)", path, c->dim, c->n_heads);
     if (c->n_heads % c->n_kv_heads != 0)
         return pt_errorf(
             PT_ERR_CONFIG,
@@ -232,11 +271,11 @@ static pt_status check_for_write(const char *path, const pt_model_config *c) {
             return pt_errorf(PT_ERR_CONFIG,
                              "%s: cannot write %s = %g (expected a positive finite number)", path,
                              reals[i].key, (double)reals[i].v);
-    if (c->dim % c->n_heads != 0 || c->n_heads % c->n_kv_heads != 0)
+    if ((c->head_dim == 0 && c->dim % c->n_heads != 0) || c->n_heads % c->n_kv_heads != 0)
         return pt_errorf(
             PT_ERR_CONFIG,
             "%s: cannot write hidden_size %d, num_attention_heads %d, num_key_value_heads %d "
-            "(expected hidden_size divisible by heads, heads by kv heads)",
+            "(expected hidden_size divisible by heads or a head_dim, heads by kv heads)",
             path, c->dim, c->n_heads, c->n_kv_heads);
     return PT_OK;
 }
@@ -253,7 +292,7 @@ pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
     /* GPT-2's <|endoftext|> id, the tokenizer pentatron trains with, when the vocabulary has it */
     set_key(root, "bos_token_id", c->vocab_size > 50256 ? json_integer(50256) : json_null());
     set_key(root, "eos_token_id", c->vocab_size > 50256 ? json_integer(50256) : json_null());
-    set_key(root, "head_dim", json_integer(c->dim / c->n_heads));
+    set_key(root, "head_dim", json_integer(pt_model_head_dim(c)));
     set_key(root, "hidden_act", json_string("silu"));
     set_key(root, "hidden_size", json_integer(c->dim));
     set_key(root, "initializer_range", short_real(c->init_std));
@@ -266,7 +305,18 @@ pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
     set_key(root, "num_key_value_heads", json_integer(c->n_kv_heads));
     set_key(root, "pretraining_tp", json_integer(1));
     set_key(root, "rms_norm_eps", short_real(c->norm_eps));
-    set_key(root, "rope_scaling", json_null());
+    if (c->rope_factor > 0) {
+        json_t *rs = json_object();
+        PT_ASSERT(rs);
+        set_key(rs, "rope_type", json_string("llama3"));
+        set_key(rs, "factor", short_real(c->rope_factor));
+        set_key(rs, "low_freq_factor", short_real(c->rope_low_freq_factor));
+        set_key(rs, "high_freq_factor", short_real(c->rope_high_freq_factor));
+        set_key(rs, "original_max_position_embeddings", json_integer(c->rope_original_max_seq_len));
+        set_key(root, "rope_scaling", rs);
+    } else {
+        set_key(root, "rope_scaling", json_null());
+    }
     set_key(root, "rope_theta", short_real(c->rope_theta));
     set_key(root, "tie_word_embeddings", json_boolean(c->tied_embeddings));
     set_key(root, "torch_dtype", json_string("float32"));

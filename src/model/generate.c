@@ -24,7 +24,7 @@ pt_status pt_kv_cache_init(pt_kv_cache *kv, const pt_model *m, int max_len) {
     pt_backend *be = m->be;
     kv->n_layers = c->n_layers;
     kv->max_len = max_len;
-    kv->width = 2 * m->loc.KV * (c->dim / c->n_heads);
+    kv->width = 2 * m->loc.KV * pt_model_head_dim(c);
     kv->kv = be->alloc(be, (size_t)c->n_layers * max_len * kv->width * sizeof(float));
     kv->d_pos = be->alloc(be, (size_t)max_len * sizeof(int32_t));
     int32_t *pos = pt_malloc((size_t)max_len * sizeof *pos);

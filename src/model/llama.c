@@ -105,7 +105,7 @@ struct pt_model_ws {
     size_t bytes;
 };
 
-static int pt_head_dim(const pt_model_config *c) { return c->dim / c->n_heads; }
+static int pt_head_dim(const pt_model_config *c) { return pt_model_head_dim(c); }
 
 pt_status pt_model_config_check(const pt_model_config *c) {
 #define PT_CHECK_POS(field)                                                                       \
@@ -118,12 +118,21 @@ pt_status pt_model_config_check(const pt_model_config *c) {
     PT_CHECK_POS(ffn_dim);
     PT_CHECK_POS(max_seq_len);
 #undef PT_CHECK_POS
-    if (c->dim % c->n_heads != 0)
-        return pt_errorf(PT_ERR_CONFIG, "model.dim (%d) must be divisible by model.n_heads (%d)",
-                         c->dim, c->n_heads);
-    if ((c->dim / c->n_heads) % 2 != 0)
-        return pt_errorf(PT_ERR_CONFIG, "head dim model.dim/model.n_heads = %d must be even (rotary)",
-                         c->dim / c->n_heads);
+    if (c->head_dim < 0) return pt_errorf(PT_ERR_CONFIG, "model.head_dim must be >= 0 (0: dim / n_heads)");
+    if (c->head_dim == 0 && c->dim % c->n_heads != 0)
+        return pt_errorf(PT_ERR_CONFIG, "model.dim (%d) must be divisible by model.n_heads (%d) "
+                         "(or set model.head_dim)", c->dim, c->n_heads);
+    if (pt_head_dim(c) % 2 != 0)
+        return pt_errorf(PT_ERR_CONFIG, "the head dimension (model.head_dim, or model.dim / "
+                         "model.n_heads) = %d must be even (rotary)", pt_head_dim(c));
+    if (c->rope_factor < 0) return pt_errorf(PT_ERR_CONFIG, "model.rope_factor must be >= 0 (0: no scaling)");
+    if (c->rope_factor > 0 && !(c->rope_high_freq_factor > c->rope_low_freq_factor &&
+                                c->rope_low_freq_factor > 0 && c->rope_original_max_seq_len > 0))
+        return pt_errorf(PT_ERR_CONFIG, "model.rope_factor = %g (Llama 3 rope scaling) needs "
+                         "rope_high_freq_factor (%g) > rope_low_freq_factor (%g) > 0 and "
+                         "rope_original_max_seq_len (%d) > 0", c->rope_factor,
+                         c->rope_high_freq_factor, c->rope_low_freq_factor,
+                         c->rope_original_max_seq_len);
     if (c->n_heads % c->n_kv_heads != 0)
         return pt_errorf(PT_ERR_CONFIG,
                          "model.n_heads (%d) must be divisible by model.n_kv_heads (%d)", c->n_heads,
@@ -558,7 +567,7 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     for (int p = 0; p < cfg->max_seq_len; p++)
         for (int i = 0; i < half; i++) {
             /* Hugging Face computes inv_freq in fp32, then pos·inv_freq in fp32 */
-            float inv = (float)(1.0 / pow((double)cfg->rope_theta, (double)(2 * i) / hd));
+            float inv = pt_rope_inv_freq(cfg, i);
             float a = (float)p * inv;
             c[(size_t)p * half + i] = (float)cos((double)a);
             s[(size_t)p * half + i] = (float)sin((double)a);
@@ -570,6 +579,23 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     free(c);
     free(s);
     return PT_OK;
+}
+
+/* The rotary frequency of pair i: theta^(−2i/hd) as Hugging Face computes it in fp32; with
+ * Llama 3's rope scaling (cfg->rope_factor > 0; transformers' _compute_llama3_parameters) a
+ * wavelength 2π/f beyond original_max / low_freq_factor gets f / factor, one below
+ * original_max / high_freq_factor keeps f, and those between blend the two by
+ * s = (original_max / wavelength − low) / (high − low): (1 − s)·f / factor + s·f. */
+float pt_rope_inv_freq(const pt_model_config *cfg, int i) {
+    int hd = pt_head_dim(cfg);
+    float f = (float)(1.0 / pow((double)cfg->rope_theta, (double)(2 * i) / hd));
+    if (!(cfg->rope_factor > 0)) return f;
+    float factor = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
+    float orig = (float)cfg->rope_original_max_seq_len, wavelen = 2.0f * (float)M_PI / f;
+    if (wavelen > orig / lo) return f / factor;
+    if (wavelen < orig / hi) return f;
+    float sm = (orig / wavelen - lo) / (hi - lo);
+    return (1.0f - sm) * f / factor + sm * f;
 }
 
 void pt_model_free(pt_model *m) {
@@ -1467,7 +1493,7 @@ double pt_model_flops_per_token(const pt_model_config *c, int T) {
     /* 6 FLOPs per parameter per token for the matrices (2 forward, 4 backward), plus attention as
      * the kernel executes it: causal, so half of the T×T scores; QKᵀ and PV are 2·T·hd each
      * forward per head, the backward 2x the forward. Embedding lookups are not FLOPs. */
-    int hd = c->dim / c->n_heads;
+    int hd = pt_head_dim(c);
     double q = (double)c->n_heads * hd, kv = (double)c->n_kv_heads * hd;
     double attn_mats = (double)c->dim * (q + 2 * kv) + q * c->dim, matrices = 0;
     for (int l = 0; l < c->n_layers; l++)

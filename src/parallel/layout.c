@@ -140,7 +140,7 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
         int Tl = s->seq_len / cp;
         pt_local_dims ld = pt_model_local_dims(mc, mesh->deg.tp, mesh->tp_i);
         par->cp_ops = pt_cp_create(be, mesh->cp, s->cp_zigzag, s->overlap, s->micro_batch * Tl,
-                                   ld.H, ld.KV, mc->dim / mc->n_heads, Tl);
+                                   ld.H, ld.KV, pt_model_head_dim(mc), Tl);
     }
     l->T_local = s->seq_len / l->cp;
     l->pos = pt_malloc((size_t)l->T_local * sizeof *l->pos);

@@ -44,7 +44,7 @@ pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_ch
      * its matrices' parameters that a token passes through (a MoE layer: its router, top_k
      * experts and the shared ones), the last stage also the head's V·C (the embedding lookup
      * costs nothing). best[s][i]: the least largest cost of stages 0..s over layers [0, i). */
-    int hd = c->dim / c->n_heads;
+    int hd = pt_model_head_dim(c);
     double attn = (double)c->dim * (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) +
                   (double)c->n_heads * hd * c->dim;
     double *cum = pt_calloc((size_t)L + 1, sizeof *cum);

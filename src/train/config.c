@@ -38,6 +38,18 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("model.max_seq_len", PT_CFG_INT, model.max_seq_len, "1024", NULL,
          "largest sequence length (rotary table size)"),
     PT_K("model.rope_theta", PT_CFG_FLOAT, model.rope_theta, "10000", NULL, "rotary base"),
+    PT_K("model.head_dim", PT_CFG_INT, model.head_dim, "0", NULL,
+         "width of an attention head (0 = dim / n_heads; Hugging Face's head_dim)"),
+    PT_K("model.rope_factor", PT_CFG_FLOAT, model.rope_factor, "0", NULL,
+         "Llama 3 rope scaling (Hugging Face rope_scaling of rope_type llama3): its factor "
+         "(0 = no scaling)"),
+    PT_K("model.rope_low_freq_factor", PT_CFG_FLOAT, model.rope_low_freq_factor, "1", NULL,
+         "Llama 3 rope scaling: wavelengths beyond rope_original_max_seq_len / this are divided "
+         "by rope_factor"),
+    PT_K("model.rope_high_freq_factor", PT_CFG_FLOAT, model.rope_high_freq_factor, "4", NULL,
+         "Llama 3 rope scaling: wavelengths below rope_original_max_seq_len / this are kept"),
+    PT_K("model.rope_original_max_seq_len", PT_CFG_INT, model.rope_original_max_seq_len, "8192",
+         NULL, "Llama 3 rope scaling: the context length the frequencies were trained for"),
     PT_K("model.norm_eps", PT_CFG_FLOAT, model.norm_eps, "1e-6", NULL, "RMSNorm epsilon"),
     PT_K("model.n_experts", PT_CFG_INT, model.n_experts, "0", NULL,
          "mixture of experts: experts per MoE layer (0 = dense model)"),

@@ -122,15 +122,19 @@ def load_safetensors(path):
 
 
 class Cfg:
-    def __init__(self, vocab, dim, layers, heads, kv_heads, ffn, theta, eps, tied):
+    def __init__(self, vocab, dim, layers, heads, kv_heads, ffn, theta, eps, tied, head_dim=0,
+                 rope=None):
         self.vocab, self.dim, self.layers = vocab, dim, layers
         self.heads, self.kv_heads, self.ffn = heads, kv_heads, ffn
         self.theta, self.eps, self.tied = float(theta), float(eps), bool(tied)
-        if dim % heads:
-            raise ValueError("dim must be divisible by heads")
+        if not head_dim and dim % heads:
+            raise ValueError("dim must be divisible by heads (or give a head dim)")
         if heads % kv_heads:
             raise ValueError("heads must be divisible by kv-heads")
-        self.hd = dim // heads
+        self.hd = head_dim or dim // heads  # HF's head_dim: may differ from dim / heads
+        # HF rope_scaling of rope_type "llama3" (a dict with factor, low_freq_factor,
+        # high_freq_factor, original_max_position_embeddings) or None
+        self.rope = rope
         if self.hd % 2:
             raise ValueError("head dim must be even")
         # mixture of experts (Mixtral layout, every layer; 0 experts = dense)
@@ -223,9 +227,29 @@ def rms_norm(x, w, eps):
     return w * (x * torch.rsqrt(var + eps))
 
 
-def rope_cos_sin(T, hd, theta, dtype):
-    # HF LlamaRotaryEmbedding (rope_type "default")
+def rope_scaling_arg(a):
+    """The HF rope_scaling dict of --rope-factor and its companions (None: no scaling)."""
+    if not a.rope_factor:
+        return None
+    return {"rope_type": "llama3", "factor": a.rope_factor, "low_freq_factor": a.rope_low,
+            "high_freq_factor": a.rope_high, "original_max_position_embeddings": a.rope_orig}
+
+
+def rope_cos_sin(T, hd, theta, dtype, rope=None):
+    # HF LlamaRotaryEmbedding (rope_type "default", or "llama3" when rope is its rope_scaling)
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(dtype) / hd))
+    if rope is not None:
+        # Llama 3.1's frequencies (transformers' _compute_llama3_parameters): wavelengths beyond
+        # orig / low_freq_factor divided by factor, below orig / high_freq_factor kept, between
+        # them a blend by s = (orig / wavelength - low) / (high - low)
+        factor, lo, hi = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        orig = rope["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > orig / lo, inv_freq / factor, inv_freq)
+        s = (orig / wavelen - lo) / (hi - lo)
+        smoothed = (1 - s) * scaled / factor + s * scaled
+        medium = ~(wavelen < orig / hi) & ~(wavelen > orig / lo)
+        inv_freq = torch.where(medium, smoothed, scaled)
     pos = torch.arange(T, dtype=dtype)
     freqs = torch.outer(pos, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (T, hd)
@@ -314,7 +338,7 @@ def forward(params, tokens, cfg):
     H, KV, hd = cfg.heads, cfg.kv_heads, cfg.hd
     dtype = params["model.embed_tokens.weight"].dtype
     x = F.embedding(tokens, params["model.embed_tokens.weight"])
-    cos, sin = rope_cos_sin(T, hd, cfg.theta, dtype)
+    cos, sin = rope_cos_sin(T, hd, cfg.theta, dtype, cfg.rope)
     cos, sin = cos[None, None], sin[None, None]  # (1,1,T,hd)
     mask = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
     rep = H // KV
@@ -519,7 +543,7 @@ def forward_bf16(params, tokens, cfg, rounding=True):
     W = {n: rs(w) for n, w in params.items()}
     emb = W["model.embed_tokens.weight"]
     x = F.embedding(tokens, emb)  # rows of E16: exact; the gradient scatters into E's rows (fp32)
-    cos, sin = rope_cos_sin(T, hd, cfg.theta, emb.dtype)
+    cos, sin = rope_cos_sin(T, hd, cfg.theta, emb.dtype, cfg.rope)
     cos, sin = cos[None, None], sin[None, None]
     rep = H // KV
     for i in range(cfg.layers):
@@ -962,7 +986,8 @@ def selfcheck(a):
         print("selfcheck %-52s %.3e  (%s)  %s" % (name, val, lim, "ok" if ok else "FAIL"),
               file=sys.stderr)
 
-    cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied)
+    cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied,
+              head_dim=a.head_dim, rope=rope_scaling_arg(a))
     params = init_params(cfg, a.seed)
     tokens, targets = make_data(cfg, 1, a.batch, a.seq, a.seed, a.ignore_frac)
     tk, tg = tokens[0], targets[0]
@@ -1049,6 +1074,13 @@ def parse_args(argv):
     ap.add_argument("--batch", type=int, default=3)
     ap.add_argument("--tied", type=int, default=0, choices=(0, 1))
     ap.add_argument("--theta", type=float, default=10000.0)
+    ap.add_argument("--head-dim", type=int, default=0, help="head width (0 = dim / heads)")
+    ap.add_argument("--rope-factor", type=float, default=0.0,
+                    help="Llama 3 rope scaling factor (0 = none)")
+    ap.add_argument("--rope-low", type=float, default=1.0, help="its low_freq_factor")
+    ap.add_argument("--rope-high", type=float, default=4.0, help="its high_freq_factor")
+    ap.add_argument("--rope-orig", type=int, default=8192,
+                    help="its original_max_position_embeddings")
     ap.add_argument("--eps", type=float, default=1e-6)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=10)
@@ -1088,7 +1120,8 @@ def parse_args(argv):
 
 
 def generate(a):
-    cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied)
+    cfg = Cfg(a.vocab, a.dim, a.layers, a.heads, a.kv_heads, a.ffn, a.theta, a.eps, a.tied,
+              head_dim=a.head_dim, rope=rope_scaling_arg(a))
     cfg.experts, cfg.topk, cfg.moe_ffn, cfg.shared = a.experts, a.topk, a.moe_ffn or a.ffn, a.shared
     cfg.aux, cfg.zloss, cfg.capacity, cfg.sigmoid = a.aux, a.zloss, a.capacity, bool(a.sigmoid)
     cfg.aux_scope = a.aux_scope
@@ -1109,7 +1142,7 @@ def generate(a):
         "head_dim": cfg.hd,
         "max_position_embeddings": max(a.seq, 64),
         "rope_theta": cfg.theta,
-        "rope_scaling": None,
+        "rope_scaling": cfg.rope,
         "rms_norm_eps": cfg.eps,
         "tie_word_embeddings": cfg.tied,
         "hidden_act": "silu",
