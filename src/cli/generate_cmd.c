@@ -19,11 +19,13 @@ pt_status pt_cli_sample(pt_model *m, const char *tokenizer, const char *prompt, 
     int Tmax = m->cfg.max_seq_len, sep = pt_tokenizer_eot(tok);
     pt_status st = PT_OK;
     if (flags & PT_SAMPLE_SEPARATOR) { /* as prepare puts it before every document */
-        if (sep < 0)
+        if (sep < 0) {
             st = pt_errorf(PT_ERR_CONFIG, "%s has no document separator token to start with", tokenizer);
-        cap = 16;
-        ids = pt_malloc(cap * sizeof *ids);
-        ids[n++] = sep;
+        } else {
+            cap = 16;
+            ids = pt_malloc(cap * sizeof *ids);
+            ids[n++] = sep;
+        }
     }
     size_t n_sep = n;
     if (st == PT_OK) st = pt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap);
