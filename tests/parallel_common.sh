@@ -1,5 +1,5 @@
 # parallel_common.sh PENTATRON: what the parallel tests share (sourced): the MPI environment, a
-# synthetic shard of 97-token sequences, the tiny model, and
+# synthetic shard of 97-token sequences (shard writes more), the tiny model, and
 #   run NP NAME ARGS...        a training run (mpiexec when NP > 1): $tmp/NAME.{jsonl,st,log}
 #   compare REF NAME [A B N Z] tests/ref/compare_runs.py against the reference run
 #   check NP NAME REF ARGS...  a run that must reproduce REF (run, then compare)
@@ -17,15 +17,19 @@ pass=0; fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
-"$PY" - "$tmp/train_000000.bin" <<'PY'
+# shard PATH N SEED NOISE: N tokens of the pattern 7i mod 97, a NOISE share of them random
+shard() {
+  "$PY" - "$@" <<'PY'
 import random, struct, sys
-n = 30000
-random.seed(1)
-toks = [(i * 7) % 97 if random.random() > 0.1 else random.randrange(97) for i in range(n)]
-with open(sys.argv[1], "wb") as f:
+path, n, seed, noise = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+random.seed(seed)
+toks = [(i * 7) % 97 if random.random() > noise else random.randrange(97) for i in range(n)]
+with open(path, "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack("<%dH" % n, *toks))
 PY
+}
+shard "$tmp/train_000000.bin" 30000 1 0.1
 tiny=(--model.vocab_size=97 --model.dim=32 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2
       --model.ffn_dim=48 --model.max_seq_len=32 --training.seq_len=16 --training.global_batch=8
       --training.steps=10 --training.threads=1 --optimizer.lr=3e-3 --data.shuffle=true

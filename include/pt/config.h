@@ -20,7 +20,13 @@ typedef struct {
     struct {
         char train[PT_PATH_MAX]; /* glob of token shards */
         int shuffle;
+        char val[PT_PATH_MAX];   /* glob of held-out shards, "" = no evaluation */
     } data;
+
+    struct {
+        int64_t every;  /* evaluate every n steps (0: at the end only) */
+        int64_t tokens; /* validation tokens per evaluation (0: all whole global batches) */
+    } eval;
 
     struct {
         int64_t steps;

@@ -68,6 +68,9 @@ void pt_layout_sum_step(const pt_layout *l, double *loss, double *sumsq, double 
 /* Per-layer counts of a step (the global balancing scope's token-slots, m->aux_count) summed
  * over every data and context rank's tokens and every pipeline stage's layers. */
 void pt_layout_sum_counts(const pt_layout *l, double *x, size_t n);
+/* An evaluation's sum of token losses over the ranks that hold parts of it: the last pipeline
+ * stage's, every data and context rank's rows (the tp ranks each hold the whole). */
+void pt_layout_sum_loss(const pt_layout *l, double *loss);
 /* The tied embedding's two copies' gradients summed (first and last pipeline stage). */
 void pt_layout_sum_tied(const pt_layout *l, pt_model *m);
 /* A host array of the local table assembled into the global one (gtable.total) on every rank:

@@ -243,8 +243,12 @@ typedef enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL 
  *   forward   P of 0, 1, ..., L (each layer released after it), L + 1 (kept for its backward),
  *             then P and G of the head, released at once (the fused loss is the head's backward;
  *             tied, the embedding's gradient stays acquired until the end of backward);
- *   backward  G of L + 1, released with its P; P and G of L, ..., 1; G of 0. */
+ *   backward  G of L + 1, released with its P; P and G of L, ..., 1; G of 0.
+ * An evaluation forward (pt_model_eval_loss) is the forward without gradients: P of 0, ..., L + 1
+ * as above, then P of the head with backward = PT_PASS_EVAL (no backward follows: nothing is to
+ * be fetched ahead), and every unit still held (the head, the final norm) released after it. */
 enum { PT_USE_PARAMS = 1, PT_USE_GRADS = 2 };
+enum { PT_PASS_EVAL = 2 }; /* the `backward` argument of the hooks for an evaluation's head */
 typedef struct {
     void (*acquire)(void *user, int unit, int use, int backward);
     void (*release)(void *user, int unit, int use, int backward);
@@ -350,6 +354,11 @@ void pt_acts_set_shape(pt_acts *a, int B, int T);
  * loss_scale · Σ token losses. Returns Σ token losses (double) and the count of valid targets. */
 double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
                         const int32_t *pos, float loss_scale, int64_t *n_valid);
+/* Forward with the loss only (evaluation): Σ token losses of the chunk that ends the model (0
+ * on another: its output is in pt_acts_output), n_valid the count of valid targets; no gradient
+ * is written and the hooks see no gradient use. The same numbers as pt_model_forward's loss. */
+double pt_model_eval_loss(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
+                          const int32_t *pos, int64_t *n_valid);
 /* Backward of the last forward with targets on `a` (which must follow it): accumulates into
  * the gradients. */
 void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens);

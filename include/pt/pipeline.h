@@ -56,6 +56,11 @@ void pt_pipe_free(pt_pipe *p);
  * the rank holding the last stage). */
 double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos,
                     float loss_scale);
+/* Evaluation: every micro-batch forward through the stages, one after another (a stage receives
+ * its input, runs pt_model_eval_loss and sends its output on, blocking), with one activation set
+ * per chunk from the pools (idle between steps); no schedule, no gradient. Returns the loss sum
+ * (nonzero on the rank holding the last stage). Collective over the pp group. */
+double pt_pipe_eval(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos);
 /* Peak bytes of activations held at once on this rank (its chunks' pools). */
 size_t pt_pipe_peak_bytes(const pt_pipe *p);
 

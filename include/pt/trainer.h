@@ -26,6 +26,9 @@ typedef struct {
     pt_model model;
     pt_optim opt;
     pt_data data;
+    pt_data val;                   /* data.val, the held-out shards (n_shards 0: none) */
+    int64_t eval_batches;          /* global batches of data.val per evaluation */
+    double *eval_load;             /* the step's expert load, kept across an evaluation */
     pt_layout lay;                 /* the layout: groups, data parallelism, parallel tables */
     pt_mesh *mesh;                 /* = lay.mesh: NULL when MPI is not initialised (one process) */
     pt_pipe pipe;                  /* pipeline parallelism (pipe.model NULL without) */
@@ -62,7 +65,12 @@ pt_dp_memory pt_trainer_memory(const pt_trainer *t);
 pt_rank_memory pt_trainer_rank_memory(const pt_trainer *t);
 /* One optimizer step. */
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s);
-/* Steps until training.steps, logging and checkpointing as configured. */
+/* The validation loss: the mean token loss over the first eval_batches global batches of
+ * data.val (the same rows every time), a forward pass of the current model in the training
+ * layout, its activations reused; the training state (weights, gradients, optimizer, data order,
+ * counters) is left as it was (collective). */
+pt_status pt_trainer_eval(pt_trainer *t, double *val_loss);
+/* Steps until training.steps, logging, evaluating and checkpointing as configured. */
 pt_status pt_trainer_run(pt_trainer *t);
 
 #endif

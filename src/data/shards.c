@@ -74,17 +74,22 @@ static pt_status pt_shard_map(pt_data *d, int i, int vocab_size) {
 
 pt_status pt_data_open(pt_data *d, const char *pattern, int T, int shuffle, uint64_t seed,
                        int vocab_size) {
+    return pt_data_open_key(d, "data.train", pattern, T, shuffle, seed, vocab_size);
+}
+
+pt_status pt_data_open_key(pt_data *d, const char *key, const char *pattern, int T, int shuffle,
+                           uint64_t seed, int vocab_size) {
     memset(d, 0, sizeof *d);
     d->T = T;
     d->shuffle = shuffle;
     d->seed = seed;
     d->perm_pass = -1;
-    if (!pattern || !*pattern) return pt_errorf(PT_ERR_CONFIG, "data.train is not set");
+    if (!pattern || !*pattern) return pt_errorf(PT_ERR_CONFIG, "%s is not set", key);
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     if (rc != 0 || g.gl_pathc == 0) {
         if (rc == 0) globfree(&g);
-        return pt_errorf(PT_ERR_IO, "data.train: no file matches \"%s\"", pattern);
+        return pt_errorf(PT_ERR_IO, "%s: no file matches \"%s\"", key, pattern);
     }
     d->n_shards = (int)g.gl_pathc;
     d->paths = pt_calloc((size_t)d->n_shards, sizeof *d->paths);

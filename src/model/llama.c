@@ -1201,9 +1201,32 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     pt_norm_gather(m, a, a->xf, a->rstdf, a->xout, pt_wc(m)->final_norm, N);
 }
 
+/* The head and loss of rows [r0, r0 + n): logits (n,V) = xf (n,C) · Headᵀ, each row's loss added
+ * to *loss (and the valid targets to *valid), and in place of the logits the gradient of
+ * loss_scale · Σ losses. Under tensor parallelism V is this rank's vocabulary block: the loss
+ * combines the blocks' statistics. */
+static void pt_head_loss(pt_model *m, pt_acts *a, const int32_t *targets, int r0, int n,
+                         float loss_scale, double *loss, int64_t *valid) {
+    pt_backend *be = m->be;
+    int C = m->cfg.dim, V = m->loc.V;
+    const pt_tp_ops *tp = m->par.tp_ops;
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, V, C, pt_at(m, a->xf, (size_t)r0 * C), C, pt_wc(m)->head,
+          C, 0.0f, a->logits, V);
+    if (tp) {
+        tp->xent(tp->ctx, a->logits, targets + r0, n, loss_scale, a->h_losses);
+    } else {
+        be->softmax_xent(be, a->logits, a->losses, targets + r0, n, V, V, loss_scale);
+        be->download(be, a->h_losses, a->losses, (size_t)n * sizeof(float));
+    }
+    be->download(be, a->h_tg, targets + r0, (size_t)n * sizeof *a->h_tg);
+    for (int i = 0; i < n; i++) {
+        *loss += a->h_losses[i];
+        *valid += a->h_tg[i] >= 0;
+    }
+}
+
 double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
                         const int32_t *pos, float loss_scale, int64_t *n_valid) {
-    pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     int N = a->B * a->T, C = c->dim, V = m->loc.V;
     pt_forward_trunk(m, a, tokens, pos);
@@ -1213,40 +1236,44 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
     /* Fused head + loss + head backward, a chunk of rows at a time:
      * logits (n,V) = xf (n,C) · Headᵀ; logits -> dlogits in place;
      * dxf (n,C) = dlogits · Head; dHead (V,C) += dlogitsᵀ · xf.
-     * Under tensor parallelism V is this rank's vocabulary block: the loss combines the blocks'
-     * statistics and dxf is summed over the ranks. */
+     * Under tensor parallelism dxf is summed over the ranks. */
     double loss = 0.0;
     int64_t valid = 0;
     int HR = a->head_rows, head = pt_model_head_unit(m);
     pt_acquire(m, head, PT_USE_PARAMS | PT_USE_GRADS, 0);
-    int32_t *tg = a->h_tg;
-    float *host_losses = a->h_losses;
-    const pt_tp_ops *tp = m->par.tp_ops;
     const void *wh = pt_wc(m)->head;
     for (int r0 = 0; r0 < N; r0 += HR) {
         int n = N - r0 < HR ? N - r0 : HR;
-        const void *xf = pt_at(m, a->xf, (size_t)r0 * C);
-        pt_mm(m, PT_NO_TRANS, PT_TRANS, n, V, C, xf, C, wh, C, 0.0f, a->logits, V);
-        if (tp) {
-            tp->xent(tp->ctx, a->logits, targets + r0, n, loss_scale, host_losses);
-        } else {
-            be->softmax_xent(be, a->logits, a->losses, targets + r0, n, V, V, loss_scale);
-            be->download(be, host_losses, a->losses, (size_t)n * sizeof(float));
-        }
+        pt_head_loss(m, a, targets, r0, n, loss_scale, &loss, &valid);
         const void *dl = pt_gop(m, a, a->logits, (size_t)n * V);
         pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, V, dl, V, wh, C, 0.0f, a->dxf + (size_t)r0 * C, C);
-        pt_mm(m, PT_TRANS, PT_NO_TRANS, V, C, n, dl, V, xf, C, 1.0f, m->g.head, C);
-        be->download(be, tg, targets + r0, (size_t)n * sizeof *tg);
-        for (int i = 0; i < n; i++) {
-            loss += host_losses[i];
-            valid += tg[i] >= 0;
-        }
+        pt_mm(m, PT_TRANS, PT_NO_TRANS, V, C, n, dl, V, pt_at(m, a->xf, (size_t)r0 * C), C, 1.0f,
+              m->g.head, C);
     }
     /* dxf summed over the tp ranks (with sequence parallelism, this rank's rows, at the start) */
     pt_tp_reduce(m, a->dxf, N, C);
     /* the head's gradient is final here, unless it is the embedding's (tied) */
     pt_release(m, head, c->tied_embeddings ? PT_USE_PARAMS : PT_USE_PARAMS | PT_USE_GRADS, 0);
     /* the final norm's parameters stay for its backward */
+    if (n_valid) *n_valid = valid;
+    return loss;
+}
+
+double pt_model_eval_loss(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
+                          const int32_t *pos, int64_t *n_valid) {
+    pt_forward_trunk(m, a, tokens, pos);
+    a->has_targets = 0; /* no backward may follow */
+    if (n_valid) *n_valid = 0;
+    if (!a->last) return 0.0;
+    /* the head and loss as training computes them (the gradient left in the logits unused) */
+    double loss = 0.0;
+    int64_t valid = 0;
+    int N = a->B * a->T, HR = a->head_rows, head = pt_model_head_unit(m);
+    pt_acquire(m, head, PT_USE_PARAMS, PT_PASS_EVAL);
+    for (int r0 = 0; r0 < N; r0 += HR) pt_head_loss(m, a, targets, r0, N - r0 < HR ? N - r0 : HR,
+                                                    0.0f, &loss, &valid);
+    pt_release(m, head, PT_USE_PARAMS, PT_PASS_EVAL);
+    pt_release(m, m->cfg.n_layers + 1, PT_USE_PARAMS, PT_PASS_EVAL); /* the trunk kept it */
     if (n_valid) *n_valid = valid;
     return loss;
 }

@@ -207,9 +207,11 @@ static void pt_dp_sync_shard16(pt_dp *d) {
 
 /* The unit whose parameters the model asks for after `unit` (see pt_model_hooks): forward goes
  * up to the final norm and the head, then backward comes down from the last layer to the first
- * (the final norm is still there, the embedding's backward does not read it). */
+ * (the final norm is still there, the embedding's backward does not read it); an evaluation ends
+ * at the head. */
 static int pt_next_unit(const pt_dp *d, int unit, int backward) {
     int L = d->model->cfg.n_layers, head = pt_model_head_unit(d->model);
+    if (backward == PT_PASS_EVAL) return -1; /* an evaluation's head: no backward follows */
     if (!backward) {
         if (unit <= L) return unit + 1;
         if (unit == L + 1) return head;

@@ -248,6 +248,11 @@ void pt_layout_sum_counts(const pt_layout *l, double *x, size_t n) {
     if (l->mesh && l->pp > 1) pt_allreduce_sum(l->mesh->pp, x, n, PT_DTYPE_F64);
 }
 
+void pt_layout_sum_loss(const pt_layout *l, double *loss) {
+    if (l->mesh && l->pp > 1) pt_allreduce_sum(l->mesh->pp, loss, 1, PT_DTYPE_F64);
+    if (l->dpc) pt_allreduce_sum(l->dpc, loss, 1, PT_DTYPE_F64);
+}
+
 void pt_layout_sum_tied(const pt_layout *l, pt_model *m) {
     if (!m->cfg.tied_embeddings || !l->mesh || l->mesh->emb->size <= 1) return;
     for (int i = 0; i < m->table.n; i++) {

@@ -224,16 +224,26 @@ static void pt_pipe_poll(pt_pipe *p) {
     pt_pipe_drain(p, 0);
 }
 
+/* Elements of the residual stream a stage sends and receives per micro-batch (sequence
+ * parallel: this rank's share of the rows). */
+static size_t pt_pipe_count(const pt_pipe *p) {
+    const pt_model *m = p->model;
+    size_t rows = (size_t)p->B * p->T;
+    return (m->par.sp && m->par.tp > 1 ? rows / (size_t)m->par.tp : rows) * m->cfg.dim;
+}
+
+/* The residual stream's type on the wire: the model's activation elements (bf16 or fp32). */
+static pt_dtype pt_pipe_act_dtype(const pt_pipe *p) {
+    return p->model->act_size == 2 ? PT_DTYPE_BF16 : PT_DTYPE_F32;
+}
+
 double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos,
                     float loss_scale) {
     pt_model *m = p->model;
     int r = p->rank, n = p->sched.n[r];
     const pt_action *acts = p->sched.a[r];
-    size_t rows = (size_t)p->B * p->T;
-    /* rows of the residual stream this rank sends and receives (sequence parallel: its share) */
-    size_t count = (m->par.sp && m->par.tp > 1 ? rows / (size_t)m->par.tp : rows) * m->cfg.dim;
-    /* the residual stream in the model's activation elements (bf16 or fp32), its gradient fp32 */
-    pt_dtype act = m->act_size == 2 ? PT_DTYPE_BF16 : PT_DTYPE_F32;
+    size_t rows = (size_t)p->B * p->T, count = pt_pipe_count(p);
+    pt_dtype act = pt_pipe_act_dtype(p); /* the gradient is fp32 */
     /* how many actions each (micro-batch, chunk) has here: its slot is returned after the last */
     for (int i = 0; i < n; i++) p->slot[acts[i].micro * p->v + acts[i].chunk].left++;
     double loss = 0.0;
@@ -279,5 +289,30 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
         pt_pipe_poll(p);
     }
     pt_pipe_drain(p, 1); /* every send of the step complete */
+    return loss;
+}
+
+double pt_pipe_eval(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos) {
+    int r = p->rank, np = p->pp->size;
+    size_t rows = (size_t)p->B * p->T, count = pt_pipe_count(p);
+    pt_dtype act = pt_pipe_act_dtype(p);
+    double loss = 0.0;
+    /* (micro-batch, stage) in one order on every rank: a stage waits only for the one before it,
+     * which its rank reaches first, so the blocking transfers cannot deadlock, and the messages
+     * between two ranks match in order (the tag names the sending stage) */
+    for (int i = 0; i < p->m; i++)
+        for (int s = r; s < p->S; s += np) {
+            int c = s / np;
+            PT_ASSERTF(p->pool_n[c] > 0, "pipeline evaluation: chunk %d has no idle activations", c);
+            pt_acts *a = p->pool[(size_t)c * p->m * 2];
+            const int32_t *tok = tokens + (size_t)i * rows, *tgt = targets + (size_t)i * rows;
+            if (s > 0)
+                pt_comm_wait(p->pp, p->pp->irecv(p->pp, pt_acts_input(a), count, act, (s - 1) % np,
+                                                 pt_pipe_tag(p, 0, s - 1, 0)));
+            loss += pt_model_eval_loss(p->model, a, tok, tgt, pos, NULL);
+            if (s < p->S - 1)
+                pt_comm_wait(p->pp, p->pp->isend(p->pp, pt_acts_output(a), count, act, (s + 1) % np,
+                                                 pt_pipe_tag(p, 0, s, 0)));
+        }
     return loss;
 }

@@ -87,6 +87,13 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "glob of token shards (llm.c format), read in sorted name order"),
     PT_K("data.shuffle", PT_CFG_BOOL, data.shuffle, "false", NULL,
          "shuffle rows (a deterministic function of training.seed)"),
+    PT_K("data.val", PT_CFG_STR, data.val, "", NULL,
+         "glob of held-out token shards for evaluation (\"\" = none), read in order, unshuffled"),
+    PT_K("eval.every", PT_CFG_INT64, eval.every, "0", NULL,
+         "with data.val: evaluate every n steps and at the end (0 = only at the end)"),
+    PT_K("eval.tokens", PT_CFG_INT64, eval.tokens, "0", NULL,
+         "validation tokens per evaluation, rounded up to whole global batches, the same each "
+         "time (0 = all of data.val's whole global batches)"),
     PT_K("training.steps", PT_CFG_INT64, training.steps, "100", NULL, "optimizer steps"),
     PT_K("training.global_batch", PT_CFG_INT, training.global_batch, "8", NULL,
          "sequences per optimizer step"),
@@ -466,6 +473,11 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);
     if (!(p->bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
     if (!(p->timeout_s >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.timeout_s must be >= 0");
+    if (c->eval.every < 0) return pt_errorf(PT_ERR_CONFIG, "eval.every must be >= 0");
+    if (c->eval.tokens < 0) return pt_errorf(PT_ERR_CONFIG, "eval.tokens must be >= 0");
+    if (!c->data.val[0] && (pt_config_was_set(c, "eval.every") || pt_config_was_set(c, "eval.tokens")))
+        return pt_errorf(PT_ERR_CONFIG, "eval.every and eval.tokens need data.val (the held-out "
+                         "shards to evaluate on)");
     if (c->checkpoint.every < 0) return pt_errorf(PT_ERR_CONFIG, "checkpoint.every must be >= 0");
     if (c->checkpoint.keep < 1) return pt_errorf(PT_ERR_CONFIG, "checkpoint.keep must be >= 1");
     if (c->checkpoint.resume[0] && !c->checkpoint.dir[0] && !strcmp(c->checkpoint.resume, "latest"))

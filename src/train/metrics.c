@@ -180,6 +180,8 @@ void pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_con
             (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
             s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes(),
             (long long)s->allocs);
+    if (s->evaluated) fprintf(f, ", \"val_loss\": %.17g, \"val_tokens\": %lld", s->val_loss,
+                              (long long)s->val_tokens);
     if (mc->n_experts > 0 && s->expert_load) {
         /* per MoE layer: token-slots per expert min, max, mean, max/mean */
         fprintf(f, ", \"aux_loss\": %.9g, \"z_loss\": %.9g, \"expert_load\": {", s->aux_loss,

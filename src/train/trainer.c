@@ -20,6 +20,33 @@ static int pt_schedule_id(const char *s) {
     return PT_LR_CONSTANT;
 }
 
+/* data.val and the evaluation's size: eval.tokens rounded up to whole global batches (0: every
+ * whole global batch of data.val), which data.val must hold. */
+static pt_status pt_trainer_open_val(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    int G = cfg->training.global_batch, T = cfg->training.seq_len;
+    PT_TRY(pt_data_open_key(&t->val, "data.val", cfg->data.val, T, 0, 0, cfg->model.vocab_size));
+    int64_t per_batch = (int64_t)G * T, rows = t->val.n_rows;
+    t->eval_batches = cfg->eval.tokens > 0 ? (cfg->eval.tokens + per_batch - 1) / per_batch
+                                           : rows / G;
+    if (cfg->eval.tokens > 0 && t->eval_batches * G > rows)
+        return pt_errorf(PT_ERR_CONFIG, "eval.tokens = %lld needs %lld sequences of seq_len + 1 "
+                         "tokens (%lld global batches of %d) but data.val holds %lld",
+                         (long long)cfg->eval.tokens, (long long)(t->eval_batches * G),
+                         (long long)t->eval_batches, G, (long long)rows);
+    if (t->eval_batches == 0)
+        return pt_errorf(PT_ERR_CONFIG, "data.val holds %lld sequences of seq_len + 1 tokens, "
+                         "fewer than one global batch (training.global_batch = %d)",
+                         (long long)rows, G);
+    char when[64] = "at the end";
+    if (cfg->eval.every > 0)
+        snprintf(when, sizeof when, "every %lld steps and at the end", (long long)cfg->eval.every);
+    pt_log_info("eval: %lld tokens (%lld global batches) of data.val's %lld rows, %s",
+                (long long)(t->eval_batches * per_batch), (long long)t->eval_batches,
+                (long long)rows, when);
+    return PT_OK;
+}
+
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg_in;
@@ -76,6 +103,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                         cfg->training.seed, cfg->model.vocab_size));
     pt_log_info("data: %d shard(s), %lld rows of %d tokens", t->data.n_shards,
                 (long long)t->data.n_rows, cfg->training.seq_len);
+    if (cfg->data.val[0]) PT_TRY(pt_trainer_open_val(t));
 
     const pt_model_parallel *par = &lay->par;
     int zero = lay->zero, ep = par->ep > 1 ? par->ep : 1, pp = lay->pp, cp = lay->cp;
@@ -167,6 +195,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                                cfg->logging.comm_every));
     t->bias_host = pt_calloc((size_t)(cfg->model.n_experts > 0 ? cfg->model.n_experts : 1),
                              sizeof *t->bias_host);
+    if (t->model.expert_load)
+        t->eval_load = pt_calloc((size_t)cfg->model.n_layers * cfg->model.n_experts,
+                                 sizeof *t->eval_load);
     t->peak_flops = t->model.prec == PT_PREC_BF16 ? pt_measure_gemm_bf16_peak(t->be)
                                                   : pt_measure_gemm_peak(t->be);
     t->flops_per_token = pt_model_flops_per_token(&cfg->model, T);
@@ -308,12 +339,14 @@ void pt_trainer_free(pt_trainer *t) {
     t->be->free(t->be, t->d_pos);
     free(t->l_inputs);
     free(t->bias_host);
+    free(t->eval_load);
     free(t->l_targets);
     free(t->h_inputs);
     free(t->h_targets);
     if (t->opt.m) pt_optim_free(&t->opt, &t->model);
     pt_model_free(&t->model);
     pt_data_close(&t->data);
+    pt_data_close(&t->val);
     t->be->destroy(t->be);
     memset(t, 0, sizeof *t);
 }
@@ -348,6 +381,25 @@ static void pt_trainer_bias_update(pt_trainer *t) {
     }
 }
 
+/* This rank's rows of the global batch in h_inputs / h_targets, [dp_rank·per_rank,
+ * (dp_rank+1)·per_rank), and of each row its tokens (context parallelism: those at its
+ * positions), to d_inputs / d_targets. */
+static void pt_trainer_upload_rows(pt_trainer *t) {
+    const pt_layout *lay = &t->lay;
+    int T = t->cfg.training.seq_len, per_rank = t->cfg.training.global_batch / lay->dp_size;
+    int Tl = lay->T_local;
+    for (int b = 0; b < per_rank; b++) {
+        size_t row = ((size_t)lay->dp_rank * per_rank + b) * T;
+        for (int i = 0; i < Tl; i++) {
+            t->l_inputs[(size_t)b * Tl + i] = t->h_inputs[row + lay->pos[i]];
+            t->l_targets[(size_t)b * Tl + i] = t->h_targets[row + lay->pos[i]];
+        }
+    }
+    size_t bytes = (size_t)per_rank * Tl * sizeof(int32_t);
+    t->be->upload(t->be, t->d_inputs, t->l_inputs, bytes);
+    t->be->upload(t->be, t->d_targets, t->l_targets, bytes);
+}
+
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     const pt_config *cfg = &t->cfg;
     pt_backend *be = t->be;
@@ -378,18 +430,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     t->model.a2a_sent = t->model.a2a_recv = 0;
     size_t n_load = t->model.expert_load ? (size_t)cfg->model.n_layers * cfg->model.n_experts : 0;
     if (n_load) memset(t->model.expert_load, 0, n_load * sizeof(double));
-    /* this rank's rows of the global batch, [dp_rank·per_rank, (dp_rank+1)·per_rank), and of
-     * each row its tokens (context parallelism: those at its positions) */
-    for (int b = 0; b < per_rank; b++) {
-        size_t row = ((size_t)lay->dp_rank * per_rank + b) * T;
-        for (int i = 0; i < Tl; i++) {
-            t->l_inputs[(size_t)b * Tl + i] = t->h_inputs[row + lay->pos[i]];
-            t->l_targets[(size_t)b * Tl + i] = t->h_targets[row + lay->pos[i]];
-        }
-    }
-    size_t bytes = (size_t)per_rank * Tl * sizeof(int32_t);
-    be->upload(be, t->d_inputs, t->l_inputs, bytes);
-    be->upload(be, t->d_targets, t->l_targets, bytes);
+    pt_trainer_upload_rows(t);
     if (t->pipe.model) {
         /* the schedule runs every micro-batch; the data-parallel reduction follows it */
         if (t->lay.dpc) pt_dp_begin_micro(&t->lay.dp, 0);
@@ -468,12 +509,50 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->expert_load = t->model.expert_load;
     s->ep = t->model.par.ep > 1;
     s->ep_rows[0] = t->model.a2a_sent, s->ep_rows[1] = t->model.a2a_recv;
+    s->evaluated = 0; /* pt_trainer_run evaluates after the step */
     s->allocs = pt_alloc_count() - allocs0;
     if (s->allocs > 0 && s->step > 1) /* set-up allocates; a step never should (core.h) */
         pt_log_warn("step %lld: %lld allocations during the step", (long long)s->step,
                     (long long)s->allocs);
     s->mfu = pt_mfu(t->flops_per_token, s->tokens_per_s, t->mesh ? t->mesh->world_size : 1,
                     t->peak_flops);
+    return PT_OK;
+}
+
+pt_status pt_trainer_eval(pt_trainer *t, double *val_loss) {
+    const pt_config *cfg = &t->cfg;
+    pt_model *m = &t->model;
+    if (!t->val.n_shards) return pt_errorf(PT_ERR_CONFIG, "evaluation needs data.val");
+    int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
+    int n_micro = G / t->lay.dp_size / mb, Tl = t->lay.T_local;
+    int64_t allocs0 = pt_alloc_count();
+    /* the step's counters, which the metrics still read: the forward passes add to them */
+    size_t n_load = m->expert_load ? (size_t)cfg->model.n_layers * cfg->model.n_experts : 0;
+    if (n_load) memcpy(t->eval_load, m->expert_load, n_load * sizeof *t->eval_load);
+    double aux = m->aux_loss, z = m->z_loss;
+    int64_t sent = m->a2a_sent, recv = m->a2a_recv;
+    double loss = 0;
+    int64_t n_valid = 0;
+    for (int64_t b = 0; b < t->eval_batches; b++) {
+        pt_data_batch(&t->val, b, G, 0, G, t->h_inputs, t->h_targets);
+        for (size_t i = 0; i < (size_t)G * T; i++) n_valid += t->h_targets[i] >= 0;
+        pt_trainer_upload_rows(t);
+        if (t->pipe.model) loss += pt_pipe_eval(&t->pipe, t->d_inputs, t->d_targets, t->d_pos);
+        for (int k = 0; k < n_micro && !t->pipe.model; k++) {
+            size_t at = (size_t)k * mb * Tl;
+            loss += pt_model_eval_loss(m, t->acts, t->d_inputs + at, t->d_targets + at, t->d_pos,
+                                       NULL);
+        }
+    }
+    pt_layout_sum_loss(&t->lay, &loss);
+    t->be->synchronize(t->be);
+    if (n_load) memcpy(m->expert_load, t->eval_load, n_load * sizeof *t->eval_load);
+    m->aux_loss = aux, m->z_loss = z, m->a2a_sent = sent, m->a2a_recv = recv;
+    *val_loss = n_valid > 0 ? loss / (double)n_valid : 0.0;
+    int64_t allocs = pt_alloc_count() - allocs0;
+    if (allocs > 0) /* everything it uses was made at set-up */
+        pt_log_warn("evaluation after step %lld: %lld allocations", (long long)t->step,
+                    (long long)allocs);
     return PT_OK;
 }
 
@@ -567,6 +646,14 @@ pt_status pt_trainer_run(pt_trainer *t) {
     while (t->step < total) {
         pt_step_stats s;
         PT_TRY(pt_trainer_step(t, &s));
+        int64_t ev = cfg->eval.every;
+        s.evaluated = t->val.n_shards > 0 && ((ev > 0 && t->step % ev == 0) || t->step == total);
+        if (s.evaluated) {
+            double t0 = pt_now();
+            PT_TRY(pt_trainer_eval(t, &s.val_loss));
+            s.val_seconds = pt_now() - t0;
+            s.val_tokens = t->eval_batches * cfg->training.global_batch * cfg->training.seq_len;
+        }
         pt_rank_memory mem = pt_trainer_rank_memory(t);
         pt_metrics_write(&t->metrics, &s, &cfg->model, &mem);
         char progress[64];
@@ -579,6 +666,11 @@ pt_status pt_trainer_run(pt_trainer *t) {
             printf("\r\033[Kstep %lld/%lld | loss %.4f | %s", (long long)s.step, (long long)total,
                    s.loss, progress);
             fflush(stdout);
+        }
+        if (s.evaluated) {
+            if (live) printf("\r\033[K");
+            pt_log_info("eval at step %lld: val loss %.4f | %lld tokens in %.2f s", (long long)s.step,
+                        s.val_loss, (long long)s.val_tokens, s.val_seconds);
         }
         int64_t every = cfg->checkpoint.every;
         if (cfg->checkpoint.dir[0] && ((every > 0 && t->step % every == 0) || t->step == total))
