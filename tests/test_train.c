@@ -305,13 +305,22 @@ static void test_init_from_bf16_weights(void **state) {
 static void test_export_reads_back_in_a_hugging_face_style_reader(void **state) {
     (void)state;
     /* the exported directory, read by names and config.json keys as transformers reads them, and
-     * run by the PyTorch reference model, gives pentatron's logits (untied and tied) */
-    for (int tied = 0; tied < 2; tied++) {
+     * run by the PyTorch reference model, gives pentatron's logits: Llama untied and tied; a
+     * Mixtral-shaped mixture of experts as MixtralForCausalLM, run by hf_eval.py's Mixtral
+     * (written from transformers' modelling code, not from pentatron's MoE); a MoE with a shared
+     * expert as PentatronMoeForCausalLM, which that reader refuses (no architecture of
+     * transformers computes it) */
+    for (int k = 0; k < 4; k++) {
+        int tied = k == 1, moe = k >= 2, shared = k == 3;
         char dir[600], tok_path[700], out[700], cmd[3000];
-        snprintf(dir, sizeof dir, "%s/hf_%d", tu_tmpdir(), tied);
+        snprintf(dir, sizeof dir, "%s/hf_%d", tu_tmpdir(), k);
         pt_config c;
         tiny_config(&c, NULL);
         c.model.tied_embeddings = tied;
+        if (moe) {
+            c.model.n_experts = 4, c.model.top_k = 2, c.model.moe_ffn_dim = 24;
+            c.model.n_shared_experts = shared, c.model.aux_loss_coef = 0.01f;
+        }
         pt_trainer t;
         init_or_fail(&t, &c);
         pt_step_stats st;
@@ -335,6 +344,20 @@ static void test_export_reads_back_in_a_hugging_face_style_reader(void **state) 
         snprintf(cmd, sizeof cmd, "%s %s/tests/ref/hf_eval.py %s %s %s",
                  tu_env("PT_PYTHON") ? tu_env("PT_PYTHON") : "/usr/bin/python3",
                  tu_env("PT_SOURCE_DIR"), dir, tok_path, out);
+        char cfg_path[700];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+        char *json;
+        size_t json_len;
+        assert_int_equal(pt_read_file(cfg_path, &json, &json_len), PT_OK);
+        const char *arch = !moe ? "\"LlamaForCausalLM\"" : shared ? "\"PentatronMoeForCausalLM\""
+                                                                   : "\"MixtralForCausalLM\"";
+        if (!strstr(json, arch)) fail_msg("export %d: config.json does not name %s:\n%s", k, arch, json);
+        free(json);
+        if (shared) { /* the reader refuses what transformers does not implement */
+            if (system(cmd) == 0) fail_msg("the reader ran PentatronMoeForCausalLM: %s", cmd);
+            pt_trainer_free(&t);
+            continue;
+        }
         if (system(cmd) != 0) fail_msg("reader failed: %s", cmd);
         pt_acts *a = pt_acts_create(&t.model, B, T);
         float *got = malloc((size_t)B * T * V * sizeof(float)), *want = malloc((size_t)B * T * V * sizeof(float));
@@ -343,7 +366,7 @@ static void test_export_reads_back_in_a_hugging_face_style_reader(void **state) 
         assert_int_equal(pt_st_open(&sf, out), PT_OK);
         int64_t shape[3] = {B, T, V};
         assert_int_equal(pt_st_read_f32(sf, "logits", shape, 3, want), PT_OK);
-        tu_check_rel(tied ? "tied export logits" : "untied export logits",
+        tu_check_rel(moe ? "Mixtral export logits" : tied ? "tied export logits" : "untied export logits",
                      tu_rel_err(got, want, (size_t)B * T * V), 1e-5);
         pt_st_close(sf);
         free(got);

@@ -33,4 +33,12 @@ pt_status pt_hf_config_read(const char *path, pt_model_config *c);
  * bos/eos_token_id are 50256 when the vocabulary holds that id, null otherwise. */
 pt_status pt_hf_config_write(const char *path, const pt_model_config *c);
 
+/* Which Hugging Face architecture a model is written as (docs/guide.md, "export"): a dense model
+ * as LlamaForCausalLM; a mixture of experts shaped like Mixtral (every layer MoE, softmax router,
+ * no shared experts) as MixtralForCausalLM, which computes the same function (capacity drops are
+ * a training device: Mixtral's inference is dropless); any other MoE as PentatronMoeForCausalLM,
+ * Mixtral's keys plus what Mixtral lacks, which model.init_from reads and transformers does not.
+ * Returns NULL when transformers has an architecture computing c exactly, else why not. */
+const char *pt_hf_unmapped_reason(const pt_model_config *c);
+
 #endif

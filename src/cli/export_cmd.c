@@ -58,6 +58,11 @@ int pt_cmd_export(int argc, char **argv) {
     if (st == PT_OK)
         st = pt_ckpt_export_hf_host(out, &m, host,
                                     strcmp(dtype, "bf16") ? PT_ST_DTYPE_F32 : PT_ST_DTYPE_BF16);
+    const char *why = st == PT_OK ? pt_hf_unmapped_reason(&mc) : NULL;
+    if (why)
+        pt_log_warn("export: this mixture of experts has %s: no Hugging Face architecture computes "
+                    "it exactly, so %s/config.json names PentatronMoeForCausalLM (model.init_from "
+                    "reads it; transformers does not)", why, out);
     if (st == PT_OK) pt_log_info("exported %s to %s", ckpt, out);
     else pt_log_error("%s", pt_last_error());
     free(host);

@@ -73,9 +73,10 @@ static pt_status check_model_kind(const char *path, json_t *root) {
                          "(expected \"llama\" / [\"LlamaForCausalLM\"])",
                          path);
     if (mt && (!json_is_string(mt) || (strcmp(json_string_value(mt), "llama") != 0 &&
-                                       strcmp(json_string_value(mt), "mixtral") != 0)))
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"model_type\" must be \"llama\" or \"mixtral\"",
-                         path);
+                                       strcmp(json_string_value(mt), "mixtral") != 0 &&
+                                       strcmp(json_string_value(mt), "pentatron_moe") != 0)))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"model_type\" must be \"llama\", \"mixtral\" "
+                         "or \"pentatron_moe\"", path);
     if (arch) {
         int found = 0;
         size_t i;
@@ -88,12 +89,13 @@ static pt_status check_model_kind(const char *path, json_t *root) {
                 return pt_errorf(PT_ERR_CONFIG,
                                  "%s: key \"architectures\" must be an array of strings", path);
             found |= strcmp(json_string_value(a), "LlamaForCausalLM") == 0 ||
-                     strcmp(json_string_value(a), "MixtralForCausalLM") == 0;
+                     strcmp(json_string_value(a), "MixtralForCausalLM") == 0 ||
+                     strcmp(json_string_value(a), "PentatronMoeForCausalLM") == 0;
         }
         if (!found)
             return pt_errorf(PT_ERR_CONFIG,
-                             "%s: key \"architectures\" lists neither \"LlamaForCausalLM\" nor "
-                             "\"MixtralForCausalLM\"", path);
+                             "%s: key \"architectures\" lists none of \"LlamaForCausalLM\", "
+                             "\"MixtralForCausalLM\", \"PentatronMoeForCausalLM\"", path);
     }
     return PT_OK;
 }
@@ -280,6 +282,19 @@ static pt_status check_for_write(const char *path, const pt_model_config *c) {
     return PT_OK;
 }
 
+const char *pt_hf_unmapped_reason(const pt_model_config *c) {
+    if (c->n_experts == 0) return NULL;
+    if (c->n_shared_experts > 0)
+        return "shared experts (no architecture in transformers adds an ungated shared expert to "
+               "Mixtral's routing and Llama's attention)";
+    if (c->moe_first_dense > 0 || c->moe_every > 1)
+        return "dense layers among the MoE ones (Mixtral's layers are all MoE)";
+    if (c->router_sigmoid)
+        return "the sigmoid router with its selection bias (DeepSeek-V3's, whose attention is not "
+               "Llama's)";
+    return NULL;
+}
+
 pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
     PT_TRY(check_for_write(path, c));
     json_t *root = json_object();
@@ -321,9 +336,11 @@ pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
     set_key(root, "tie_word_embeddings", json_boolean(c->tied_embeddings));
     set_key(root, "torch_dtype", json_string("float32"));
     if (c->n_experts > 0) {
-        /* Mixtral's keys, and DeepSeek's for what Mixtral does not have */
-        json_array_set_new(arch, 0, json_string("MixtralForCausalLM"));
-        set_key(root, "model_type", json_string("mixtral"));
+        /* Mixtral's keys, and DeepSeek's for what Mixtral does not have; a shape Mixtral does not
+         * compute goes under pentatron's own name, so that no reader takes it for Mixtral */
+        int mixtral = pt_hf_unmapped_reason(c) == NULL;
+        json_array_set_new(arch, 0, json_string(mixtral ? "MixtralForCausalLM" : "PentatronMoeForCausalLM"));
+        set_key(root, "model_type", json_string(mixtral ? "mixtral" : "pentatron_moe"));
         set_key(root, "num_local_experts", json_integer(c->n_experts));
         set_key(root, "num_experts_per_tok", json_integer(c->top_k));
         set_key(root, "moe_intermediate_size", json_integer(c->moe_ffn_dim));
