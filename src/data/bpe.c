@@ -366,7 +366,7 @@ void pt_bpe_encode_piece(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t 
 
 pt_status pt_tokenizer_encode(pt_tokenizer *t, const char *text, size_t len, int32_t **tokens,
                               size_t *n, size_t *cap) {
-    if (t->source != PT_TOK_SOURCE_GPT2) return pt_tok_json_encode(t, text, len, tokens, n, cap);
+    if (t->encode_text) return t->encode_text(t, text, len, tokens, n, cap);
     const uint8_t *s = (const uint8_t *)text;
     for (size_t pos = 0; pos < len;) {
         size_t end = next_piece(t, s, len, pos);
@@ -639,7 +639,7 @@ pt_status pt_tokenizer_load(pt_tokenizer **out, const char *dir) {
 
 void pt_tokenizer_free(pt_tokenizer *t) {
     if (!t) return;
-    pt_tok_json_free(t);
+    if (t->free_parts) t->free_parts(t);
     free(t->tok_off);
     free(t->tok_bytes);
     free(t->merges);

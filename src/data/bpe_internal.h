@@ -86,8 +86,13 @@ struct pt_tokenizer {
 
     bmap cache;
 
-    /* tokenizer.json and tiktoken files (src/data/tokenizer_json.c); zero for GPT-2's files */
+    /* tokenizer.json and tiktoken files (src/data/tokenizer_json.c); zero for GPT-2's files. Their
+     * encoder and destructor are reached through these pointers, so that bpe.c (the merging, which
+     * tokenizer_json.c calls) does not call back into tokenizer_json.c by name. */
     pt_tok_source source;
+    pt_status (*encode_text)(pt_tokenizer *t, const char *text, size_t len, int32_t **tokens,
+                             size_t *n, size_t *cap);
+    void (*free_parts)(pt_tokenizer *t);
     bool ignore_merges;   /* a piece that is itself a token is that token (Llama 3, tiktoken) */
     bool nfc;             /* the normalizer is NFC */
     bmap vocab;           /* token bytes -> id, kept for ignore_merges */
@@ -122,11 +127,6 @@ void pt_bpe_append(int32_t **tokens, size_t *n, size_t *cap, const int32_t *ids,
 /* Merges one pre-tokenized piece and appends its ids. */
 void pt_bpe_encode_piece(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t **tokens, size_t *n,
                          size_t *cap);
-
-/* tokenizer_json.c: the encoder of tokenizer.json and tiktoken tokenizers; frees their parts. */
-pt_status pt_tok_json_encode(pt_tokenizer *t, const char *text, size_t len, int32_t **tokens,
-                             size_t *n, size_t *cap);
-void pt_tok_json_free(pt_tokenizer *t);
 
 /* Strict UTF-8 (RFC 3629). Returns the code point and its length in *n, or UINT32_MAX with *n = 1
  * for a byte that does not start a valid sequence. */

@@ -274,7 +274,7 @@ static const uint8_t *replace_invalid(pt_tokenizer *t, const uint8_t *s, size_t 
     return t->text;
 }
 
-pt_status pt_tok_json_encode(pt_tokenizer *t, const char *text, size_t len, int32_t **tokens,
+static pt_status json_encode(pt_tokenizer *t, const char *text, size_t len, int32_t **tokens,
                              size_t *n, size_t *cap) {
     size_t sl;
     const uint8_t *s = replace_invalid(t, (const uint8_t *)text, len, &sl);
@@ -299,7 +299,7 @@ pt_status pt_tok_json_encode(pt_tokenizer *t, const char *text, size_t len, int3
     return PT_OK;
 }
 
-void pt_tok_json_free(pt_tokenizer *t) {
+static void json_free(pt_tokenizer *t) {
     for (int k = 0; k < t->n_stages; k++) {
         pcre2_match_data_free(t->stages[k].match);
         pcre2_code_free(t->stages[k].code);
@@ -789,6 +789,8 @@ pt_status pt_tokenizer_open(pt_tokenizer **out, const char *path) {
         snprintf(file, sizeof file, "%s", path);
     }
     pt_tokenizer *t = pt_calloc(1, sizeof *t);
+    t->encode_text = json_encode;
+    t->free_parts = json_free;
     pt_status st = ends_with(file, ".tiktoken") ? load_tiktoken(t, file) : load_tokenizer_json(t, file);
     if (st == PT_OK) default_separator(t);
     if (st != PT_OK) {
