@@ -10,7 +10,8 @@
 #     gradients and the final checkpoint are byte-identical with and without data.val and
 #     eval.every, in one process, dp 2 with ZeRO-3, pp 2 (1F1B), the MoE model under dp 2 × ep 2,
 #     and in bf16; no allocation during an evaluation; a run resumed at step 5 evaluates and
-#     trains as the uninterrupted one (the validation reader holds no state);
+#     trains as the uninterrupted one (the validation reader holds no state); with
+#     training.recompute = full the validation losses are the same bit for bit;
 #   - the validation loss is a forward pass of the same model whatever the layout: dp 2 (ZeRO-0
 #     and 3), tp 2 (with and without sp), pp 2 (1F1B, zero bubble, its forward-only pass per
 #     micro-batch; interleaved for the MoE model; a tied head), cp 2, dp 2 × ep 2 (the MoE model
@@ -139,6 +140,10 @@ if [ "$(tail -5 "$tmp/ref.jsonl" | cut -d, -f1,2)" = "$(cut -d, -f1,2 "$tmp/ref_
    [ "$(val_losses ref | tail -1)" = "$(val_losses ref_resumed)" ]; then
   ok; echo "ref_resumed: steps 6-10 and the val loss at 10 byte-identical to the uninterrupted run"
 else bad "ref_resumed: $(val_losses ref_resumed) against $(val_losses ref | tail -1)"; fi
+
+# recomputation is exact: the same validation losses, bit for bit
+run 1 ref_full "${ev[@]}" --training.recompute=full || bad "ref_full failed: $(tail -3 "$tmp/ref_full.log")"
+same_val ref ref_full 0
 
 # --- layouts against the single process --------------------------------------------------------
 pair 2 dp2z3 --parallel.dp=2 --parallel.zero=3 --training.micro_batch=4
