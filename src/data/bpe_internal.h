@@ -63,6 +63,8 @@ enum { PT_TOK_MAX_STAGES = 4 };
 typedef struct {
     pcre2_code *code;
     pcre2_match_data *match;
+    pcre2_match_context *context;
+    pcre2_jit_stack *stack;
 } pt_tok_regex;
 
 typedef struct {

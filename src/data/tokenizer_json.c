@@ -161,7 +161,11 @@ static pt_status regex_compile(pt_tok_regex *r, const char *pattern, const char 
     }
     pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE); /* interpreted if the JIT is unavailable */
     r->match = pcre2_match_data_create_from_pattern(r->code, NULL);
-    PT_ASSERTF(r->match, "out of memory for regex match data");
+    /* the JIT's default 32 KiB stack is enough for these patterns; 8 MiB leaves room for others */
+    r->stack = pcre2_jit_stack_create(32 << 10, 8 << 20, NULL);
+    r->context = pcre2_match_context_create(NULL);
+    PT_ASSERTF(r->match && r->stack && r->context, "out of memory for regex match data");
+    pcre2_jit_stack_assign(r->context, NULL, r->stack);
     return PT_OK;
 }
 
@@ -176,19 +180,22 @@ static pt_status add_stage(pt_tokenizer *t, const char *pattern, const char *whe
 /* ---- encoding ---- */
 
 /* Stage k of the pre-tokenizer on one piece: its matches and the text between them go on to stage
- * k + 1; after the last stage each piece is merged. */
-static void split_piece(pt_tokenizer *t, int k, const uint8_t *s, size_t len, int32_t **tokens,
-                        size_t *n, size_t *cap) {
-    if (len == 0) return;
+ * k + 1; after the last stage each piece is merged. Returns 0, or PCRE2's error code (a match or
+ * stack limit: the text cannot be split as the references split it). */
+static int split_piece(pt_tokenizer *t, int k, const uint8_t *s, size_t len, int32_t **tokens,
+                       size_t *n, size_t *cap) {
+    if (len == 0) return 0;
     if (k == t->n_stages) {
         pt_bpe_encode_piece(t, s, len, tokens, n, cap);
-        return;
+        return 0;
     }
     pt_tok_regex *r = &t->stages[k];
     size_t pos = 0, done = 0;
-    while (pos < len) {
-        int rc = pcre2_match(r->code, s, len, pos, PCRE2_NO_UTF_CHECK, r->match, NULL);
-        if (rc < 0) break; /* no further match (or a match limit: the rest is one piece) */
+    int err = 0;
+    while (pos < len && !err) {
+        int rc = pcre2_match(r->code, s, len, pos, PCRE2_NO_UTF_CHECK, r->match, r->context);
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) return rc;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(r->match);
         size_t a = ov[0], b = ov[1];
         if (b == a) { /* an empty match splits nothing: step over one character */
@@ -196,27 +203,34 @@ static void split_piece(pt_tokenizer *t, int k, const uint8_t *s, size_t len, in
             while (pos < len && (s[pos] & 0xC0) == 0x80) pos++;
             continue;
         }
-        if (a > done) split_piece(t, k + 1, s + done, a - done, tokens, n, cap);
-        split_piece(t, k + 1, s + a, b - a, tokens, n, cap);
+        if (a > done) err = split_piece(t, k + 1, s + done, a - done, tokens, n, cap);
+        if (!err) err = split_piece(t, k + 1, s + a, b - a, tokens, n, cap);
         done = pos = b;
     }
-    if (done < len) split_piece(t, k + 1, s + done, len - done, tokens, n, cap);
+    if (!err && done < len) err = split_piece(t, k + 1, s + done, len - done, tokens, n, cap);
+    return err;
 }
 
-static void encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t **tokens,
-                           size_t *n, size_t *cap) {
-    if (len == 0) return;
+static pt_status encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t **tokens,
+                                size_t *n, size_t *cap) {
+    if (len == 0) return PT_OK;
     bool ascii = true;
     for (size_t i = 0; i < len && ascii; i++) ascii = s[i] < 0x80;
+    int err;
     if (!t->nfc || ascii) {
-        split_piece(t, 0, s, len, tokens, n, cap);
-        return;
+        err = split_piece(t, 0, s, len, tokens, n, cap);
+    } else {
+        utf8proc_uint8_t *norm = NULL;
+        utf8proc_ssize_t nl = utf8proc_map(s, (utf8proc_ssize_t)len, &norm, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        PT_ASSERTF(nl >= 0, "utf8proc_map on valid UTF-8 failed: %s", utf8proc_errmsg(nl));
+        err = split_piece(t, 0, norm, (size_t)nl, tokens, n, cap);
+        free(norm);
     }
-    utf8proc_uint8_t *norm = NULL;
-    utf8proc_ssize_t nl = utf8proc_map(s, (utf8proc_ssize_t)len, &norm, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    PT_ASSERTF(nl >= 0, "utf8proc_map on valid UTF-8 failed: %s", utf8proc_errmsg(nl));
-    split_piece(t, 0, norm, (size_t)nl, tokens, n, cap);
-    free(norm);
+    if (!err) return PT_OK;
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    return pt_errorf(PT_ERR_RUNTIME, "the pre-tokenizer regex failed on a section of %zu bytes: %s", len,
+                     (const char *)msg);
 }
 
 /* The WHATWG UTF-8 decoder's output, re-encoded: every maximal invalid subsequence becomes
@@ -290,18 +304,19 @@ static pt_status json_encode(pt_tokenizer *t, const char *text, size_t len, int3
             i++;
             continue;
         }
-        encode_section(t, s + start, i - start, tokens, n, cap);
+        PT_TRY(encode_section(t, s + start, i - start, tokens, n, cap));
         pt_bpe_append(tokens, n, cap, &hit->id, 1);
         i += hit->len;
         start = i;
     }
-    encode_section(t, s + start, sl - start, tokens, n, cap);
-    return PT_OK;
+    return encode_section(t, s + start, sl - start, tokens, n, cap);
 }
 
 static void json_free(pt_tokenizer *t) {
     for (int k = 0; k < t->n_stages; k++) {
         pcre2_match_data_free(t->stages[k].match);
+        pcre2_match_context_free(t->stages[k].context);
+        pcre2_jit_stack_free(t->stages[k].stack);
         pcre2_code_free(t->stages[k].code);
     }
     for (int i = 0; i < t->n_added; i++) free(t->added[i].bytes);
