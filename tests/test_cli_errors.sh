@@ -59,6 +59,26 @@ expect_fail "$tmp/config.json" "$bin" generate --checkpoint "$tmp" --prompt hi -
 expect_fail '--checkpoint and --out are required' "$bin" export --out "$tmp/x"
 expect_fail "$tmp/nope/config.json" "$bin" export --checkpoint "$tmp/nope" --out "$tmp/x"
 expect_fail 'encoder.json' "$bin" prepare --vocab "$tmp" --out "$tmp/out" "$tmp/train_000000.bin"
+# bad tokenizer files for prepare --tokenizer (tests/test_tokenizer_json.c has the full list)
+printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merg' > "$tmp/truncated.json"
+printf '{"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "WordPiece", "vocab": {}}}' > "$tmp/wordpiece.json"
+printf '{"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(?<"}, "behavior": "Isolated"}, {"type": "ByteLevel"}]}, "model": {"type": "BPE", "vocab": {}}}' > "$tmp/badregex.json"
+expect_fail 'truncated.json:1: not valid JSON' "$bin" prepare --tokenizer "$tmp/truncated.json" --out "$tmp/out" "$tmp/train_000000.bin"
+expect_fail 'model type "WordPiece" is not supported' "$bin" prepare --tokenizer "$tmp/wordpiece.json" --out "$tmp/out" "$tmp/train_000000.bin"
+expect_fail 'bad regex "(?<"' "$bin" prepare --tokenizer "$tmp/badregex.json" --out "$tmp/out" "$tmp/train_000000.bin"
+expect_fail "$tmp/none.json: cannot open" "$bin" prepare --tokenizer "$tmp/none.json" --out "$tmp/out" "$tmp/train_000000.bin"
+expect_fail 'give one of --vocab DIR' "$bin" prepare --out "$tmp/out" "$tmp/train_000000.bin"
+# a uint32 shard (magic 20240801) with a token past the vocabulary: shard, position, byte offset
+/usr/bin/python3 - "$tmp/u32/train_000000.bin" <<'PY'
+import os, struct, sys
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+toks = [i % 97 for i in range(5000)]
+toks[4321] = 70000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", *([20240801, 7, len(toks)] + [0] * 253)))
+    f.write(struct.pack("<%dI" % len(toks), *toks))
+PY
+expect_fail "train_000000.bin: token 70000 at position 4321 (byte offset 18308) is >= vocab_size 97" "$bin" train "${tiny[@]}" --data.train="$tmp/u32/train_*.bin"
 
 # a checkpoint that fails to load is not overwritten by the failed run
 "$bin" train "${tiny[@]}" --data.train="$tmp/train_*.bin" --checkpoint.dir="$tmp/ck" >/dev/null 2>&1 || { echo "FAIL: tiny training run"; fail=$((fail+1)); }
