@@ -157,9 +157,6 @@ pt_status pt_model_config_check(const pt_model_config *c) {
             return pt_errorf(PT_ERR_CONFIG, "model.aux_loss_coef and z_loss_coef must be >= 0");
     }
     if (!(c->norm_eps > 0)) return pt_errorf(PT_ERR_CONFIG, "model.norm_eps must be > 0");
-    if (c->vocab_size > 65536)
-        return pt_errorf(PT_ERR_CONFIG, "model.vocab_size %d exceeds 65536 (tokens are stored as uint16)",
-                         c->vocab_size);
     return PT_OK;
 }
 
