@@ -15,10 +15,15 @@
  *  5. Each piece's bytes are merged by bpe.c (lowest rank first, leftmost on ties: the priority
  *     queue of the Rust `tokenizers` crate and of tokenizers.js).
  *
- * The patterns are written for Oniguruma (the Rust crate's engine). Two of its meanings differ
- * from PCRE2's and are rewritten before compiling: \s is Unicode White_Space (with U+0085, without
- * U+FEFF), and (?i:...) folds ASCII letters only, as tokenizers.js and the other JS references do
- * (PCRE2 would also let the long s U+017F match 's' and the Kelvin sign match 'k').
+ * The patterns are written for Oniguruma (the Rust crate's engine). Two of its meanings are
+ * spelled out before compiling rather than left to PCRE2's definitions: \s is Unicode White_Space
+ * (with U+0085, without U+FEFF, unlike JS's \s), and (?i:...) folds ASCII letters only, as
+ * tokenizers.js and the other JS references do (PCRE2's caseless mode folds by Unicode rules; the
+ * letters become [sS]-style classes instead).
+ *
+ * Unicode versions: \p{L} and \p{N} come from PCRE2's tables and NFC from utf8proc's (Debian 12:
+ * Unicode 14 and 13), the JS references use node's ICU; code points assigned since can be classed
+ * or composed differently (none occurs in the tested text).
  */
 #include <errno.h>
 #include <jansson.h>
