@@ -648,6 +648,59 @@ static void test_file_prepare_writes_uint32_shards(void **state) {
     free(want);
 }
 
+/* prepare --threads 3 writes the same shards as one thread (files encoded in parallel, appended in
+ * order): the hostile files and 40 generated documents with Qwen 3 (NFC), in shards of 1000. */
+static void test_file_prepare_threads_same_shards(void **state) {
+    (void)state;
+    paths_init();
+    enum { NDOC = 42 };
+    const char *args[NDOC + 8];
+    char names[NDOC][2200], out[2][600];
+    for (int i = 0; i < NDOC; i++) {
+        if (i < 2) {
+            snprintf(names[i], sizeof names[i], "%s/tests/data/%s", g_src, i ? "hostile_whitespace.txt" : "hostile_unicode.txt");
+            continue;
+        }
+        char text[4096];
+        size_t len = 0;
+        for (int w = 0; w < 200 + 37 * i && len + 24 < sizeof text; w++)
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s%d ", w % 3 ? "word" : "Caf\xc3\xa9", w * i);
+        snprintf(names[i], sizeof names[i], "%s/thr_%02d.txt", tu_tmpdir(), i);
+        tu_write_file(names[i], text, len);
+    }
+    for (int r = 0; r < 2; r++) {
+        snprintf(out[r], sizeof out[r], "%s/threads_%d", tu_tmpdir(), r ? 3 : 1);
+        int k = 0;
+        args[k++] = "--tokenizer";
+        args[k++] = g_qwen3;
+        args[k++] = "--out";
+        args[k++] = out[r];
+        args[k++] = "--shard-tokens=1000";
+        args[k++] = r ? "--threads=3" : "--threads=1";
+        for (int i = 0; i < NDOC; i++) args[k++] = names[i];
+        assert_int_equal(tu_run_argv(pt_cmd_prepare, args, k), 0);
+    }
+    for (int s = 0;; s++) {
+        char a[700], b[700];
+        snprintf(a, sizeof a, "%s/train_%06d.bin", out[0], s);
+        snprintf(b, sizeof b, "%s/train_%06d.bin", out[1], s);
+        bool ha = access(a, F_OK) == 0, hb = access(b, F_OK) == 0;
+        assert_int_equal(ha, hb);
+        if (!ha) {
+            assert_true(s > 3);
+            break;
+        }
+        char *da, *db;
+        size_t la, lb;
+        assert_int_equal(pt_read_file(a, &da, &la), PT_OK);
+        assert_int_equal(pt_read_file(b, &db, &lb), PT_OK);
+        assert_int_equal(la, lb);
+        if (memcmp(da, db, la) != 0) fail_msg("%s and %s differ", a, b);
+        free(da);
+        free(db);
+    }
+}
+
 /* A uint32 shard that lies about its size, or has a uint16 magic with version 7: one message. */
 static void test_file_bad_uint32_shards(void **state) {
     (void)state;
@@ -694,6 +747,7 @@ int main(void) {
         cmocka_unit_test(test_file_llama3_replacement_and_added_tokens),
         cmocka_unit_test(test_file_prepare_writes_uint32_shards),
         cmocka_unit_test(test_file_bad_uint32_shards),
+        cmocka_unit_test(test_file_prepare_threads_same_shards),
         cmocka_unit_test(test_whitespace_follows_the_rust_crate),
         cmocka_unit_test(test_llama3_matches_references),
         cmocka_unit_test(test_qwen3_matches_references),
