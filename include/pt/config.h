@@ -19,6 +19,8 @@ typedef struct {
 
     struct {
         char train[PT_PATH_MAX]; /* glob of token shards */
+        char sources[4 * PT_PATH_MAX]; /* NAME=GLOB, ...: sources mixed instead of train */
+        char weights[512];       /* one weight per source of sources */
         int shuffle;
         char val[PT_PATH_MAX];   /* glob of held-out shards, "" = no evaluation */
     } data;

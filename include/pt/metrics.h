@@ -28,6 +28,9 @@ typedef struct {
     const double *expert_load; /* mixture of experts: (n_layers, n_experts) token-slots, or NULL */
     int ep;            /* expert parallelism: rows this rank dispatched and received (ep_rows) */
     int64_t ep_rows[2];
+    int n_sources;     /* data.sources: sources mixed (0: data.train alone), their names and */
+    const char *const *source_names; /* shares of the tokens read up to this step */
+    const double *source_share;
     int evaluated;     /* held-out evaluation after this step: its loss, tokens and seconds */
     double val_loss, val_seconds;
     int64_t val_tokens;

@@ -25,7 +25,7 @@ typedef struct {
     pt_backend *be;
     pt_model model;
     pt_optim opt;
-    pt_data data;
+    pt_mix data;                   /* data.train, or the sources of data.sources */
     pt_data val;                   /* data.val, the held-out shards (n_shards 0: none) */
     int64_t eval_batches;          /* global batches of data.val per evaluation */
     double *eval_load;             /* the step's expert load, kept across an evaluation */

@@ -12,6 +12,8 @@
 
 #include <jansson.h>
 
+#include "pt/data.h"
+
 #include "pt/hf_config.h"
 #include "pt/safetensors.h"
 
@@ -181,6 +183,19 @@ static pt_status pt_write_index(const char *path, int64_t step, const pt_model *
     json_object_set_new(root, "global_batch", json_integer(cfg->training.global_batch));
     json_object_set_new(root, "seq_len", json_integer(cfg->training.seq_len));
     json_object_set_new(root, "shuffle", json_boolean(cfg->data.shuffle));
+    if (cfg->data.sources[0]) { /* the mixture read: each source's name, glob and weight */
+        pt_mix_spec spec;
+        if (pt_mix_parse(cfg->data.sources, cfg->data.weights, &spec) == PT_OK) {
+            json_t *src = json_array();
+            for (int i = 0; i < spec.n; i++)
+                json_array_append_new(src, json_pack("{s:s, s:s, s:f, s:i}", "name", spec.name[i],
+                                                     "glob", spec.glob[i], "weight", spec.weight[i],
+                                                     "per_block", (int)spec.per_block[i]));
+            json_object_set_new(root, "data_sources", src);
+            json_object_set_new(root, "data_block", json_integer(PT_MIX_BLOCK));
+        }
+        pt_mix_spec_free(&spec);
+    }
     json_object_set_new(root, "total", json_integer((json_int_t)m->gtable.total));
     if (m->aux_f && m->cfg.aux_scope == PT_AUX_GLOBAL) { /* the next step's balancing f */
         json_t *f = json_array();

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pt/data.h" /* pt_mix_parse: data.sources and data.weights */
+
 typedef enum { PT_CFG_INT, PT_CFG_INT64, PT_CFG_U64, PT_CFG_FLOAT, PT_CFG_BOOL, PT_CFG_STR } pt_cfg_type;
 
 typedef struct {
@@ -85,8 +87,16 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "standard deviation of the initial weight matrices"),
     PT_K("data.train", PT_CFG_STR, data.train, "", NULL,
          "glob of token shards (llm.c format), read in sorted name order"),
+    PT_K("data.sources", PT_CFG_STR, data.sources, "", NULL,
+         "instead of data.train, several sources mixed by data.weights: \"NAME=GLOB, NAME=GLOB, "
+         "...\" (names of A-Z a-z 0-9 _ - .; a source that runs out starts its next epoch; "
+         "docs/guide.md \"Data mixing\")"),
+    PT_K("data.weights", PT_CFG_STR, data.weights, "", NULL,
+         "with data.sources: one positive weight per source, in its order, e.g. \"0.7, 0.3\" "
+         "(normalised: each source's share of the sequences read)"),
     PT_K("data.shuffle", PT_CFG_BOOL, data.shuffle, "false", NULL,
-         "shuffle rows (a deterministic function of training.seed)"),
+         "shuffle rows (a deterministic function of training.seed; with data.sources each source "
+         "its own order)"),
     PT_K("data.val", PT_CFG_STR, data.val, "", NULL,
          "glob of held-out token shards for evaluation (\"\" = none), read in order, unshuffled"),
     PT_K("eval.every", PT_CFG_INT64, eval.every, "0", NULL,
@@ -473,6 +483,17 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);
     if (!(p->bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
     if (!(p->timeout_s >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.timeout_s must be >= 0");
+    if (c->data.train[0] && c->data.sources[0])
+        return pt_errorf(PT_ERR_CONFIG, "data.train and data.sources are mutually exclusive: give "
+                         "one glob as data.train, or several sources as data.sources");
+    if (c->data.weights[0] && !c->data.sources[0])
+        return pt_errorf(PT_ERR_CONFIG, "data.weights needs data.sources (the sources it weighs)");
+    if (c->data.sources[0]) {
+        pt_mix_spec spec;
+        pt_status st = pt_mix_parse(c->data.sources, c->data.weights, &spec);
+        pt_mix_spec_free(&spec);
+        PT_TRY(st);
+    }
     if (c->eval.every < 0) return pt_errorf(PT_ERR_CONFIG, "eval.every must be >= 0");
     if (c->eval.tokens < 0) return pt_errorf(PT_ERR_CONFIG, "eval.tokens must be >= 0");
     if (!c->data.val[0] && (pt_config_was_set(c, "eval.every") || pt_config_was_set(c, "eval.tokens")))

@@ -69,11 +69,16 @@ void pt_progress_bar(int64_t step, int64_t total, double elapsed, int64_t first_
 }
 
 void pt_step_print(const pt_step_stats *s, int64_t total, const char *progress) {
+    char mix[512] = ""; /* data.sources: " | data web 70.0% code 30.0%" */
+    size_t used = 0;
+    for (int i = 0; i < s->n_sources && used < sizeof mix; i++)
+        used += (size_t)snprintf(mix + used, sizeof mix - used, "%s %s %.1f%%",
+                                 i ? "" : " | data", s->source_names[i], 100.0 * s->source_share[i]);
     pt_log_info("step %*lld/%lld | loss %.4f | gnorm %.3f | lr %.2e | %.0f tok/s | MFU %.1f%% | "
-                "mem %.0f MiB | %s",
+                "mem %.0f MiB%s | %s",
                 (int)snprintf(NULL, 0, "%lld", (long long)total), (long long)s->step,
                 (long long)total, s->loss, s->grad_norm, (double)s->lr, s->tokens_per_s,
-                100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, progress);
+                100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, mix, progress);
 }
 
 /* A "key value kB" line of a /proc file, in bytes (-1: none). */
@@ -180,6 +185,12 @@ void pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_con
             (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
             s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes(),
             (long long)s->allocs);
+    if (s->n_sources) {
+        fprintf(f, ", \"data_share\": {");
+        for (int i = 0; i < s->n_sources; i++)
+            fprintf(f, "%s\"%s\": %.9g", i ? ", " : "", s->source_names[i], s->source_share[i]);
+        fprintf(f, "}");
+    }
     if (s->evaluated) fprintf(f, ", \"val_loss\": %.17g, \"val_tokens\": %lld", s->val_loss,
                               (long long)s->val_tokens);
     if (mc->n_experts > 0 && s->expert_load) {

@@ -99,10 +99,10 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     cfg->parallel.dp = lay->dp_size;
     pt_log_info("backend: %s", t->be->describe(t->be));
 
-    PT_TRY(pt_data_open(&t->data, cfg->data.train, cfg->training.seq_len, cfg->data.shuffle,
-                        cfg->training.seed, cfg->model.vocab_size));
-    pt_log_info("data: %d shard(s), %lld rows of %d tokens", t->data.n_shards,
-                (long long)t->data.n_rows, cfg->training.seq_len);
+    PT_TRY(pt_mix_open(&t->data, cfg->data.train, cfg->data.sources, cfg->data.weights,
+                       cfg->training.seq_len, cfg->data.shuffle, cfg->training.seed,
+                       cfg->model.vocab_size));
+    pt_mix_log(&t->data);
     if (cfg->data.val[0]) PT_TRY(pt_trainer_open_val(t));
 
     const pt_model_parallel *par = &lay->par;
@@ -345,7 +345,7 @@ void pt_trainer_free(pt_trainer *t) {
     free(t->h_targets);
     if (t->opt.m) pt_optim_free(&t->opt, &t->model);
     pt_model_free(&t->model);
-    pt_data_close(&t->data);
+    pt_mix_close(&t->data);
     pt_data_close(&t->val);
     t->be->destroy(t->be);
     memset(t, 0, sizeof *t);
@@ -413,7 +413,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
 
     /* the whole global batch is read first: its count of valid targets scales every micro-batch
      * on every rank, so any split over ranks and micro-batches gives the same step */
-    pt_data_batch(&t->data, t->step, G, 0, G, t->h_inputs, t->h_targets);
+    pt_mix_batch(&t->data, t->step, G, 0, G, t->h_inputs, t->h_targets);
+    pt_mix_log_epochs(&t->data, t->step, G);
     int64_t n_valid = 0;
     for (size_t i = 0; i < (size_t)G * T; i++) n_valid += t->h_targets[i] >= 0;
     float loss_scale = n_valid > 0 ? 1.0f / (float)n_valid : 0.0f;
@@ -490,6 +491,9 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->z_loss = aux[1];
     s->lr = lr;
     s->tokens = (int64_t)G * T;
+    s->n_sources = t->data.mixed ? t->data.n : 0; /* their shares of the tokens read so far */
+    s->source_names = (const char *const *)t->data.name;
+    s->source_share = pt_mix_shares(&t->data, t->step * G);
     s->seconds = pt_now() - t0;
     s->n_stages = 0;
     s->n_cp = 0;
