@@ -485,7 +485,8 @@ pt_status pt_config_validate(const pt_config *c) {
     if (!(p->timeout_s >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.timeout_s must be >= 0");
     if (c->data.train[0] && c->data.sources[0])
         return pt_errorf(PT_ERR_CONFIG, "data.train and data.sources are mutually exclusive: give "
-                         "one glob as data.train, or several sources as data.sources");
+                         "one glob as data.train, or several sources as data.sources (an empty "
+                         "--data.train= clears one set in the INI file)");
     if (c->data.weights[0] && !c->data.sources[0])
         return pt_errorf(PT_ERR_CONFIG, "data.weights needs data.sources (the sources it weighs)");
     if (c->data.sources[0]) {
