@@ -116,9 +116,23 @@ static void check_model_prec(const char *extra, int tied, int bf16) {
     assert_int_equal(pt_st_read_i32(ex, "targets", tshape, 3, targets), PT_OK);
     int32_t *pos = malloc((size_t)T * sizeof *pos);
     for (int i = 0; i < T; i++) pos[i] = i;
+    /* documents (--doc-sep ID): where each token's document starts, from the tokens as the
+     * trainer computes it */
+    const char *ds = strstr(extra, "--doc-sep ");
+    int sep = ds ? atoi(ds + 10) : -1, restart = strstr(extra, "--pos-restart 1") != NULL;
+    int32_t *docs = NULL;
+    if (sep >= 0) {
+        docs = malloc((size_t)S * BT * sizeof *docs);
+        for (size_t r = 0; r < (size_t)S * B; r++)
+            for (int i = 0, st = 0; i < T; i++) {
+                if (tokens[r * T + i] == sep) st = i;
+                docs[r * T + i] = st;
+            }
+    }
 
     /* logits of batch 0 */
     pt_acts *a = pt_acts_create(&m, B, T);
+    pt_acts_set_documents(a, docs, restart);
     float *logits = malloc(BT * V * sizeof(float)), *want = malloc(BT * V * sizeof(float));
     pt_model_logits(&m, a, tokens, pos, logits);
     int64_t lshape[3] = {B, T, V};
@@ -206,6 +220,7 @@ static void check_model_prec(const char *extra, int tied, int bf16) {
         double ls = 0;
         for (int k = 0; k < B / mb; k++) {
             size_t off = (size_t)k * mb * T;
+            pt_acts_set_documents(am, docs ? docs + (size_t)s * BT + off : NULL, restart);
             ls += pt_model_forward(&m, am, tok + off, tgt + off, pos, 1.0f / (float)nv, NULL);
             pt_model_backward(&m, am, tok + off);
         }
@@ -247,6 +262,7 @@ static void check_model_prec(const char *extra, int tied, int bf16) {
     free(tokens);
     free(targets);
     free(pos);
+    free(docs);
     pt_acts_free(&m, a);
     pt_acts_free(&m, am);
     pt_optim_free(&o, &m);
@@ -281,6 +297,21 @@ static void test_head_dim_and_llama3_rope(void **state) {
 }
 
 /* bf16 against the reference that rounds where the model rounds (docs/precision.md) */
+/* Documents (data.document_mask): block-causal attention at separators (token 5, about one
+ * position in five), rope positions per sequence or restarting per document; with micro-batches
+ * and in bf16. */
+static void test_documents(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 41 --doc-sep 5 --seq 29 --batch 4 --micro-batch 2", 0);
+    check_model("--tied 1 --seed 43 --doc-sep 5 --pos-restart 1 --seq 29", 1);
+}
+
+static void test_documents_bf16_moe(void **state) {
+    (void)state;
+    check_model_prec("--tied 0 --seed 47 --doc-sep 5 --pos-restart 1 --seq 29", 0, 1);
+    check_model("--tied 0 --seed 53 --doc-sep 5 --experts 4 --topk 2 --moe-ffn 16 --aux 0.05", 0);
+}
+
 static void test_bf16_untied(void **state) {
     (void)state;
     check_model_prec("--tied 0", 0, 1);
@@ -380,6 +411,8 @@ int main(void) {
         cmocka_unit_test(test_gqa_tied),
         cmocka_unit_test(test_gqa_untied_accumulation),
         cmocka_unit_test(test_head_dim_and_llama3_rope),
+        cmocka_unit_test(test_documents),
+        cmocka_unit_test(test_documents_bf16_moe),
         cmocka_unit_test(test_bf16_untied),
         cmocka_unit_test(test_bf16_tied),
         cmocka_unit_test(test_bf16_accumulation),

@@ -662,6 +662,7 @@ static void test_bf16_to_float_is_exact(void **state) {
 typedef struct {
     int B, Tq, Tk, H, Hkv, hd;
     const int32_t *qp, *kp;
+    const int32_t *lo; /* documents: (B, Tq) first visible key position of each query, or NULL */
 } attn_ctx;
 
 /* Sizes of the packed double layout [q (B,Tq,H,hd) | k (B,Tk,Hkv,hd) | v (same)]. */
@@ -678,7 +679,7 @@ static double attn_probs_d(const attn_ctx *c, const double *q, const double *k, 
     const double scale = 1.0 / sqrt((double)c->hd);
     double mx = -INFINITY;
     for (int j = 0; j < c->Tk; j++) {
-        if (c->kp[j] > c->qp[i]) {
+        if (c->kp[j] > c->qp[i] || (c->lo && c->kp[j] < c->lo[(size_t)b * c->Tq + i])) {
             p[j] = -INFINITY;
             continue;
         }
@@ -765,7 +766,7 @@ static void attn_data_init(attn_data *a, const attn_ctx *c, int fused, uint64_t 
     const int qw = c->H * c->hd, kw = c->Hkv * c->hd;
     a->s = (pt_attn_shape){.B = c->B, .Tq = c->Tq, .Tk = c->Tk, .n_heads = c->H,
                            .n_kv_heads = c->Hkv, .head_dim = c->hd, .q_pos = c->qp,
-                           .k_pos = c->kp, .scale = 1.0f / sqrtf((float)c->hd)};
+                           .k_pos = c->kp, .q_lo = c->lo, .scale = 1.0f / sqrtf((float)c->hd)};
     if (fused) {
         const int ld = qw + 2 * kw;
         a->buf = fvec((size_t)c->B * c->Tq * ld, seed, 1.0f);
@@ -880,11 +881,11 @@ static void test_attention_causal_gqa_matches_reference(void **state) {
     int32_t *pos = positions(150, 0);
     /* T = 37: partial query tiles and one partial key tile; T = 150: several key tiles, some
      * skipped, some fully visible, some masked */
-    attn_ctx c1 = {2, 37, 37, 6, 2, 6, pos, pos};
+    attn_ctx c1 = {2, 37, 37, 6, 2, 6, pos, pos, NULL};
     check_attention(&c1, 0, 1, "T=37 hd=6 GQA 6/2");
-    attn_ctx c2 = {2, 150, 150, 6, 3, 6, pos, pos};
+    attn_ctx c2 = {2, 150, 150, 6, 3, 6, pos, pos, NULL};
     check_attention(&c2, 0, 0, "T=150 hd=6 GQA 6/3");
-    attn_ctx c3 = {1, 37, 37, 3, 3, 10, pos, pos};
+    attn_ctx c3 = {1, 37, 37, 3, 3, 10, pos, pos, NULL};
     check_attention(&c3, 0, 1, "T=37 hd=10 MHA");
     free(pos);
 }
@@ -892,7 +893,7 @@ static void test_attention_causal_gqa_matches_reference(void **state) {
 static void test_attention_on_fused_qkv_views_matches_reference(void **state) {
     (void)state;
     int32_t *pos = positions(131, 0);
-    attn_ctx c = {2, 131, 131, 4, 2, 64, pos, pos};
+    attn_ctx c = {2, 131, 131, 4, 2, 64, pos, pos, NULL};
     check_attention(&c, 1, 0, "fused qkv T=131 hd=64");
     free(pos);
 }
@@ -901,14 +902,14 @@ static void test_attention_queries_after_keys_with_positions(void **state) {
     (void)state;
     /* a context-parallel chunk: queries at positions 40..59 against keys 0..79 */
     int32_t *qp = positions(20, 40), *kp = positions(80, 0);
-    attn_ctx c = {2, 20, 80, 4, 2, 6, qp, kp};
+    attn_ctx c = {2, 20, 80, 4, 2, 6, qp, kp, NULL};
     check_attention(&c, 0, 1, "Tq=20@40 Tk=80@0");
-    attn_ctx c2 = {1, 20, 80, 2, 1, 66, qp, kp};
+    attn_ctx c2 = {1, 20, 80, 2, 1, 66, qp, kp, NULL};
     check_attention(&c2, 0, 0, "Tq=20@40 Tk=80@0 hd=66");
     /* queries at 45..64: the last one sees exactly one key of the second key tile (64..79), so
      * that tile must not be skipped */
     int32_t *qp2 = positions(20, 45);
-    attn_ctx c3 = {1, 20, 80, 2, 1, 6, qp2, kp};
+    attn_ctx c3 = {1, 20, 80, 2, 1, 6, qp2, kp, NULL};
     check_attention(&c3, 0, 0, "Tq=20@45 Tk=80@0");
     free(qp), free(kp), free(qp2);
 }
@@ -918,19 +919,55 @@ static void test_attention_rows_without_visible_keys(void **state) {
     /* queries at 0..39 against keys at 10..109: the first 10 rows see nothing (lse −∞, out 0,
      * no gradient), and the last key tiles are skipped */
     int32_t *qp = positions(40, 0), *kp = positions(100, 10);
-    attn_ctx c = {2, 40, 100, 4, 2, 6, qp, kp};
+    attn_ctx c = {2, 40, 100, 4, 2, 6, qp, kp, NULL};
     check_attention(&c, 0, 1, "rows without keys");
     /* every row blind: everything zero, lse −∞ */
     int32_t *late = positions(100, 1000);
-    attn_ctx c2 = {1, 40, 100, 2, 2, 6, qp, late};
+    attn_ctx c2 = {1, 40, 100, 2, 2, 6, qp, late, NULL};
     check_attention(&c2, 0, 0, "no visible key at all");
     free(qp), free(kp), free(late);
+}
+
+/* Block-causal attention over documents (q_lo): each sequence cut into documents at its own
+ * places, some longer than a key tile, one of length 1, so that key tiles are skipped as wholly
+ * before a query tile's documents, masked where a document starts inside them, and left unmasked;
+ * also a context-parallel chunk (queries later than the keys) whose documents start in the keys'
+ * range. The reference masks every (query, key) pair by the formula. */
+static void test_attention_documents_match_reference(void **state) {
+    (void)state;
+    enum { T = 150 };
+    int32_t *pos = positions(T, 0);
+    /* document starts per sequence: b = 0 at 0, 70, 71, 140; b = 1 at 0, 5, 100 */
+    const int starts[2][5] = {{0, 70, 71, 140, -1}, {0, 5, 100, -1, -1}};
+    int32_t lo[2 * T];
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < T; i++) {
+            int s0 = 0;
+            for (int k = 0; k < 5 && starts[b][k] >= 0; k++)
+                if (starts[b][k] <= i) s0 = starts[b][k];
+            lo[b * T + i] = s0;
+        }
+    attn_ctx c = {2, T, T, 4, 2, 6, pos, pos, lo};
+    check_attention(&c, 0, 0, "documents T=150");
+    attn_ctx c1 = {2, 37, 37, 2, 1, 6, pos, pos, NULL};
+    int32_t lo37[2 * 37];
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 37; i++) lo37[b * 37 + i] = i < 10 + b ? 0 : i < 30 ? 10 + b : 30;
+    c1.lo = lo37;
+    check_attention(&c1, 1, 1, "documents T=37 fused, formula");
+    /* queries 80..119 against keys 0..79: b = 0's documents start at 60 (keys 60..79 visible),
+     * b = 1's rows before 100 see every key and those from 100 on see none (lse −∞) */
+    int32_t *qp = positions(40, 80), *kp = positions(80, 0), lo2[80];
+    for (int i = 0; i < 40; i++) lo2[i] = 60, lo2[40 + i] = 80 + i < 100 ? 0 : 100;
+    attn_ctx c2 = {2, 40, 80, 4, 2, 6, qp, kp, lo2};
+    check_attention(&c2, 0, 1, "documents, a later chunk");
+    free(pos), free(qp), free(kp);
 }
 
 static void test_attention_is_thread_count_independent(void **state) {
     (void)state;
     int32_t *pos = positions(200, 0);
-    attn_ctx c = {2, 200, 200, 4, 2, 32, pos, pos};
+    attn_ctx c = {2, 200, 200, 4, 2, 32, pos, pos, NULL};
     float *res[3][5];
     const size_t nq = nq_of(&c), nk = nk_of(&c), nl = (size_t)c.B * c.H * c.Tq;
     for (int t = 0; t < 3; t++) {
@@ -1103,13 +1140,18 @@ static void check_attention_bf16(const attn_ctx *c, const char *name) {
 static void test_attention_bf16_probabilities_match_reference(void **state) {
     (void)state;
     int32_t *pos = positions(150, 0), *late = positions(100, 10);
-    attn_ctx c1 = {2, 37, 37, 6, 2, 6, pos, pos};
+    attn_ctx c1 = {2, 37, 37, 6, 2, 6, pos, pos, NULL};
     check_attention_bf16(&c1, "T=37 hd=6 GQA 6/2");
-    attn_ctx c2 = {1, 150, 150, 4, 2, 16, pos, pos};
+    attn_ctx c2 = {1, 150, 150, 4, 2, 16, pos, pos, NULL};
     check_attention_bf16(&c2, "T=150 hd=16 GQA 4/2");
     /* keys at 10..109: the first 10 queries see nothing (out 0, no gradient) */
-    attn_ctx c3 = {2, 40, 100, 4, 2, 6, pos, late};
+    attn_ctx c3 = {2, 40, 100, 4, 2, 6, pos, late, NULL};
     check_attention_bf16(&c3, "rows without keys");
+    /* documents (block-causal): starts at 0, 20, 90 (b = 0) and 0, 64 (b = 1) */
+    int32_t lo[2 * 150];
+    for (int i = 0; i < 150; i++) lo[i] = i < 20 ? 0 : i < 90 ? 20 : 90, lo[150 + i] = i < 64 ? 0 : 64;
+    attn_ctx c4 = {2, 150, 150, 4, 2, 16, pos, pos, lo};
+    check_attention_bf16(&c4, "documents");
     free(pos), free(late);
 }
 
@@ -1122,7 +1164,7 @@ static void test_attention_bf16_forward_and_backward_round_the_same_probabilitie
      * probabilities. */
     enum { B = 4, T = 200, H = 8, HD = 200 }; /* scale 1/sqrt(200), not a power of 2 */
     int32_t *pos = positions(T, 0);
-    const attn_ctx ctx = {B, T, T, H, H, HD, pos, pos}, *c = &ctx;
+    const attn_ctx ctx = {B, T, T, H, H, HD, pos, pos, NULL}, *c = &ctx;
     attn_data a;
     attn_data_init(&a, c, 0, 800);
     a.s.p_bf16 = 1;
@@ -1168,7 +1210,7 @@ static void test_attention_blocks_merge_like_ring_attention(void **state) {
     (void)state;
     enum { B = 2, T = 90, H = 4, HKV = 2, HD = 8, SPLIT = 50 };
     int32_t *pos = positions(T, 0);
-    attn_ctx c = {B, T, T, H, HKV, HD, pos, pos};
+    attn_ctx c = {B, T, T, H, HKV, HD, pos, pos, NULL};
     attn_data a;
     attn_data_init(&a, &c, 0, 400);
     const size_t nq = nq_of(&c), nk = nk_of(&c), nl = (size_t)B * H * T;
@@ -1366,13 +1408,13 @@ static void check_lse_in_blocks(const attn_ctx *c, const int *cut, int nb, const
 static void test_attention_bf16_two_passes_over_key_blocks(void **state) {
     (void)state;
     int32_t *pos = positions(150, 0), *late = positions(100, 10);
-    const attn_ctx c1 = {2, 150, 150, 4, 2, 16, pos, pos};
+    const attn_ctx c1 = {2, 150, 150, 4, 2, 16, pos, pos, NULL};
     const int cut1[] = {0, 37, 100, 150};
-    const attn_ctx c2 = {2, 37, 37, 6, 2, 6, pos, pos};
+    const attn_ctx c2 = {2, 37, 37, 6, 2, 6, pos, pos, NULL};
     const int cut2[] = {0, 20, 37};
     /* queries at 0..39, keys at 10..109: the first 10 queries see nothing, the second block
      * (keys at 74..109) is seen by none */
-    const attn_ctx c3 = {2, 40, 100, 4, 2, 6, pos, late};
+    const attn_ctx c3 = {2, 40, 100, 4, 2, 6, pos, late, NULL};
     const int cut3[] = {0, 64, 100};
     check_lse_only_blocks(&c1, cut1, 3, "T=150 hd=16 GQA 4/2, 3 blocks");
     check_lse_only_blocks(&c2, cut2, 2, "T=37 hd=6 GQA 6/2, 2 blocks");
@@ -1405,7 +1447,7 @@ static void test_ring_attention_zigzag_equals_full_attention(void **state) {
     (void)state;
     enum { B = 2, T = 96, H = 4, HKV = 2, HD = 8 };
     int32_t *pos = positions(T, 0);
-    attn_ctx c = {B, T, T, H, HKV, HD, pos, pos};
+    attn_ctx c = {B, T, T, H, HKV, HD, pos, pos, NULL};
     attn_data a;
     attn_data_init(&a, &c, 0, 500);
     const size_t nq = nq_of(&c), nk = nk_of(&c);
@@ -1535,6 +1577,7 @@ int main(void) {
         cmocka_unit_test(test_attention_on_fused_qkv_views_matches_reference),
         cmocka_unit_test(test_attention_queries_after_keys_with_positions),
         cmocka_unit_test(test_attention_rows_without_visible_keys),
+        cmocka_unit_test(test_attention_documents_match_reference),
         cmocka_unit_test(test_attention_is_thread_count_independent),
         cmocka_unit_test(test_attention_bf16_probabilities_match_reference),
         cmocka_unit_test(test_attention_bf16_forward_and_backward_round_the_same_probabilities),

@@ -23,13 +23,17 @@ typedef struct pt_backend pt_backend;
  * with n_kv_heads·head_dim values at strides ldk and ldv; query head h reads kv head
  * h / (n_heads / n_kv_heads). The causal mask is by position: key j is visible to query i iff
  * k_pos[j] <= q_pos[i] (positions are shared by the B sequences; context parallelism passes the
- * global positions of its chunks). */
+ * global positions of its chunks), and with q_lo also k_pos[j] >= q_lo of the query's row. */
 typedef struct {
     int B, Tq, Tk;
     int n_heads, n_kv_heads, head_dim;
     int ldq, ldk, ldv, ldo;
     const int32_t *q_pos; /* (Tq) */
     const int32_t *k_pos; /* (Tk) */
+    /* Documents (block-causal attention) or NULL: (B, Tq), the position where the document of
+     * query i of sequence b starts; key j is then visible to it iff
+     * q_lo[b·Tq + i] ≤ k_pos[j] ≤ q_pos[i]. */
+    const int32_t *q_lo;
     float scale;          /* 1/sqrt(head_dim) */
     /* 1: the probabilities that multiply v are rounded to bf16, as a bf16 P·V product would
      * have them. With s = q·kᵀ·scale and lse the row's log-sum-exp over this call's visible

@@ -23,6 +23,9 @@ typedef struct {
         char weights[512];       /* one weight per source of sources */
         int shuffle;
         char val[PT_PATH_MAX];   /* glob of held-out shards, "" = no evaluation */
+        int document_mask;       /* attention within documents (block-causal) */
+        int separator;           /* the token that starts each document (-1: unset) */
+        int position_restart;    /* with document_mask: rope positions restart per document */
     } data;
 
     struct {

@@ -346,6 +346,13 @@ void *pt_acts_output(pt_acts *a);
 float *pt_acts_grad(pt_acts *a);
 void pt_acts_free(const pt_model *m, pt_acts *a);
 size_t pt_acts_bytes(const pt_acts *a);
+/* Documents (block-causal attention, data.document_mask): doc_start (B·T, device memory, the
+ * caller's, read at each forward until set again; NULL: none) holds for every row the position
+ * where its document starts, and the forwards on `a` from now on let a query see only the keys
+ * of its document (doc_start ≤ key position ≤ its position; its backward and any recomputation
+ * use the same). restart: rope positions count from the document's start (position −
+ * doc_start) rather than the sequence's. */
+void pt_acts_set_documents(pt_acts *a, const int32_t *doc_start, int restart);
 /* Reuses activations for a smaller (B, T) (B·T and T within what they were sized for). */
 void pt_acts_set_shape(pt_acts *a, int B, int T);
 

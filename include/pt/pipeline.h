@@ -46,6 +46,8 @@ typedef struct {
     int *pool_n, *live, *peak;
     size_t *set_bytes;    /* one set's bytes, per chunk (recorded when the first is made) */
     size_t setup_bytes;   /* the sets made at set-up: those the schedule holds at once */
+    const int32_t *docs;  /* documents (pt_pipe_set_documents) or NULL */
+    int docs_restart;
 } pt_pipe;
 
 pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,
@@ -61,6 +63,9 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
  * per chunk from the pools (idle between steps); no schedule, no gradient. Returns the loss sum
  * (nonzero on the rank holding the last stage). Collective over the pp group. */
 double pt_pipe_eval(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos);
+/* Documents for the steps and evaluations from now on: micro-batch i's rows start their
+ * documents at docs + i·B·T (device; NULL: none), as pt_acts_set_documents. */
+void pt_pipe_set_documents(pt_pipe *p, const int32_t *docs, int restart);
 /* Peak bytes of activations held at once on this rank (its chunks' pools). */
 size_t pt_pipe_peak_bytes(const pt_pipe *p);
 

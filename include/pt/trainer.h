@@ -36,6 +36,9 @@ typedef struct {
     int32_t *h_inputs, *h_targets; /* (global_batch, T) host */
     int32_t *d_inputs, *d_targets, *d_pos;
     int32_t *l_inputs, *l_targets; /* (rows of this rank, its tokens) host */
+    /* data.document_mask: where each of this rank's tokens' document starts (device, host), and
+     * scratch for one whole sequence's (T, host); NULL without */
+    int32_t *d_docs, *l_docs, *h_docs;
     int64_t step;                  /* steps done */
     pt_metrics metrics;            /* logging.metrics (metrics.f NULL: none) */
     int grads_dumped;

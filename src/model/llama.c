@@ -79,6 +79,13 @@ struct pt_acts {
     float *dnorm;     /* (2C) sequence parallelism: this micro-batch's norm weight gradients */
     float *dkv;       /* (2·kv, C) a replicated key/value head's weight gradient */
     int32_t *h_rows;  /* (B·T) host: the position of every row */
+    /* documents (pt_acts_set_documents): the caller's (B·T) device array of where each row's
+     * document starts, or NULL; its copy for the last forward (device, host); restart: rope
+     * positions count from each document's start */
+    const int32_t *docs;
+    int docs_restart;
+    int32_t *d_lo, *h_lo;
+    int has_lo;
     int32_t *h_tg;    /* (head_rows) host: a chunk's targets */
     float *h_losses;  /* (head_rows) host: a chunk's losses */
     /* bf16 only: fp32 scratch where kernels read converted and write unrounded values, (N,
@@ -875,6 +882,8 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
     a->h_rows = pt_calloc(N, sizeof *a->h_rows);
+    a->d_lo = m->be->alloc(m->be, N * sizeof(int32_t));
+    a->h_lo = pt_calloc(N, sizeof *a->h_lo);
     a->h_tg = pt_calloc(HR ? HR : 1, sizeof *a->h_tg);
     a->h_losses = pt_calloc(HR ? HR : 1, sizeof *a->h_losses);
     return a;
@@ -901,11 +910,17 @@ void pt_acts_free(const pt_model *m, pt_acts *a) {
     free(a->pos);
     m->be->free(m->be, a->d_pos);
     m->be->free(m->be, a->d_rows);
-    free(a->h_rows), free(a->h_tg), free(a->h_losses);
+    m->be->free(m->be, a->d_lo);
+    free(a->h_rows), free(a->h_lo), free(a->h_tg), free(a->h_losses);
     free(a);
 }
 
 size_t pt_acts_bytes(const pt_acts *a) { return a->bytes; }
+
+void pt_acts_set_documents(pt_acts *a, const int32_t *doc_start, int restart) {
+    a->docs = doc_start;
+    a->docs_restart = restart;
+}
 
 void pt_acts_set_shape(pt_acts *a, int B, int T) {
     PT_ASSERTF(B >= 1 && T >= 1 && (int64_t)B * T <= (int64_t)a->cap_B * a->cap_T && T <= a->cap_T,
@@ -1021,6 +1036,7 @@ static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
                            .ldo = q,
                            .q_pos = a->d_pos,
                            .k_pos = a->d_pos,
+                           .q_lo = a->has_lo ? a->d_lo : NULL,
                            .scale = 1.0f / sqrtf((float)hd),
                            .p_bf16 = pt_is_bf16(m)};
 }
@@ -1154,10 +1170,17 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     const pt_local_dims *d = &m->loc;
     int N = a->B * a->T, C = c->dim, R = pt_res_rows(m, N);
     size_t RC = (size_t)R * C;
-    /* positions (T) are shared by the B sequences; rope wants one per row */
+    /* positions (T) are shared by the B sequences; rope wants one per row: with documents
+     * restarting them, the distance from the row's document start */
     be->download(be, a->pos, pos, (size_t)a->T * sizeof *pos);
     be->copy(be, a->d_pos, pos, (size_t)a->T * sizeof *pos);
-    for (int i = 0; i < N; i++) a->h_rows[i] = a->pos[i % a->T];
+    a->has_lo = a->docs != NULL;
+    if (a->has_lo) {
+        be->download(be, a->h_lo, a->docs, (size_t)N * sizeof *a->h_lo);
+        be->copy(be, a->d_lo, a->docs, (size_t)N * sizeof *a->h_lo);
+    }
+    for (int i = 0; i < N; i++)
+        a->h_rows[i] = a->pos[i % a->T] - (a->has_lo && a->docs_restart ? a->h_lo[i] : 0);
     be->upload(be, a->d_rows, a->h_rows, (size_t)N * sizeof *a->h_rows);
     float *y = a->dxn; /* (N,C) scratch for the partial embedding rows (backward's, unused here) */
 

@@ -27,6 +27,10 @@
  *   bf16  forward  (cp − 1)·N·kv·2 (pass 1, keys) + (cp − 1)·N·2kv·2 (pass 2) = (cp − 1)·N·kv·6
  *         backward (cp − 1)·N·2kv·2 (keys, values) + cp·N·2kv·4 (their gradients)
  *
+ * Documents (pt_attn_shape.q_lo, block-causal attention) need nothing of the ring: a query's
+ * bound is the global position where its document starts, which masks the keys of any rank's
+ * block by their positions; with overlap each (sequence, head) call takes its sequence's bounds.
+ *
  * The ring's buffers (two key/value blocks and their gradients, one block's output and lse) and
  * every rank's positions belong to this module, allocated once. In bf16 the block computed with
  * is the fp32 kvb[0] and the two bf16 blocks on the wire are the halves of kvb[1]: no more
@@ -157,6 +161,7 @@ static void block_forward(pt_cp *c, const pt_attn_shape *as, const float *q, con
         for (int h = 0; h < as->n_heads; h++) {
             piece p = ring_piece(as, b, h);
             if (as->lse_in) s.lse_in = as->lse_in + p.l;
+            if (as->q_lo) s.q_lo = as->q_lo + (size_t)b * as->Tq;
             be->attention_forward(be, &s, q + p.q, k + p.k, v + p.v, at(out, p.o), at(lse, p.l));
             pt_comm_poll(c->cc, NULL);
         }
@@ -174,6 +179,7 @@ static void block_backward(pt_cp *c, const pt_attn_shape *as, const float *q, co
     for (int b = 0; b < as->B; b++)
         for (int h = 0; h < as->n_heads; h++) {
             piece p = ring_piece(as, b, h);
+            if (as->q_lo) s.q_lo = as->q_lo + (size_t)b * as->Tq;
             be->attention_backward(be, &s, q + p.q, k + p.k, v + p.v, out + p.o, dout + p.o,
                                    lse + p.l, dq + p.q, dk + p.k, dv + p.v);
             pt_comm_poll(c->cc, NULL);

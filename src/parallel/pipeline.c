@@ -272,6 +272,8 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
             break;
         case PT_ACT_FWD:
             pt_pipe_wait(p, &s->req[0]);
+            pt_acts_set_documents(s->a, p->docs ? p->docs + (size_t)x->micro * rows : NULL,
+                                  p->docs_restart);
             loss += pt_model_forward(m, s->a, tok, tgt, pos, loss_scale, NULL);
             break;
         case PT_ACT_BWD:
@@ -292,6 +294,11 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
     return loss;
 }
 
+void pt_pipe_set_documents(pt_pipe *p, const int32_t *docs, int restart) {
+    p->docs = docs;
+    p->docs_restart = restart;
+}
+
 double pt_pipe_eval(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos) {
     int r = p->rank, np = p->pp->size;
     size_t rows = (size_t)p->B * p->T, count = pt_pipe_count(p);
@@ -309,6 +316,7 @@ double pt_pipe_eval(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
             if (s > 0)
                 pt_comm_wait(p->pp, p->pp->irecv(p->pp, pt_acts_input(a), count, act, (s - 1) % np,
                                                  pt_pipe_tag(p, 0, s - 1, 0)));
+            pt_acts_set_documents(a, p->docs ? p->docs + (size_t)i * rows : NULL, p->docs_restart);
             loss += pt_model_eval_loss(p->model, a, tok, tgt, pos, NULL);
             if (s < p->S - 1)
                 pt_comm_wait(p->pp, p->pp->isend(p->pp, pt_acts_output(a), count, act, (s + 1) % np,

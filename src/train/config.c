@@ -99,6 +99,15 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "its own order)"),
     PT_K("data.val", PT_CFG_STR, data.val, "", NULL,
          "glob of held-out token shards for evaluation (\"\" = none), read in order, unshuffled"),
+    PT_K("data.document_mask", PT_CFG_BOOL, data.document_mask, "false", NULL,
+         "attention stays within documents: a token sees only the tokens of its own document, "
+         "which starts at a data.separator token (block-causal; docs/guide.md \"Document masking\")"),
+    PT_K("data.separator", PT_CFG_INT, data.separator, "-1", NULL,
+         "with data.document_mask: the id of the token that starts every document (what prepare "
+         "put before each one, e.g. 50256 for GPT-2's <|endoftext|>)"),
+    PT_K("data.position_restart", PT_CFG_BOOL, data.position_restart, "false", NULL,
+         "with data.document_mask: rope positions count from each document's start, not the "
+         "sequence's"),
     PT_K("eval.every", PT_CFG_INT64, eval.every, "0", NULL,
          "with data.val: evaluate every n steps and at the end (0 = only at the end)"),
     PT_K("eval.tokens", PT_CFG_INT64, eval.tokens, "0", NULL,
@@ -500,6 +509,13 @@ pt_status pt_config_validate(const pt_config *c) {
     if (!c->data.val[0] && (pt_config_was_set(c, "eval.every") || pt_config_was_set(c, "eval.tokens")))
         return pt_errorf(PT_ERR_CONFIG, "eval.every and eval.tokens need data.val (the held-out "
                          "shards to evaluate on)");
+    if (c->data.document_mask && c->data.separator < 0) /* < vocab_size: pt_trainer_init */
+        return pt_errorf(PT_ERR_CONFIG, "data.document_mask needs data.separator, the id of the token "
+                         "that starts each document (got %d)", c->data.separator);
+    if (!c->data.document_mask && (pt_config_was_set(c, "data.separator") ||
+                                   pt_config_was_set(c, "data.position_restart")))
+        return pt_errorf(PT_ERR_CONFIG, "data.separator and data.position_restart need "
+                         "data.document_mask = true");
     if (c->checkpoint.every < 0) return pt_errorf(PT_ERR_CONFIG, "checkpoint.every must be >= 0");
     if (c->checkpoint.keep < 1) return pt_errorf(PT_ERR_CONFIG, "checkpoint.keep must be >= 1");
     if (c->checkpoint.resume[0] && !c->checkpoint.dir[0] && !strcmp(c->checkpoint.resume, "latest"))

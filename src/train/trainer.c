@@ -189,6 +189,19 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     /* the global positions of this rank's tokens (all of them without context parallelism) */
     t->d_pos = t->be->alloc(t->be, (size_t)Tl * sizeof(int32_t));
     t->be->upload(t->be, t->d_pos, lay->pos, (size_t)Tl * sizeof(int32_t));
+    if (cfg->data.document_mask) {
+        if (cfg->data.separator >= cfg->model.vocab_size)
+            return pt_errorf(PT_ERR_CONFIG, "data.separator = %d is not a token of the model's "
+                             "vocabulary (model.vocab_size = %d)", cfg->data.separator,
+                             cfg->model.vocab_size);
+        t->d_docs = t->be->alloc(t->be, (size_t)per_rank * Tl * sizeof(int32_t));
+        t->l_docs = pt_malloc((size_t)per_rank * Tl * sizeof(int32_t));
+        t->h_docs = pt_malloc((size_t)T * sizeof(int32_t));
+        if (t->pipe.model) pt_pipe_set_documents(&t->pipe, t->d_docs, cfg->data.position_restart);
+        pt_log_info("documents: attention within documents, each starting at token %d; rope "
+                    "positions %s", cfg->data.separator,
+                    cfg->data.position_restart ? "restart per document" : "per sequence");
+    }
 
     if (cfg->logging.metrics[0] && (!t->mesh || t->mesh->world_rank == 0))
         PT_TRY(pt_metrics_open(&t->metrics, cfg->logging.metrics, t->mesh, cfg->training.steps,
@@ -337,6 +350,8 @@ void pt_trainer_free(pt_trainer *t) {
     t->be->free(t->be, t->d_inputs);
     t->be->free(t->be, t->d_targets);
     t->be->free(t->be, t->d_pos);
+    if (t->d_docs) t->be->free(t->be, t->d_docs);
+    free(t->l_docs), free(t->h_docs);
     free(t->l_inputs);
     free(t->bias_host);
     free(t->eval_load);
@@ -390,14 +405,27 @@ static void pt_trainer_upload_rows(pt_trainer *t) {
     int Tl = lay->T_local;
     for (int b = 0; b < per_rank; b++) {
         size_t row = ((size_t)lay->dp_rank * per_rank + b) * T;
+        if (t->h_docs) /* the whole sequence's document starts: the separator opens one */
+            for (int i = 0, start = 0; i < T; i++) {
+                if (t->h_inputs[row + i] == t->cfg.data.separator) start = i;
+                t->h_docs[i] = start;
+            }
         for (int i = 0; i < Tl; i++) {
             t->l_inputs[(size_t)b * Tl + i] = t->h_inputs[row + lay->pos[i]];
             t->l_targets[(size_t)b * Tl + i] = t->h_targets[row + lay->pos[i]];
+            if (t->h_docs) t->l_docs[(size_t)b * Tl + i] = t->h_docs[lay->pos[i]];
         }
     }
     size_t bytes = (size_t)per_rank * Tl * sizeof(int32_t);
     t->be->upload(t->be, t->d_inputs, t->l_inputs, bytes);
     t->be->upload(t->be, t->d_targets, t->l_targets, bytes);
+    if (t->d_docs) t->be->upload(t->be, t->d_docs, t->l_docs, bytes);
+}
+
+/* The documents of the micro-batch whose rows start at `at` for the activations (none without). */
+static void pt_trainer_docs(pt_trainer *t, size_t at) {
+    if (t->acts) pt_acts_set_documents(t->acts, t->d_docs ? t->d_docs + at : NULL,
+                                       t->cfg.data.position_restart);
 }
 
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
@@ -452,6 +480,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         int last = k == n_micro - 1;
         if (t->lay.dpc) pt_dp_begin_micro(&t->lay.dp, last);
         if (t->lay.dpe.model) pt_dp_begin_micro(&t->lay.dpe, last);
+        pt_trainer_docs(t, at);
         loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs + at, t->d_targets + at,
                                      t->d_pos, loss_scale, NULL);
         pt_model_backward(&t->model, t->acts, t->d_inputs + at);
@@ -544,6 +573,7 @@ pt_status pt_trainer_eval(pt_trainer *t, double *val_loss) {
         if (t->pipe.model) loss += pt_pipe_eval(&t->pipe, t->d_inputs, t->d_targets, t->d_pos);
         for (int k = 0; k < n_micro && !t->pipe.model; k++) {
             size_t at = (size_t)k * mb * Tl;
+            pt_trainer_docs(t, at);
             loss += pt_model_eval_loss(m, t->acts, t->d_inputs + at, t->d_targets + at, t->d_pos,
                                        NULL);
         }

@@ -146,6 +146,9 @@ class Cfg:
         # and this step's token-slot counts
         self.aux_scope, self.aux_f, self.aux_count = "sequence", {}, {}
         self.moe_trace = None  # a list: every MoE layer appends its (sel, keep) (self-checks)
+        # documents (data.document_mask): the token id that starts each document (None: plain
+        # causal attention), and whether rope positions restart at each document's start
+        self.doc_sep, self.pos_restart = None, False
 
 
 def param_names(cfg):
@@ -256,6 +259,42 @@ def rope_cos_sin(T, hd, theta, dtype, rope=None):
     return emb.cos(), emb.sin()
 
 
+def doc_starts(tokens, cfg):
+    """(B, T) int64: for every token, the position where its document starts (the last
+    separator at or before it, else 0); None without documents."""
+    if cfg.doc_sep is None:
+        return None
+    B, T = tokens.shape
+    idx = torch.arange(T).expand(B, T)
+    at_sep = torch.where(tokens == cfg.doc_sep, idx, torch.zeros_like(idx))
+    return torch.cummax(at_sep, dim=1).values
+
+
+def attn_mask(tokens, cfg, dtype):
+    """Additive attention mask: causal (T, T), or with documents (B, 1, T, T), where key j is
+    visible to query i iff start[i] <= j <= i."""
+    B, T = tokens.shape
+    causal = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
+    st = doc_starts(tokens, cfg)
+    if st is None:
+        return causal
+    j = torch.arange(T)
+    before = j[None, None, :] < st[:, :, None]  # (B, Tq, Tk)
+    return (causal[None] + torch.zeros(B, T, T, dtype=dtype).masked_fill(before, float("-inf")))[:, None]
+
+
+def rope_tables(tokens, cfg, dtype):
+    """cos, sin broadcastable to (B, H, T, hd): the positions 0..T-1, or with restarting
+    documents each token's distance from its document's start."""
+    B, T = tokens.shape
+    cos, sin = rope_cos_sin(T, cfg.hd, cfg.theta, dtype, cfg.rope)
+    st = doc_starts(tokens, cfg)
+    if st is None or not cfg.pos_restart:
+        return cos[None, None], sin[None, None]
+    pos = torch.arange(T)[None, :] - st  # (B, T)
+    return cos[pos][:, None], sin[pos][:, None]
+
+
 def rotate_half(x):
     h = x.shape[-1] // 2
     x1, x2 = x[..., :h], x[..., h:]
@@ -338,9 +377,8 @@ def forward(params, tokens, cfg):
     H, KV, hd = cfg.heads, cfg.kv_heads, cfg.hd
     dtype = params["model.embed_tokens.weight"].dtype
     x = F.embedding(tokens, params["model.embed_tokens.weight"])
-    cos, sin = rope_cos_sin(T, hd, cfg.theta, dtype, cfg.rope)
-    cos, sin = cos[None, None], sin[None, None]  # (1,1,T,hd)
-    mask = torch.full((T, T), float("-inf"), dtype=dtype).triu(1)
+    cos, sin = rope_tables(tokens, cfg, dtype)  # (1 or B, 1, T, hd)
+    mask = attn_mask(tokens, cfg, dtype)
     rep = H // KV
     for i in range(cfg.layers):
         p = "model.layers.%d." % i
@@ -464,13 +502,15 @@ class Linear16(torch.autograd.Function):
         return da, dw, None
 
 
-def _attention_probs(q, k):
+def _attention_probs(q, k, mask=None):
     """Causal scores s = q·kᵀ·scale, lse over the visible keys, P = exp(s − lse), all in q's dtype
     (masked entries: P = 0).  Shared by Attention16's forward and its backward's recomputation,
-    so both see the same P bit for bit (as the C kernel's backward recomputes it from lse)."""
+    so both see the same P bit for bit (as the C kernel's backward recomputes it from lse).
+    mask: an additive mask (attn_mask: documents), else plain causal."""
     T, hd = q.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(hd)
-    mask = torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)
+    if mask is None:
+        mask = torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale + mask
     lse = torch.logsumexp(s, dim=-1, keepdim=True)
     return torch.exp(s - lse), scale
@@ -487,19 +527,19 @@ class Attention16(torch.autograd.Function):
     rounding=False: P16 = P and att = out, i.e. exact softmax attention (for the self-checks)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, rounding=True):
-        P, _ = _attention_probs(q, k)
+    def forward(ctx, q, k, v, rounding=True, mask=None):
+        P, _ = _attention_probs(q, k, mask)
         P16 = R(P) if rounding else P
         out = torch.matmul(P16, v)
         att = R(out) if rounding else out
         ctx.save_for_backward(q, k, v, att)
-        ctx.rounding = rounding
+        ctx.rounding, ctx.mask = rounding, mask
         return att
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, att = ctx.saved_tensors
-        P, scale = _attention_probs(q, k)
+        P, scale = _attention_probs(q, k, ctx.mask)
         P16 = R(P) if ctx.rounding else P
         dv = torch.matmul(P16.transpose(-2, -1), dout)
         dP = torch.matmul(dout, v.transpose(-2, -1))
@@ -507,7 +547,7 @@ class Attention16(torch.autograd.Function):
         dS = P * (dP - D)
         dq = torch.matmul(dS, k) * scale
         dk = torch.matmul(dS.transpose(-2, -1), q) * scale
-        return dq, dk, dv, None
+        return dq, dk, dv, None, None
 
 
 def swiglu16(a, w1, w3, w2, rounding=True):
@@ -543,8 +583,8 @@ def forward_bf16(params, tokens, cfg, rounding=True):
     W = {n: rs(w) for n, w in params.items()}
     emb = W["model.embed_tokens.weight"]
     x = F.embedding(tokens, emb)  # rows of E16: exact; the gradient scatters into E's rows (fp32)
-    cos, sin = rope_cos_sin(T, hd, cfg.theta, emb.dtype, cfg.rope)
-    cos, sin = cos[None, None], sin[None, None]
+    cos, sin = rope_tables(tokens, cfg, emb.dtype)
+    mask = attn_mask(tokens, cfg, emb.dtype)
     rep = H // KV
     for i in range(cfg.layers):
         p = "model.layers.%d." % i
@@ -559,7 +599,7 @@ def forward_bf16(params, tokens, cfg, rounding=True):
         v = rs(v)
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        y = Attention16.apply(q, k, v, rounding).transpose(1, 2).reshape(B, T, H * hd)
+        y = Attention16.apply(q, k, v, rounding, mask).transpose(1, 2).reshape(B, T, H * hd)
         # residual add in fp32 on the GEMM's fp32 output, the sum stored in bf16
         x = rs(x + lin(y, W[p + "self_attn.o_proj.weight"]))
         xn = rs(rms_norm(x, W[p + "post_attention_layernorm.weight"], cfg.eps))
@@ -601,6 +641,11 @@ def make_data(cfg, steps, B, T, seed, ignore_frac):
     targets = torch.randint(0, cfg.vocab, (steps, B, T), generator=g, dtype=torch.int64)
     drop = torch.rand((steps, B, T), generator=g) < ignore_frac
     targets[drop] = -1
+    if cfg.doc_sep is not None:
+        # documents of a few tokens each: separators at about one position in five, and every
+        # sequence's first one at position 0 or later (a first document without a separator)
+        sep = torch.rand((steps, B, T), generator=g) < 0.2
+        tokens[sep] = cfg.doc_sep
     for s in range(steps):
         if int((targets[s] != -1).sum()) == 0:
             targets[s, 0, 0] = int(torch.randint(0, cfg.vocab, (1,), generator=g))
@@ -678,6 +723,13 @@ def naive_forward(params, tokens, cfg):
         return [sum(float(W[r, c]) * float(vec[c]) for c in range(W.shape[1])) for r in range(W.shape[0])]
 
     xs = [P["model.embed_tokens.weight"][tok].clone() for tok in tokens]
+    # documents: token t sees keys start[t]..t and is rotated by t − start[t] when restarting
+    start, s0 = [], 0
+    for t in range(T):
+        if cfg.doc_sep is not None and tokens[t] == cfg.doc_sep:
+            s0 = t
+        start.append(s0 if cfg.doc_sep is not None else 0)
+    rpos = [t - start[t] if cfg.pos_restart else t for t in range(T)]
     for i in range(cfg.layers):
         p = "model.layers.%d." % i
         qs, ks, vs = [], [], []
@@ -686,20 +738,21 @@ def naive_forward(params, tokens, cfg):
             q = mv(P[p + "self_attn.q_proj.weight"], h)
             k = mv(P[p + "self_attn.k_proj.weight"], h)
             v = mv(P[p + "self_attn.v_proj.weight"], h)
-            qs.append([rope(q[hh * hd:(hh + 1) * hd], t) for hh in range(H)])
-            ks.append([rope(k[g * hd:(g + 1) * hd], t) for g in range(KV)])
+            qs.append([rope(q[hh * hd:(hh + 1) * hd], rpos[t]) for hh in range(H)])
+            ks.append([rope(k[g * hd:(g + 1) * hd], rpos[t]) for g in range(KV)])
             vs.append([v[g * hd:(g + 1) * hd] for g in range(KV)])
         new = []
         for t in range(T):
             y = []
             for hh in range(H):
                 g = hh // (H // KV)
+                keys = range(start[t], t + 1)
                 sc = [sum(qs[t][hh][d] * ks[s][g][d] for d in range(hd)) / math.sqrt(hd)
-                      for s in range(t + 1)]
+                      for s in keys]
                 mx = max(sc)
                 ex = [math.exp(e - mx) for e in sc]
                 z = sum(ex)
-                y += [sum(ex[s] / z * vs[s][g][d] for s in range(t + 1)) for d in range(hd)]
+                y += [sum(ex[n] / z * vs[s][g][d] for n, s in enumerate(keys)) for d in range(hd)]
             x = xs[t] + torch.tensor(mv(P[p + "self_attn.o_proj.weight"], y), dtype=torch.float64)
             h = norm(x, P[p + "post_attention_layernorm.weight"])
             gt = mv(P[p + "mlp.gate_proj.weight"], h)
@@ -1019,6 +1072,24 @@ def selfcheck(a):
         vec = forward({k: v.double() for k, v in tp.items()}, ttok, tcfg)
         nv = naive_forward(tp, ttok[0].tolist(), tcfg)[None]
         rec("(b) vectorised vs naive loop fp64 (H=%d KV=%d)" % (H, KV), rel(vec, nv), 1e-12)
+    # (b''') documents: block-causal attention, positions per sequence and restarting
+    for restart in (False, True):
+        tcfg = Cfg(vocab=9, dim=16, layers=2, heads=4, kv_heads=2, ffn=6,
+                   theta=500.0, eps=a.eps, tied=0)
+        tcfg.doc_sep, tcfg.pos_restart = 3, restart
+        tp = init_params(tcfg, a.seed + 17)
+        ttok = torch.tensor([[5, 1, 3, 2, 3, 7, 8, 0, 3], [3, 4, 4, 6, 1, 2, 3, 5, 5]])
+        vec = forward({k: v.double() for k, v in tp.items()}, ttok, tcfg)
+        nv = torch.stack([naive_forward(tp, ttok[b].tolist(), tcfg) for b in range(2)])
+        rec("(b) documents vs naive loop fp64 (restart=%d)" % restart, rel(vec, nv), 1e-12)
+        if restart:  # rope is relative: within a document, restarting changes nothing exactly
+            rec("(b) documents: restart vs not, fp64 (rope is relative)", rel(vec, vec0), 1e-12)
+        vec0 = vec
+        plain = Cfg(vocab=9, dim=16, layers=2, heads=4, kv_heads=2, ffn=6, theta=500.0,
+                    eps=a.eps, tied=0)
+        rec("(b) documents change the logits (restart=%d)" % restart,
+            1.0 / max(rel(vec, forward({k: v.double() for k, v in tp.items()}, ttok, plain)), 1e-300),
+            1e3)
     # (b'') loss convention: mean CE over valid targets, computed by hand
     lsm = torch.log_softmax(lg64, -1)
     terms = [-float(lsm[b, t, int(tg[b, t])]) for b in range(tg.shape[0])
@@ -1106,6 +1177,11 @@ def parse_args(argv):
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                     help="bf16: the mixed-precision model of docs/precision.md (fp32 masters, "
                     "bf16 weights and activations); the fp32 run's results go in as fp32.*")
+    ap.add_argument("--doc-sep", type=int, default=-1,
+                    help="documents: the token id that starts each document (data.separator; "
+                    "-1 = none); make_data puts it at about one position in five")
+    ap.add_argument("--pos-restart", type=int, default=0, choices=(0, 1),
+                    help="with --doc-sep: rope positions restart per document")
     ap.add_argument("--selfcheck", action="store_true")
     a = ap.parse_args(argv)
     if not a.out and not a.selfcheck:
@@ -1125,6 +1201,8 @@ def generate(a):
     cfg.experts, cfg.topk, cfg.moe_ffn, cfg.shared = a.experts, a.topk, a.moe_ffn or a.ffn, a.shared
     cfg.aux, cfg.zloss, cfg.capacity, cfg.sigmoid = a.aux, a.zloss, a.capacity, bool(a.sigmoid)
     cfg.aux_scope = a.aux_scope
+    cfg.doc_sep = a.doc_sep if a.doc_sep >= 0 else None
+    cfg.pos_restart = bool(a.pos_restart)
     params = init_params(cfg, a.seed)
     tokens, targets = make_data(cfg, a.steps, a.batch, a.seq, a.seed, a.ignore_frac)
 

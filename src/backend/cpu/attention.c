@@ -6,7 +6,8 @@
  * a few tiles of scratch per thread, on the stack. A key tile whose smallest position is beyond
  * the largest query position of the query tile is skipped, which halves causal work and lets
  * context parallelism skip the blocks it cannot see; a key tile entirely at or before the query
- * tile needs no mask.
+ * tile needs no mask. With documents (q_lo) a key tile entirely before the start of every query's
+ * document is skipped too, and one reaching before some query's start is masked.
  *
  * The backward pass recomputes P = exp(S − lse) tile by tile and, with D = rowsum(dout∘out),
  * dS = P∘(dP − D). It runs as two passes so that every output element is written by one task in a
@@ -31,6 +32,7 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/ops.h"
@@ -133,20 +135,28 @@ static void pos_range(const int32_t *pos, int n, int32_t *lo, int32_t *hi) {
     *hi = b;
 }
 
+/* Whether key position k is hidden from query r: after it, or (documents, lo not NULL) before
+ * the start of its document. */
+static inline int hidden(int32_t k, const int32_t *qp, const int32_t *lo, int r) {
+    return k > qp[r] || (lo && k < lo[r]);
+}
+
 /* St (KT × QT): −∞ where key c cannot be seen by query r, or is padding (c >= nk). */
-static void mask_t(float *St, const int32_t *qp, int nq, const int32_t *kp, int nk) {
+static void mask_t(float *St, const int32_t *qp, const int32_t *lo, int nq, const int32_t *kp,
+                   int nk) {
     for (int c = 0; c < nk; c++)
         for (int r = 0; r < nq; r++)
-            if (kp[c] > qp[r]) St[c * QT + r] = -INFINITY;
+            if (hidden(kp[c], qp, lo, r)) St[c * QT + r] = -INFINITY;
     for (int c = nk; c < KT; c++)
         for (int r = 0; r < QT; r++) St[c * QT + r] = -INFINITY;
 }
 
 /* S (QT × KT): the same in the untransposed layout (rows r >= nq are not used). */
-static void mask_n(float *S, const int32_t *qp, int nq, const int32_t *kp, int nk) {
+static void mask_n(float *S, const int32_t *qp, const int32_t *lo, int nq, const int32_t *kp,
+                   int nk) {
     for (int r = 0; r < nq; r++) {
         for (int c = 0; c < nk; c++)
-            if (kp[c] > qp[r]) S[r * KT + c] = -INFINITY;
+            if (hidden(kp[c], qp, lo, r)) S[r * KT + c] = -INFINITY;
         for (int c = nk; c < KT; c++) S[r * KT + c] = -INFINITY;
     }
 }
@@ -176,6 +186,8 @@ typedef struct {
     int b, h, g, i0, nq; /* sequence, query head, its kv head, first row, rows */
     const int32_t *qp;
     int32_t qmin, qmax;
+    const int32_t *lo;   /* documents: the rows' first visible positions (NULL: none) */
+    int32_t lomin, lomax;
 } q_tile;
 
 typedef struct {
@@ -185,6 +197,17 @@ typedef struct {
     const float *k, *v; /* the tile's first row, at kv head g */
 } k_tile;
 
+/* Documents: the first visible positions of rows [i0, i0 + nq) of sequence b and their range;
+ * NULL (range INT32_MIN) without documents. */
+static const int32_t *doc_lo(const pt_attn_shape *s, int b, int i0, int nq, int32_t *lomin,
+                             int32_t *lomax) {
+    *lomin = *lomax = INT32_MIN;
+    if (!s->q_lo) return NULL;
+    const int32_t *lo = s->q_lo + (size_t)b * s->Tq + i0;
+    pos_range(lo, nq, lomin, lomax);
+    return lo;
+}
+
 static q_tile q_tile_of(const pt_attn_shape *s, int64_t task, int nqt) {
     q_tile t;
     t.b = (int)(task / nqt / s->n_heads), t.h = (int)(task / nqt % s->n_heads);
@@ -192,6 +215,7 @@ static q_tile q_tile_of(const pt_attn_shape *s, int64_t task, int nqt) {
     t.nq = s->Tq - t.i0 < QT ? s->Tq - t.i0 : QT;
     t.qp = s->q_pos + t.i0;
     pos_range(t.qp, t.nq, &t.qmin, &t.qmax);
+    t.lo = doc_lo(s, t.b, t.i0, t.nq, &t.lomin, &t.lomax);
     return t;
 }
 
@@ -202,7 +226,7 @@ static int k_tile_of(const pt_attn_shape *s, const q_tile *t, int kt, const floa
     u->nk = s->Tk - j0 < KT ? s->Tk - j0 : KT;
     u->kp = s->k_pos + j0;
     pos_range(u->kp, u->nk, &u->kmin, &u->kmax);
-    if (u->kmin > t->qmax) return 0;
+    if (u->kmin > t->qmax || u->kmax < t->lomin) return 0;
     u->k = k + ((size_t)t->b * s->Tk + j0) * s->ldk + (size_t)t->g * s->head_dim;
     u->v = v + ((size_t)t->b * s->Tk + j0) * s->ldv + (size_t)t->g * s->head_dim;
     return 1;
@@ -213,7 +237,8 @@ static void scores_t(float *St, const pt_attn_shape *s, const q_tile *t, const k
                      const float *Qt) {
     memset(St, 0, sizeof(float) * KT * QT);
     mm_acc(St, QT, u->k, s->ldk, 1, Qt, QT, u->nk, s->head_dim, QT);
-    if (u->kmax > t->qmin || u->nk < KT) mask_t(St, t->qp, t->nq, u->kp, u->nk);
+    if (u->kmax > t->qmin || u->kmin < t->lomax || u->nk < KT)
+        mask_t(St, t->qp, t->lo, t->nq, u->kp, u->nk);
 }
 
 /* x rounded to bf16 (nearest even), as a float */
@@ -420,9 +445,10 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
             for (int qt = 0; qt < nqt; qt++) {
                 const int i0 = qt * QT, nq = Tq - i0 < QT ? Tq - i0 : QT;
                 const int32_t *qp = s->q_pos + i0;
-                int32_t qmin, qmax;
+                int32_t qmin, qmax, lomin, lomax;
                 pos_range(qp, nq, &qmin, &qmax);
-                if (kmin > qmax) continue;
+                const int32_t *lo = doc_lo(s, b, i0, nq, &lomin, &lomax);
+                if (kmin > qmax || kmax < lomin) continue;
                 const size_t row = (size_t)b * Tq + i0, col = (size_t)h * hd;
                 const float *qb = q + row * s->ldq + col, *ob = out + row * s->ldo + col;
                 const float *dob = dout + row * s->ldo + col;
@@ -441,7 +467,7 @@ void pt_cpu_attention_backward(pt_backend *be, const pt_attn_shape *s, const flo
                 memset(P, 0, sizeof(float) * (size_t)nq * KT);
                 memset(dS, 0, sizeof(float) * (size_t)nq * KT);
                 mm_acc(P, KT, qs, ldqs, 1, Kt, KT, nq, hd, KT);
-                if (kmax > qmin || nk < KT) mask_n(P, qp, nq, kp, nk);
+                if (kmax > qmin || kmin < lomax || nk < KT) mask_n(P, qp, lo, nq, kp, nk);
                 mm_acc(dS, KT, dob, s->ldo, 1, Vt, KT, nq, hd, KT);
                 for (int r = 0; r < nq; r++) {
                     float *p = P + r * KT, *ds = dS + r * KT;
