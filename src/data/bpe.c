@@ -1,4 +1,6 @@
-/* bpe.c: the GPT-2 byte-level BPE tokenizer (see include/pt/tokenizer.h for the contract).
+/* bpe.c: the GPT-2 byte-level BPE tokenizer (see include/pt/tokenizer.h for the contract), and the
+ * merging of pieces for the tokenizers of tokenizer_json.c (byte-level, and SentencePiece-style
+ * whose pieces start as characters: sp_symbols).
  *
  * Encoding is two stages, both written to give exactly the output of the reference Encoder.js:
  *
@@ -331,9 +333,41 @@ void pt_bpe_append(int32_t **tokens, size_t *n, size_t *cap, const int32_t *ids,
     *n += k;
 }
 
+/* SentencePiece-style symbols of a piece (UTF-8, ' ' for U+2581): each character's token, else its
+ * bytes' <0xNN> tokens (byte_fallback, when all of them exist), else the unknown token, with
+ * consecutive unknowns fused into one under fuse_unk. As in the Rust crate, an unknown is held
+ * back until the next character that is a token (or the end), so byte tokens met in between go
+ * before it. Fills t->sym; returns the count. */
+static size_t sp_symbols(pt_tokenizer *t, const uint8_t *s, size_t len) {
+    pt_bpe_reserve((void **)&t->sym, &t->sym_cap, len + 1, sizeof *t->sym);
+    int32_t *sym = t->sym;
+    size_t k = 0;
+    bool unk = false;
+    for (size_t i = 0, c; i < len; i += c) {
+        pt_utf8_decode(s, len, i, &c);
+        const bmap_entry *e = pt_bmap_get(&t->vocab, s + i, c, pt_bpe_hash(s + i, c));
+        if (e) {
+            if (unk) sym[k++] = t->unk;
+            unk = false;
+            sym[k++] = t->vocab.vals[e->val_off];
+            continue;
+        }
+        bool bytes = t->byte_fallback;
+        for (size_t j = 0; j < c; j++) bytes &= t->byte_fb[s[i + j]] >= 0;
+        if (bytes) {
+            for (size_t j = 0; j < c; j++) sym[k++] = t->byte_fb[s[i + j]];
+        } else if (t->unk >= 0) {
+            if (unk && !t->fuse_unk) sym[k++] = t->unk;
+            unk = true;
+        } /* no unknown token: the character is dropped */
+    }
+    if (unk) sym[k++] = t->unk;
+    return k;
+}
+
 void pt_bpe_encode_piece(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t **tokens,
                          size_t *n, size_t *cap) {
-    if (len == 1) {
+    if (len == 1 && !t->sp) {
         pt_bpe_append(tokens, n, cap, &t->byte_id[s[0]], 1);
         return;
     }
@@ -350,13 +384,19 @@ void pt_bpe_encode_piece(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t 
             return;
         }
     }
-    pt_bpe_reserve((void **)&t->sym, &t->sym_cap, len, sizeof *t->sym);
-    bool comma = false;
-    for (size_t i = 0; i < len; i++) {
-        t->sym[i] = t->byte_id[s[i]];
-        comma |= s[i] == ',';
+    size_t k;
+    if (t->sp) {
+        k = sp_symbols(t, s, len);
+        if (k > 1) k = merge_heap(t, k);
+    } else {
+        pt_bpe_reserve((void **)&t->sym, &t->sym_cap, len, sizeof *t->sym);
+        bool comma = false;
+        for (size_t i = 0; i < len; i++) {
+            t->sym[i] = t->byte_id[s[i]];
+            comma |= s[i] == ',';
+        }
+        k = (t->heap_ok && !(comma && t->comma_quirk)) ? merge_heap(t, len) : merge_exact(t, len);
     }
-    size_t k = (t->heap_ok && !(comma && t->comma_quirk)) ? merge_heap(t, len) : merge_exact(t, len);
     pt_bpe_append(tokens, n, cap, t->sym, k);
     if (t->cache.n >= PT_BPE_CACHE_MAX_ENTRIES || t->cache.keys_len + len > PT_BPE_CACHE_MAX_BYTES ||
         t->cache.vals_len + k > PT_BPE_CACHE_MAX_BYTES / sizeof(int32_t))

@@ -1,6 +1,6 @@
-/* bpe_internal.h: the byte-level BPE tokenizer's insides, shared by bpe.c (GPT-2's encoder.json +
- * vocab.bpe, the merging) and tokenizer_json.c (Hugging Face tokenizer.json and tiktoken files:
- * added tokens, normalisation and the regex pre-tokenizer). Not a public header.
+/* bpe_internal.h: the BPE tokenizers' insides, shared by bpe.c (GPT-2's encoder.json + vocab.bpe,
+ * the merging) and tokenizer_json.c (Hugging Face tokenizer.json and tiktoken files: added tokens,
+ * normalisation, the regex pre-tokenizer, and SentencePiece-style BPE). Not a public header.
  */
 #ifndef PT_BPE_INTERNAL_H
 #define PT_BPE_INTERNAL_H
@@ -100,6 +100,21 @@ struct pt_tokenizer {
     bmap vocab;           /* token bytes -> id, kept for ignore_merges */
     int n_stages;         /* pre-tokenizer regexes, applied in order, each splitting every piece */
     pt_tok_regex stages[PT_TOK_MAX_STAGES];
+    /* SentencePiece-style BPE (Llama 2, Mistral): symbols are characters, not bytes. Text is kept
+     * with ' ' standing for "\u2581" (input spaces and U+2581 alike: the normalizer makes them one
+     * character), and t->vocab's keys are the tokens written so; a character that is no token
+     * becomes its bytes' <0xNN> tokens (byte_fallback) or the unknown token. */
+    bool sp;
+    bool sp_prepend_always;    /* normalizer Prepend: "\u2581" before every non-empty section */
+    int sp_meta;               /* Metaspace prepend_scheme: -1 no Metaspace, 0 never, 1 first, 2 always */
+    bool sp_split;             /* Metaspace split: every "\u2581" starts a piece */
+    bool sp_words;             /* no token joins a non-space to a following space: words merge alone */
+    bool sp_ignore_section;    /* ignore_merges on a whole section (no splitting pre-tokenizer) */
+    bool byte_fallback, fuse_unk;
+    int32_t unk;               /* the unknown token, -1 if none (such characters are dropped) */
+    int32_t byte_fb[256];      /* <0xNN> tokens, -1 where missing */
+    uint8_t *norm;             /* scratch: a section in the ' ' form */
+    size_t norm_cap;
     pt_tok_added *added;  /* added tokens, longest first within each first byte */
     int n_added;
     int32_t added_first[257]; /* added[added_first[b] .. added_first[b + 1]) start with byte b */

