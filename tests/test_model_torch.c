@@ -312,6 +312,22 @@ static void test_documents_bf16_moe(void **state) {
     check_model("--tied 0 --seed 53 --doc-sep 5 --experts 4 --topk 2 --moe-ffn 16 --aux 0.05", 0);
 }
 
+/* Attention biases: Llama's attention_bias (q, k, v, o), read from a LlamaForCausalLM
+ * config.json, and Qwen 2's (q, k, v), from a Qwen2ForCausalLM one; biases drawn nonzero; with
+ * micro-batches, a tied head, bf16 and a mixture of experts. */
+static void test_attention_biases(void **state) {
+    (void)state;
+    check_model("--tied 0 --seed 59 --attn-bias qkvo --batch 4 --micro-batch 2", 0);
+    check_model("--tied 1 --seed 61 --attn-bias qkv", 1);
+    check_model("--tied 0 --seed 67 --attn-bias qkvo --experts 4 --topk 2 --moe-ffn 16 --aux 0.05", 0);
+}
+
+static void test_attention_biases_bf16(void **state) {
+    (void)state;
+    check_model_prec("--tied 0 --seed 71 --attn-bias qkvo", 0, 1);
+    check_model_prec("--tied 0 --seed 73 --attn-bias qkv", 0, 1);
+}
+
 static void test_bf16_untied(void **state) {
     (void)state;
     check_model_prec("--tied 0", 0, 1);
@@ -413,6 +429,8 @@ int main(void) {
         cmocka_unit_test(test_head_dim_and_llama3_rope),
         cmocka_unit_test(test_documents),
         cmocka_unit_test(test_documents_bf16_moe),
+        cmocka_unit_test(test_attention_biases),
+        cmocka_unit_test(test_attention_biases_bf16),
         cmocka_unit_test(test_bf16_untied),
         cmocka_unit_test(test_bf16_tied),
         cmocka_unit_test(test_bf16_accumulation),

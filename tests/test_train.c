@@ -309,14 +309,17 @@ static void test_export_reads_back_in_a_hugging_face_style_reader(void **state) 
      * Mixtral-shaped mixture of experts as MixtralForCausalLM, run by hf_eval.py's Mixtral
      * (written from transformers' modelling code, not from pentatron's MoE); a MoE with a shared
      * expert as PentatronMoeForCausalLM, which that reader refuses (no architecture of
-     * transformers computes it) */
-    for (int k = 0; k < 4; k++) {
-        int tied = k == 1, moe = k >= 2, shared = k == 3;
+     * transformers computes it); attention biases: Llama's attention_bias (q, k, v, o) as
+     * LlamaForCausalLM, q, k and v's as Qwen2ForCausalLM (run with Qwen 2's biases) */
+    for (int k = 0; k < 6; k++) {
+        int tied = k == 1, moe = k == 2 || k == 3, shared = k == 3;
+        int bias = k == 4, qwen = k == 5;
         char dir[600], tok_path[700], out[700], cmd[3000];
         snprintf(dir, sizeof dir, "%s/hf_%d", tu_tmpdir(), k);
         pt_config c;
         tiny_config(&c, NULL);
         c.model.tied_embeddings = tied;
+        c.model.attention_bias = bias, c.model.qkv_bias = qwen;
         if (moe) {
             c.model.n_experts = 4, c.model.top_k = 2, c.model.moe_ffn_dim = 24;
             c.model.n_shared_experts = shared, c.model.aux_loss_coef = 0.01f;
@@ -349,9 +352,13 @@ static void test_export_reads_back_in_a_hugging_face_style_reader(void **state) 
         char *json;
         size_t json_len;
         assert_int_equal(pt_read_file(cfg_path, &json, &json_len), PT_OK);
-        const char *arch = !moe ? "\"LlamaForCausalLM\"" : shared ? "\"PentatronMoeForCausalLM\""
-                                                                   : "\"MixtralForCausalLM\"";
+        const char *arch = qwen    ? "\"Qwen2ForCausalLM\""
+                           : !moe  ? "\"LlamaForCausalLM\""
+                           : shared ? "\"PentatronMoeForCausalLM\""
+                                    : "\"MixtralForCausalLM\"";
         if (!strstr(json, arch)) fail_msg("export %d: config.json does not name %s:\n%s", k, arch, json);
+        if (bias && !strstr(json, "\"attention_bias\": true"))
+            fail_msg("export %d: config.json lacks attention_bias true:\n%s", k, json);
         free(json);
         if (shared) { /* the reader refuses what transformers does not implement */
             if (system(cmd) == 0) fail_msg("the reader ran PentatronMoeForCausalLM: %s", cmd);
@@ -366,7 +373,9 @@ static void test_export_reads_back_in_a_hugging_face_style_reader(void **state) 
         assert_int_equal(pt_st_open(&sf, out), PT_OK);
         int64_t shape[3] = {B, T, V};
         assert_int_equal(pt_st_read_f32(sf, "logits", shape, 3, want), PT_OK);
-        tu_check_rel(moe ? "Mixtral export logits" : tied ? "tied export logits" : "untied export logits",
+        tu_check_rel(moe ? "Mixtral export logits" : tied ? "tied export logits"
+                     : bias ? "Llama attention_bias export logits" : qwen ? "Qwen 2 export logits"
+                     : "untied export logits",
                      tu_rel_err(got, want, (size_t)B * T * V), 1e-5);
         pt_st_close(sf);
         free(got);

@@ -6,7 +6,8 @@
  * indices. The table's names are Hugging Face LlamaForCausalLM names.
  *
  * Within a layer the tensors are laid out so that q, k and v are adjacent (one fused (q+2kv, C)
- * projection GEMM) and gate and up are adjacent (one fused (2F, C) GEMM).
+ * projection GEMM), their biases too (one (q+2kv) vector, after v), and gate and up are adjacent
+ * (one fused (2F, C) GEMM).
  */
 #ifndef PT_MODEL_H
 #define PT_MODEL_H
@@ -32,6 +33,8 @@ typedef struct {
     int rope_original_max_seq_len;
     float norm_eps;
     int tied_embeddings;
+    /* attention biases: q, k, v and o (Llama's attention_bias), or q, k and v only (Qwen 2) */
+    int attention_bias, qkv_bias;
     float init_std;
     /* Mixture of experts (n_experts = 0: every layer dense). Layer l is MoE when l ≥
      * moe_first_dense and (l − moe_first_dense) is a multiple of moe_every. */
@@ -55,6 +58,12 @@ typedef enum { PT_AUX_SEQUENCE = 0, PT_AUX_MICRO_BATCH, PT_AUX_GLOBAL } pt_aux_s
 static inline int pt_model_head_dim(const pt_model_config *c) {
     return c->head_dim > 0 ? c->head_dim : c->dim / c->n_heads;
 }
+
+/* Whether the attention has q/k/v biases; an o bias. */
+static inline int pt_model_qkv_bias(const pt_model_config *c) {
+    return c->attention_bias || c->qkv_bias;
+}
+static inline int pt_model_o_bias(const pt_model_config *c) { return c->attention_bias; }
 
 /* Whether layer l of c is a mixture-of-experts layer. */
 static inline int pt_layer_is_moe(const pt_model_config *c, int l) {
@@ -95,6 +104,10 @@ typedef enum {
     PT_KIND_EXPERT_W1, /* MoE: expert gate projection (F_e, C); w1, w3, w2 adjacent per expert */
     PT_KIND_EXPERT_W3, /* MoE: expert up projection (F_e, C) */
     PT_KIND_EXPERT_W2, /* MoE: expert down projection (C, F_e) */
+    PT_KIND_BQ,        /* attention biases: q, k, v adjacent (one fused (q+2kv) vector)... */
+    PT_KIND_BK,
+    PT_KIND_BV,
+    PT_KIND_BO,        /* ...and o's (C), added once after the tp sum */
     PT_KIND_COUNT
 } pt_param_kind;
 
@@ -198,6 +211,8 @@ typedef struct {
     float *attn_norm; /* (C) */
     float *wqkv;      /* (q_dim + 2·kv_dim, C): q_proj, k_proj, v_proj stacked */
     float *wo;        /* (C, q_dim) */
+    float *bqkv;      /* (q_dim + 2·kv_dim) the biases of q, k, v (NULL: none) */
+    float *bo;        /* (C) o's bias (NULL: none) */
     float *mlp_norm;  /* (C) */
     float *wgu;       /* (2F, C): gate_proj, up_proj stacked; MoE: the shared experts' (or NULL) */
     float *wdown;     /* (C, F); MoE: the shared experts' */

@@ -74,9 +74,10 @@ static pt_status check_model_kind(const char *path, json_t *root) {
                          path);
     if (mt && (!json_is_string(mt) || (strcmp(json_string_value(mt), "llama") != 0 &&
                                        strcmp(json_string_value(mt), "mixtral") != 0 &&
+                                       strcmp(json_string_value(mt), "qwen2") != 0 &&
                                        strcmp(json_string_value(mt), "pentatron_moe") != 0)))
-        return pt_errorf(PT_ERR_CONFIG, "%s: key \"model_type\" must be \"llama\", \"mixtral\" "
-                         "or \"pentatron_moe\"", path);
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"model_type\" must be \"llama\", \"mixtral\", "
+                         "\"qwen2\" or \"pentatron_moe\"", path);
     if (arch) {
         int found = 0;
         size_t i;
@@ -90,29 +91,45 @@ static pt_status check_model_kind(const char *path, json_t *root) {
                                  "%s: key \"architectures\" must be an array of strings", path);
             found |= strcmp(json_string_value(a), "LlamaForCausalLM") == 0 ||
                      strcmp(json_string_value(a), "MixtralForCausalLM") == 0 ||
+                     strcmp(json_string_value(a), "Qwen2ForCausalLM") == 0 ||
                      strcmp(json_string_value(a), "PentatronMoeForCausalLM") == 0;
         }
         if (!found)
             return pt_errorf(PT_ERR_CONFIG,
                              "%s: key \"architectures\" lists none of \"LlamaForCausalLM\", "
-                             "\"MixtralForCausalLM\", \"PentatronMoeForCausalLM\"", path);
+                             "\"MixtralForCausalLM\", \"Qwen2ForCausalLM\", "
+                             "\"PentatronMoeForCausalLM\"", path);
     }
     return PT_OK;
 }
 
-/* Features transformers' Llama supports and this trainer does not: refuse rather than differ. */
+/* Whether config.json describes Qwen 2 (model_type or architectures): biases on q, k, v. */
+static int is_qwen2(json_t *root) {
+    json_t *mt = value_of(root, "model_type"), *arch = value_of(root, "architectures"), *a;
+    if (mt && json_is_string(mt) && !strcmp(json_string_value(mt), "qwen2")) return 1;
+    size_t i;
+    if (arch && json_is_array(arch))
+        json_array_foreach(arch, i, a) {
+            if (json_is_string(a) && !strcmp(json_string_value(a), "Qwen2ForCausalLM")) return 1;
+        }
+    return 0;
+}
+
+/* Features transformers' Llama (Qwen 2) supports and this trainer does not: refuse rather than
+ * differ. */
 static pt_status check_unsupported(const char *path, json_t *root, const pt_model_config *c) {
     (void)c;
     json_t *v = value_of(root, "hidden_act");
     if (v && (!json_is_string(v) || strcmp(json_string_value(v), "silu") != 0))
         return pt_errorf(PT_ERR_CONFIG, "%s: key \"hidden_act\" must be \"silu\"", path);
-    const char *bias_keys[] = {"attention_bias", "mlp_bias"};
-    for (int i = 0; i < 2; i++) {
-        v = value_of(root, bias_keys[i]);
-        if (v && !json_is_false(v))
-            return pt_errorf(PT_ERR_CONFIG, "%s: key \"%s\" must be false (biases not supported)",
-                             path, bias_keys[i]);
-    }
+    v = value_of(root, "mlp_bias");
+    if (v && !json_is_false(v))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"mlp_bias\" must be false (MLP biases not "
+                         "supported)", path);
+    v = value_of(root, "use_sliding_window");
+    if (v && !json_is_false(v))
+        return pt_errorf(PT_ERR_CONFIG, "%s: key \"use_sliding_window\" must be false (sliding-"
+                         "window attention not supported)", path);
     v = value_of(root, "attention_dropout");
     if (v && (!json_is_number(v) || json_number_value(v) != 0))
         return pt_errorf(PT_ERR_CONFIG,
@@ -179,6 +196,12 @@ static pt_status parse(const char *path, json_t *root, pt_model_config *c) {
     PT_TRY(parse_rope_scaling(path, root, c));
     PT_TRY(get_float(path, root, "rms_norm_eps", 1e-6f, &c->norm_eps));
     PT_TRY(get_bool(path, root, "tie_word_embeddings", 0, &c->tied_embeddings));
+    /* biases: Llama's attention_bias (q, k, v, o), Qwen 2's on q, k, v (no key: always) */
+    PT_TRY(get_bool(path, root, "attention_bias", 0, &c->attention_bias));
+    c->qkv_bias = is_qwen2(root);
+    if (c->qkv_bias && c->attention_bias)
+        return pt_errorf(PT_ERR_CONFIG, "%s: a Qwen 2 config with \"attention_bias\" true (Qwen 2 "
+                         "has biases on q, k and v only)", path);
     PT_TRY(get_float(path, root, "initializer_range", 0.02f, &c->init_std));
     /* mixture of experts (Mixtral names; the rest as DeepSeek's configs call them) */
     PT_TRY(get_int(path, root, "num_local_experts", 0, 0, &c->n_experts));
@@ -284,6 +307,8 @@ static pt_status check_for_write(const char *path, const pt_model_config *c) {
 
 const char *pt_hf_unmapped_reason(const pt_model_config *c) {
     if (c->n_experts == 0) return NULL;
+    if (pt_model_qkv_bias(c))
+        return "attention biases (Mixtral's attention has none)";
     if (c->n_shared_experts > 0)
         return "shared experts (no architecture in transformers adds an ungated shared expert to "
                "Mixtral's routing and Llama's attention)";
@@ -302,7 +327,7 @@ pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
     json_t *arch = json_array();
     json_array_append_new(arch, json_string("LlamaForCausalLM"));
     set_key(root, "architectures", arch);
-    set_key(root, "attention_bias", json_false());
+    set_key(root, "attention_bias", json_boolean(c->attention_bias));
     set_key(root, "attention_dropout", json_real(0.0));
     /* GPT-2's <|endoftext|> id, the tokenizer pentatron trains with, when the vocabulary has it */
     set_key(root, "bos_token_id", c->vocab_size > 50256 ? json_integer(50256) : json_null());
@@ -335,6 +360,17 @@ pt_status pt_hf_config_write(const char *path, const pt_model_config *c) {
     set_key(root, "rope_theta", short_real(c->rope_theta));
     set_key(root, "tie_word_embeddings", json_boolean(c->tied_embeddings));
     set_key(root, "torch_dtype", json_string("float32"));
+    if (c->qkv_bias && !c->attention_bias && c->n_experts == 0) {
+        /* biases on q, k and v only: Qwen 2 computes exactly this (Llama's attention_bias adds
+         * o's too) */
+        json_array_set_new(arch, 0, json_string("Qwen2ForCausalLM"));
+        set_key(root, "model_type", json_string("qwen2"));
+        json_object_del(root, "attention_bias");
+        json_object_del(root, "mlp_bias");
+        set_key(root, "use_sliding_window", json_false());
+        set_key(root, "sliding_window", json_null());
+        set_key(root, "max_window_layers", json_integer(c->n_layers));
+    }
     if (c->n_experts > 0) {
         /* Mixtral's keys, and DeepSeek's for what Mixtral does not have; a shape Mixtral does not
          * compute goes under pentatron's own name, so that no reader takes it for Mixtral */

@@ -93,7 +93,8 @@ struct pt_acts {
      * weight in fp32 (C) */
     float *sA, *sB;
     void *g16;
-    float *wn;
+    float *wn;        /* (max(C, q+2kv)) */
+    float *ones;      /* (B·T) ones: a bias is added and its gradient summed by GEMMs with them */
     int has_targets;
     pt_kv_cache *kv;  /* decoding (pt_model_decode): the cache attention reads and appends to */
     void *block;      /* the one allocation everything above points into */
@@ -312,6 +313,7 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
     /* local (d0, d1), global (g0, g1), block origin (row0, col0), real rows, owner, split */
     const pt_tensor_spec embed = {PT_KIND_EMBED, NULL, d.V, C, c->vocab_size, C, d.v0, 0,
                                   d.v_valid, 1, PT_TP_VOCAB};
+    /* the attention, then (dense layers) the MLP; the biases only when the model has them */
     const pt_tensor_spec layer[] = {
         {PT_KIND_ATTN_NORM, "input_layernorm.weight", C, 0, C, 0, 0, 0, C, first, PT_TP_REPLICATED},
         {PT_KIND_WQ, "self_attn.q_proj.weight", d.H * hd, C, c->n_heads * hd, C, r * d.H * hd, 0,
@@ -320,8 +322,15 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
          d.kv_head0 * hd, 0, d.KV * hd, kv_owner, PT_TP_COLUMN},
         {PT_KIND_WV, "self_attn.v_proj.weight", d.KV * hd, C, c->n_kv_heads * hd, C,
          d.kv_head0 * hd, 0, d.KV * hd, kv_owner, PT_TP_COLUMN},
+        {PT_KIND_BQ, "self_attn.q_proj.bias", d.H * hd, 0, c->n_heads * hd, 0, r * d.H * hd, 0,
+         d.H * hd, 1, PT_TP_COLUMN},
+        {PT_KIND_BK, "self_attn.k_proj.bias", d.KV * hd, 0, c->n_kv_heads * hd, 0, d.kv_head0 * hd,
+         0, d.KV * hd, kv_owner, PT_TP_COLUMN},
+        {PT_KIND_BV, "self_attn.v_proj.bias", d.KV * hd, 0, c->n_kv_heads * hd, 0, d.kv_head0 * hd,
+         0, d.KV * hd, kv_owner, PT_TP_COLUMN},
         {PT_KIND_WO, "self_attn.o_proj.weight", C, d.H * hd, C, c->n_heads * hd, 0, r * d.H * hd,
          C, 1, PT_TP_ROW},
+        {PT_KIND_BO, "self_attn.o_proj.bias", C, 0, C, 0, 0, 0, C, first, PT_TP_REPLICATED},
         {PT_KIND_MLP_NORM, "post_attention_layernorm.weight", C, 0, C, 0, 0, 0, C, first,
          PT_TP_REPLICATED},
         {PT_KIND_WGATE, "mlp.gate_proj.weight", d.F, C, c->ffn_dim, C, r * d.F, 0, d.F, 1,
@@ -360,10 +369,15 @@ static void pt_param_table_build_tp_all(pt_param_table *t, const pt_model_config
     };
     for (int l = 0; l < c->n_layers; l++) {
         int is_moe = pt_layer_is_moe(c, l);
-        /* a MoE layer: attention and its norm as usual (the first 6), then router, shared
+        /* a MoE layer: attention and its norm as usual (all but the last 3), then router, shared
          * experts (when there are any) and the experts */
-        size_t n_dense = is_moe ? 6 : sizeof layer / sizeof *layer;
+        size_t n_dense = sizeof layer / sizeof *layer - (is_moe ? 3 : 0);
         for (size_t k = 0; k < n_dense; k++) {
+            pt_param_kind kind = layer[k].kind;
+            if (((kind == PT_KIND_BQ || kind == PT_KIND_BK || kind == PT_KIND_BV) &&
+                 !pt_model_qkv_bias(c)) ||
+                (kind == PT_KIND_BO && !pt_model_o_bias(c)))
+                continue;
             snprintf(name, sizeof name, "model.layers.%d.%s", l, layer[k].suffix);
             pt_table_add(t, &cap, &layer[k], name, l, PT_PP_LAYER);
         }
@@ -413,7 +427,7 @@ void pt_param_table_to_local(const pt_param_table *t, const float *global, float
         const pt_param *p = &t->p[i];
         size_t cols, gcols;
         pt_block_rows(p, &cols, &gcols);
-        if (p->ndim == 1) { /* replicated vectors */
+        if (p->ndim == 1 && p->tp == PT_TP_REPLICATED) { /* replicated vectors */
             memcpy(local + p->offset, global + p->goffset, p->numel * sizeof(float));
             continue;
         }
@@ -431,7 +445,7 @@ void pt_param_table_to_global(const pt_param_table *t, const float *local, float
         if (!p->owner) continue;
         size_t cols, gcols;
         pt_block_rows(p, &cols, &gcols);
-        if (p->ndim == 1) {
+        if (p->ndim == 1 && p->tp == PT_TP_REPLICATED) {
             memcpy(global + p->goffset, local + p->offset, p->numel * sizeof(float));
             continue;
         }
@@ -496,6 +510,10 @@ static void pt_view_set(pt_model_view *v, const pt_param *p, float *ptr, int tie
     case PT_KIND_WK:
     case PT_KIND_WV: break; /* the fused projection: q, k, v are adjacent (the table builds them so) */
     case PT_KIND_WO: lv->wo = ptr; break;
+    case PT_KIND_BQ: lv->bqkv = ptr; break;
+    case PT_KIND_BK:
+    case PT_KIND_BV: break; /* adjacent to q's bias */
+    case PT_KIND_BO: lv->bo = ptr; break;
     case PT_KIND_MLP_NORM: lv->mlp_norm = ptr; break;
     case PT_KIND_WGATE: lv->wgu = ptr; break;
     case PT_KIND_WUP: break; /* adjacent to gate */
@@ -650,8 +668,10 @@ void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host) {
     for (int i = 0; i < m->gtable.n; i++) {
         const pt_param *p = &m->gtable.p[i];
         float *dst = host + p->offset;
-        if (p->ndim == 1) { /* norm weights 1, a router's selection bias 0 */
-            for (size_t j = 0; j < p->numel; j++) dst[j] = p->kind == PT_KIND_ROUTER_BIAS ? 0.0f : 1.0f;
+        if (p->ndim == 1) { /* norm weights 1, biases (a router's selection bias too) 0 */
+            int norm = p->kind == PT_KIND_ATTN_NORM || p->kind == PT_KIND_MLP_NORM ||
+                       p->kind == PT_KIND_FINAL_NORM;
+            for (size_t j = 0; j < p->numel; j++) dst[j] = norm ? 1.0f : 0.0f;
             continue;
         }
         /* blocks of 2^20 values, each its own stream: parallel, and the same on any thread count */
@@ -866,7 +886,8 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
         a->sA = pt_take(&p, &used, bf ? N * wA * f : 0);
         a->sB = pt_take(&p, &used, bf ? N * wB * f : 0);
         a->g16 = pt_take(&p, &used, bf ? g16 * sizeof(pt_bf16) : 0);
-        a->wn = pt_take(&p, &used, bf ? C * f : 0);
+        a->wn = pt_take(&p, &used, bf ? (C > qkv ? C : qkv) * f : 0);
+        a->ones = pt_take(&p, &used, pt_model_qkv_bias(c) ? N * f : 0);
         if (!pass) p = a->block = m->be->alloc(m->be, used);
         a->bytes = used; /* what the arrays use */
     }
@@ -878,6 +899,13 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     if (!HR) a->logits = a->losses = NULL;
     if (!sp) a->dfull = NULL;
     if (!bf) a->sA = a->sB = a->wn = NULL, a->g16 = NULL;
+    if (!pt_model_qkv_bias(c)) a->ones = NULL;
+    if (a->ones) {
+        float *one = pt_malloc(N * sizeof(float));
+        for (size_t i = 0; i < N; i++) one[i] = 1.0f;
+        m->be->upload(m->be, a->ones, one, N * sizeof(float));
+        free(one);
+    }
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
@@ -989,29 +1017,49 @@ static const float *pt_wvec(pt_model *m, pt_acts *a, const float *w) {
     return pt_f32(m, a->wn, w, (size_t)m->cfg.dim);
 }
 
+/* y (N rows of n at stride ld, fp32) += the bias b (n, as the model computes with it: the
+ * master's or the bf16 copy's values): a GEMM of the ones column by the bias row, each element
+ * y + b rounded once. */
+static void pt_add_bias(pt_model *m, pt_acts *a, float *y, const float *b, int N, int n, int ld) {
+    const float *b32 = pt_f32(m, a->wn, b, (size_t)n);
+    m->be->gemm(m->be, PT_NO_TRANS, PT_NO_TRANS, N, n, 1, 1.0f, a->ones, 1, b32, n, 1.0f, y, ld);
+}
+
+/* db (n) += Σ over the N rows of dy (n at stride ld, fp32): the bias's gradient (beta 0: =). */
+static void pt_bias_grad(pt_model *m, pt_acts *a, float *db, const float *dy, int N, int n, int ld,
+                         float beta) {
+    m->be->gemm(m->be, PT_TRANS, PT_NO_TRANS, 1, n, N, 1.0f, a->ones, 1, dy, ld, beta, db, n);
+}
+
 /* The weights the model computes with: the masters, or their bf16 copy. */
 static const pt_model_view *pt_wc(const pt_model *m) { return pt_is_bf16(m) ? &m->w16 : &m->w; }
 
-/* xout (R,C) = xin + in (N,K) · Wᵀ (K,C), a row-parallel linear with the residual add: in fp32 on
- * one rank straight into the residual (the fused accumulate), else through y (N,C) and the tp
- * sum, then the add (in fp32, rounded once into a bf16 xout). */
+/* xout (R,C) = xin + in (N,K) · Wᵀ (K,C) (+ bias (C), when not NULL), a row-parallel linear with
+ * the residual add: in fp32 on one rank straight into the residual (the fused accumulate, then
+ * the bias), else through y (N,C), the tp sum and the bias, then the add (in fp32, rounded once
+ * into a bf16 xout). */
 static void pt_residual_linear(pt_model *m, pt_acts *a, void *xout, const void *xin,
-                               const void *in, const void *w, int N, int K) {
+                               const void *in, const void *w, const float *bias, int N, int K) {
     pt_backend *be = m->be;
-    int C = m->cfg.dim;
-    size_t RC = (size_t)pt_res_rows(m, N) * C;
+    int C = m->cfg.dim, R = pt_res_rows(m, N);
+    size_t RC = (size_t)R * C;
     float *y = a->dxn; /* (N,C) scratch: free in forward, and in backward between layers */
     if (!pt_is_bf16(m)) {
         be->copy(be, xout, xin, RC * sizeof(float));
         pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, in, K, w, K, m->par.tp_ops ? 0.0f : 1.0f,
               m->par.tp_ops ? y : xout, C);
-        if (!m->par.tp_ops) return;
+        if (!m->par.tp_ops) {
+            if (bias) pt_add_bias(m, a, xout, bias, R, C, C);
+            return;
+        }
         pt_tp_reduce(m, y, N, C);
+        if (bias) pt_add_bias(m, a, y, bias, R, C, C);
         be->add(be, xout, y, RC);
         return;
     }
     pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, in, K, w, K, 0.0f, y, C);
     pt_tp_reduce(m, y, N, C);
+    if (bias) pt_add_bias(m, a, y, bias, R, C, C);
     float *x = a->sA;
     be->from_bf16(be, x, xin, RC);
     be->add(be, x, y, RC);
@@ -1105,6 +1153,7 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
      * and k (KV heads, starting at column q) */
     float *t = pt_out(m, la->qkv, a->sA);
     pt_mm(m, PT_NO_TRANS, PT_TRANS, N, qkv, C, la->xn1, C, w->wqkv, C, 0.0f, t, qkv);
+    if (w->bqkv) pt_add_bias(m, a, t, w->bqkv, N, qkv, qkv);
     pt_poll(m);
     be->rope(be, t, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
     be->rope(be, t + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
@@ -1112,7 +1161,7 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     pt_attention(m, a, l, recompute);
     pt_poll(m);
     /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
-    pt_residual_linear(m, a, la->xmid, la->x, la->att, w->wo, N, q);
+    pt_residual_linear(m, a, la->xmid, la->x, la->att, w->wo, w->bo, N, q);
     pt_norm_gather(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
     if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every expert
                     * give a part, summed like the dense MLP's. fp32 on one rank adds straight
@@ -1148,7 +1197,7 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     pt_swiglu(m, a, la, N);
     pt_poll(m);
     /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
-    pt_residual_linear(m, a, xnext, la->xmid, la->h, w->wdown, N, F);
+    pt_residual_linear(m, a, xnext, la->xmid, la->h, w->wdown, NULL, N, F);
 }
 
 /* What layer l did not keep of its forward, computed again before its backward (model.h:
@@ -1395,6 +1444,7 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
         }
         pt_mm(m, PT_TRANS, PT_NO_TRANS, C, q, N, pt_gop(m, a, la->z_datt, (size_t)N * C), C,
               la->att, q, 1.0f, g->wo, q);
+        if (g->bo) pt_bias_grad(m, a, g->bo, la->z_datt, N, C, C, 1.0f);
     }
     pt_attn_shape as = pt_attn_shape_for(m, a);
     const float *dqkv = a->dqkv;
@@ -1404,9 +1454,10 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
         const float *dfull = pt_full_grad(m, a, N);
         const void *dy = pt_gop(m, a, dfull, (size_t)N * C);
         pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, q, C, dy, C, w->wo, q, 0.0f, a->datt, q);
-        if (now)
+        if (now) {
             pt_mm(m, PT_TRANS, PT_NO_TRANS, C, q, N, dy, C, la->att, q, 1.0f, g->wo, q);
-        else
+            if (g->bo) pt_bias_grad(m, a, g->bo, dfull, N, C, C, 1.0f);
+        } else
             be->copy(be, la->z_datt, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
         be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
@@ -1439,6 +1490,15 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
             be->add(be, g->wqkv + (size_t)q * C, a->dkv, (size_t)2 * kv * C);
         } else {
             pt_mm(m, PT_TRANS, PT_NO_TRANS, qkv, C, N, dy, qkv, la->xn1, C, 1.0f, g->wqkv, C);
+        }
+        /* the biases' gradients: the column sums of dqkv (fp32); a shared head's summed too */
+        if (g->bqkv && d->kv_shared > 1) {
+            pt_bias_grad(m, a, g->bqkv, dqkv, N, q, qkv, 1.0f);
+            pt_bias_grad(m, a, a->dkv, dqkv + q, N, 2 * kv, qkv, 0.0f);
+            m->par.tp_ops->kv_sum(m->par.tp_ops->ctx, a->dkv, (size_t)2 * kv);
+            be->add(be, g->bqkv + q, a->dkv, (size_t)2 * kv);
+        } else if (g->bqkv) {
+            pt_bias_grad(m, a, g->bqkv, dqkv, N, qkv, qkv, 1.0f);
         }
     }
     if (part != PT_BWD_WEIGHT) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""hf_eval.py MODEL_DIR TOKENS_JSON OUT: reads a Hugging Face Llama or Mixtral directory the way
+"""hf_eval.py MODEL_DIR TOKENS_JSON OUT: reads a Hugging Face Llama, Qwen 2 or Mixtral directory the way
 transformers would (config.json keys, safetensors tensors by Hugging Face names,
 tie_word_embeddings), runs it on the tokens (a JSON list of lists), writes logits (B, T, V) F32 to
-OUT (safetensors). Llama: the reference model of llama_ref.py. Mixtral: mixtral_forward below,
+OUT (safetensors). Llama (attention_bias: q, k, v and o biases) and Qwen 2 (q, k and v biases): the
+reference model of llama_ref.py. Mixtral: mixtral_forward below,
 written from transformers' MixtralForCausalLM (Llama's attention; MixtralSparseMoeBlock: router
 softmax in float, top-k, the chosen weights renormalised, each expert's SwiGLU on its tokens added
 with index_add_), not from llama_ref's MoE. Any other architecture (PentatronMoeForCausalLM: what
@@ -84,7 +85,8 @@ def main(argv):
             logits = mixtral_forward(p, tokens, conf)
         llama_ref.save_safetensors(out, {"logits": logits.float().contiguous()})
         return 0
-    if conf.get("model_type") != "llama" or "LlamaForCausalLM" not in archs:
+    qwen2 = conf.get("model_type") == "qwen2" and "Qwen2ForCausalLM" in archs
+    if not qwen2 and (conf.get("model_type") != "llama" or "LlamaForCausalLM" not in archs):
         print("hf_eval: %s (model_type %s) is not an architecture transformers implements here" %
               (archs, conf.get("model_type")), file=sys.stderr)
         return 2
@@ -92,7 +94,12 @@ def main(argv):
     cfg = llama_ref.Cfg(conf["vocab_size"], conf["hidden_size"], conf["num_hidden_layers"],
                         conf["num_attention_heads"], conf.get("num_key_value_heads", conf["num_attention_heads"]),
                         conf["intermediate_size"], conf.get("rope_theta", 10000.0), conf.get("rms_norm_eps", 1e-6),
-                        conf.get("tie_word_embeddings", False))
+                        conf.get("tie_word_embeddings", False), head_dim=conf.get("head_dim") or 0)
+    # Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj without; LlamaAttention:
+    # all four with bias=config.attention_bias
+    assert not conf.get("use_sliding_window", False) and not conf.get("mlp_bias", False)
+    cfg.qkv_bias = qwen2 or bool(conf.get("attention_bias", False))
+    cfg.o_bias = not qwen2 and bool(conf.get("attention_bias", False))
     tensors, _ = llama_ref.load_safetensors(os.path.join(model_dir, "model.safetensors"))
     names = llama_ref.param_names(cfg)
     missing = [n for n in names if n not in tensors]

@@ -149,6 +149,8 @@ class Cfg:
         # documents (data.document_mask): the token id that starts each document (None: plain
         # causal attention), and whether rope positions restart at each document's start
         self.doc_sep, self.pos_restart = None, False
+        # attention biases: on q, k, v (Qwen 2, and Llama's attention_bias) and on o (Llama's)
+        self.qkv_bias, self.o_bias = False, False
 
 
 def param_names(cfg):
@@ -160,7 +162,13 @@ def param_names(cfg):
             p + "self_attn.q_proj.weight",
             p + "self_attn.k_proj.weight",
             p + "self_attn.v_proj.weight",
-            p + "self_attn.o_proj.weight",
+        ]
+        if cfg.qkv_bias:
+            names += [p + "self_attn.%s_proj.bias" % w for w in ("q", "k", "v")]
+        names.append(p + "self_attn.o_proj.weight")
+        if cfg.o_bias:
+            names.append(p + "self_attn.o_proj.bias")
+        names += [
             p + "post_attention_layernorm.weight",
         ]
         if not cfg.experts:
@@ -192,6 +200,12 @@ def param_shape(cfg, name):
         return (cfg.kv_heads * hd, C)
     if name.endswith("o_proj.weight"):
         return (C, cfg.heads * hd)
+    if name.endswith("q_proj.bias"):
+        return (cfg.heads * hd,)
+    if name.endswith("k_proj.bias") or name.endswith("v_proj.bias"):
+        return (cfg.kv_heads * hd,)
+    if name.endswith("o_proj.bias"):
+        return (C,)
     if name.endswith("block_sparse_moe.gate.weight"):
         return (cfg.experts, C)
     if name.endswith("e_score_correction_bias"):
@@ -209,7 +223,8 @@ def param_shape(cfg, name):
 
 
 def init_params(cfg, seed):
-    """Deterministic fp32 init: matrices ~ N(0, 0.05), norm weights 1 + 0.1 N(0,1)."""
+    """Deterministic fp32 init: matrices ~ N(0, 0.05), norm weights 1 + 0.1 N(0,1), attention
+    biases 0.1 N(0,1)."""
     g = torch.Generator().manual_seed(seed)
     params = {}
     for name in param_names(cfg):
@@ -217,6 +232,8 @@ def init_params(cfg, seed):
         r = torch.randn(shape, generator=g, dtype=torch.float32)
         if name.endswith("e_score_correction_bias"):
             params[name] = 0.05 * r  # a selection bias that changes some choices
+        elif name.endswith("_proj.bias"):
+            params[name] = 0.1 * r  # attention biases: nonzero, so that they count
         elif len(shape) == 1:
             params[name] = 1.0 + 0.1 * r
         else:
@@ -383,9 +400,10 @@ def forward(params, tokens, cfg):
     for i in range(cfg.layers):
         p = "model.layers.%d." % i
         h = rms_norm(x, params[p + "input_layernorm.weight"], cfg.eps)
-        q = F.linear(h, params[p + "self_attn.q_proj.weight"]).view(B, T, H, hd).transpose(1, 2)
-        k = F.linear(h, params[p + "self_attn.k_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
-        v = F.linear(h, params[p + "self_attn.v_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+        bq, bk, bv = (params.get(p + "self_attn.%s_proj.bias" % w) for w in ("q", "k", "v"))
+        q = F.linear(h, params[p + "self_attn.q_proj.weight"], bq).view(B, T, H, hd).transpose(1, 2)
+        k = F.linear(h, params[p + "self_attn.k_proj.weight"], bk).view(B, T, KV, hd).transpose(1, 2)
+        v = F.linear(h, params[p + "self_attn.v_proj.weight"], bv).view(B, T, KV, hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         # repeat_kv: query head h uses kv head h // rep
@@ -394,7 +412,7 @@ def forward(params, tokens, cfg):
         att = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(hd) + mask
         att = torch.softmax(att, dim=-1)
         y = torch.matmul(att, v).transpose(1, 2).reshape(B, T, H * hd)
-        x = x + F.linear(y, params[p + "self_attn.o_proj.weight"])
+        x = x + F.linear(y, params[p + "self_attn.o_proj.weight"], params.get(p + "self_attn.o_proj.bias"))
         h = rms_norm(x, params[p + "post_attention_layernorm.weight"], cfg.eps)
         if cfg.experts:
             x = x + moe_block(params, p + "block_sparse_moe.", h, cfg)
@@ -590,9 +608,13 @@ def forward_bf16(params, tokens, cfg, rounding=True):
         p = "model.layers.%d." % i
         # rmsnorm in fp32 from the bf16 x (statistics included), the result stored in bf16
         xn = rs(rms_norm(x, W[p + "input_layernorm.weight"], cfg.eps))
-        q = lin(xn, W[p + "self_attn.q_proj.weight"]).view(B, T, H, hd).transpose(1, 2)
-        k = lin(xn, W[p + "self_attn.k_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
-        v = lin(xn, W[p + "self_attn.v_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+        # biases (their W16) added in fp32 to the GEMM's fp32 output, before rope and rounding
+        q, k, v = (lin(xn, W[p + "self_attn.%s_proj.weight" % w]) for w in ("q", "k", "v"))
+        if cfg.qkv_bias:
+            q, k, v = (t + W[p + "self_attn.%s_proj.bias" % w] for t, w in ((q, "q"), (k, "k"), (v, "v")))
+        q = q.view(B, T, H, hd).transpose(1, 2)
+        k = k.view(B, T, KV, hd).transpose(1, 2)
+        v = v.view(B, T, KV, hd).transpose(1, 2)
         # rope in fp32 on the GEMM's output, then q, k, v are stored in bf16 (v unrotated)
         q = rs(q * cos + rotate_half(q) * sin)
         k = rs(k * cos + rotate_half(k) * sin)
@@ -601,7 +623,10 @@ def forward_bf16(params, tokens, cfg, rounding=True):
         v = v.repeat_interleave(rep, dim=1)
         y = Attention16.apply(q, k, v, rounding, mask).transpose(1, 2).reshape(B, T, H * hd)
         # residual add in fp32 on the GEMM's fp32 output, the sum stored in bf16
-        x = rs(x + lin(y, W[p + "self_attn.o_proj.weight"]))
+        o = lin(y, W[p + "self_attn.o_proj.weight"])
+        if cfg.o_bias:  # after the (tp-summed) product, in fp32
+            o = o + W[p + "self_attn.o_proj.bias"]
+        x = rs(x + o)
         xn = rs(rms_norm(x, W[p + "post_attention_layernorm.weight"], cfg.eps))
         if cfg.experts:
             # router in fp32 on the bf16 xn and W16(gate); experts rounded; combine in fp32
@@ -864,6 +889,19 @@ def selfcheck_bf16(a, rec, cfg, params, tk, tg, lg32, l32, g32, lg64, g64):
     rec("(h) bf16 graph, rounding off, vs forward() fp64: logits", rel(lgx, lg64), 1e-12)
     rec("(h) bf16 graph, rounding off, vs forward() fp64: grads (max)",
         max(rel(gx[n], g64[n]) for n in g64), 1e-12)
+    for bias in ("qkv", "qkvo"):  # attention biases: the same function in both graphs
+        tcfg = Cfg(vocab=11, dim=12, layers=2, heads=3, kv_heads=1, ffn=10,
+                   theta=a.theta, eps=a.eps, tied=0)
+        tcfg.qkv_bias, tcfg.o_bias = True, bias == "qkvo"
+        tp = init_params(tcfg, a.seed + 7)
+        ttok = torch.randint(0, tcfg.vocab, (2, 5), generator=gen)
+        ttg = torch.randint(0, tcfg.vocab, (2, 5), generator=gen)
+        _, _, ga = loss_and_grads(tp, ttok, ttg, tcfg, torch.float64, fwd=exact)
+        _, _, gb = loss_and_grads(tp, ttok, ttg, tcfg, torch.float64)
+        rec("(h) bf16 graph, rounding off, vs forward() fp64 (%s biases)" % bias,
+            max(rel(ga[n], gb[n]) for n in gb), 1e-12)
+        rec("(h) the %s biases have gradients" % bias,
+            1.0 / max(min(float(gb[n].norm()) for n in gb if n.endswith("bias")), 1e-300), 1e6)
     for tied in (0, 1):
         tcfg = Cfg(vocab=11, dim=12, layers=2, heads=3, kv_heads=1, ffn=10,
                    theta=a.theta, eps=a.eps, tied=tied)
@@ -1177,6 +1215,8 @@ def parse_args(argv):
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                     help="bf16: the mixed-precision model of docs/precision.md (fp32 masters, "
                     "bf16 weights and activations); the fp32 run's results go in as fp32.*")
+    ap.add_argument("--attn-bias", default="none", choices=("none", "qkv", "qkvo"),
+                    help="attention biases: qkv (Qwen 2) or qkvo (Llama's attention_bias)")
     ap.add_argument("--doc-sep", type=int, default=-1,
                     help="documents: the token id that starts each document (data.separator; "
                     "-1 = none); make_data puts it at about one position in five")
@@ -1202,6 +1242,7 @@ def generate(a):
     cfg.aux, cfg.zloss, cfg.capacity, cfg.sigmoid = a.aux, a.zloss, a.capacity, bool(a.sigmoid)
     cfg.aux_scope = a.aux_scope
     cfg.doc_sep = a.doc_sep if a.doc_sep >= 0 else None
+    cfg.qkv_bias, cfg.o_bias = a.attn_bias != "none", a.attn_bias == "qkvo"
     cfg.pos_restart = bool(a.pos_restart)
     params = init_params(cfg, a.seed)
     tokens, targets = make_data(cfg, a.steps, a.batch, a.seq, a.seed, a.ignore_frac)
@@ -1209,8 +1250,8 @@ def generate(a):
     mdir = os.path.join(a.out, "model")
     os.makedirs(mdir, exist_ok=True)
     config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": ["Qwen2ForCausalLM" if a.attn_bias == "qkv" else "LlamaForCausalLM"],
+        "model_type": "qwen2" if a.attn_bias == "qkv" else "llama",
         "vocab_size": cfg.vocab,
         "hidden_size": cfg.dim,
         "intermediate_size": cfg.ffn,
@@ -1224,7 +1265,7 @@ def generate(a):
         "rms_norm_eps": cfg.eps,
         "tie_word_embeddings": cfg.tied,
         "hidden_act": "silu",
-        "attention_bias": False,
+        "attention_bias": a.attn_bias == "qkvo",
         "attention_dropout": 0.0,
         "mlp_bias": False,
         "torch_dtype": "float32",
