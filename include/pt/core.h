@@ -135,5 +135,13 @@ pt_status pt_read_file(const char *path, char **data, size_t *len);
 pt_status pt_write_file_atomic(const char *path, const void *data, size_t len);
 pt_status pt_fsync_dir(const char *dir);
 pt_status pt_mkdirs(const char *path);
+/* Opens path read-only without blocking on a FIFO and refuses anything but a regular file (a
+ * directory, a FIFO, a device such as /dev/zero): PT_ERR_IO naming path, `what` and its kind. */
+pt_status pt_open_regular(const char *path, const char *what, int *fd);
+/* PT_ERR_IO unless a file can be created in dir (made if missing): a probe file is written,
+ * flushed and removed. `what` names the setting in the message (e.g. "checkpoint.dir"). */
+pt_status pt_check_writable_dir(const char *dir, const char *what);
+/* The most compute threads a process may ask for: 4 × the cores it may run on. */
+int pt_max_threads(void);
 
 #endif

@@ -46,6 +46,7 @@ typedef struct {
  * memory. */
 typedef struct {
     FILE *f;
+    char path[1024]; /* for messages */
     int64_t total_steps, comm_every;
     const pt_mesh *mesh; /* NULL: one process */
     pt_comm_stats since;
@@ -55,8 +56,9 @@ typedef struct {
 /* Opens (appends to) path, making its directory if missing; PT_ERR_IO naming what failed. */
 pt_status pt_metrics_open(pt_metrics *mx, const char *path, const pt_mesh *mesh,
                           int64_t total_steps, int64_t comm_every);
-void pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
-                      const pt_rank_memory *mem);
+/* PT_ERR_IO naming the file when the line could not be written (a full disk, say). */
+pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
+                           const pt_rank_memory *mem);
 /* Communication counted from now on (the start of the training loop). */
 void pt_metrics_begin(pt_metrics *mx);
 void pt_metrics_close(pt_metrics *mx);
@@ -73,6 +75,15 @@ int64_t pt_memory_available(void);
 /* PT_ERR_CONFIG when the set-up's need (the sum of mem's kinds) exceeds limit bytes, the message
  * listing the need by kind; `what` names where the limit came from. */
 pt_status pt_memory_check(const pt_rank_memory *mem, int64_t limit, const char *what);
+
+/* Before anything is allocated: a lower bound of one rank's need from the configuration alone,
+ * in double (so sizes that would overflow 64 bits are seen, not wrapped): the parameters (the
+ * model's tensors, without biases) × bytes_per_param (4 to infer; 16 to train: weights,
+ * gradients, two AdamW moments) plus, when tokens > 0 (a micro-batch's tokens), the logits and
+ * each layer's input, all divided evenly over `ranks`. PT_ERR_CONFIG when it passes 2^62 bytes
+ * or limit, with the need, its parts and the limit (`what` names the limit's source). */
+pt_status pt_memory_precheck(const pt_model_config *c, double bytes_per_param, double tokens,
+                             int ranks, int64_t limit, const char *what);
 
 /* sgemm FLOP/s of the backend, measured now (a few hundred milliseconds). */
 double pt_measure_gemm_peak(pt_backend *be);

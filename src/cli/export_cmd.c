@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "pt/checkpoint.h"
 #include "pt/hf_config.h"
+#include "pt/metrics.h"
 
 static void pt_export_usage(FILE *f) {
     fprintf(f, "usage: pentatron export --checkpoint DIR --out DIR [--dtype fp32|bf16]\n"
@@ -42,6 +43,12 @@ int pt_cmd_export(int argc, char **argv) {
         pt_log_error("export: --dtype %s: expected fp32 or bf16", dtype);
         return 2;
     }
+    for (int k = 0; k < 2; k++) /* never cut short: the export would land elsewhere */
+        if (strlen(k ? out : ckpt) >= PT_PATH_MAX) {
+            pt_log_error("export: %s: a path of %zu characters, longer than the %d allowed",
+                         k ? "--out" : "--checkpoint", strlen(k ? out : ckpt), PT_PATH_MAX - 1);
+            return 2;
+        }
     char path[PT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.json", ckpt);
     pt_model_config mc;
@@ -49,6 +56,8 @@ int pt_cmd_export(int argc, char **argv) {
     pt_model m = {0};
     m.cfg = mc;
     if (st == PT_OK) st = pt_model_config_check(&mc);
+    if (st == PT_OK) /* the host copy of the weights, before allocating it */
+        st = pt_memory_precheck(&mc, 4, 0, 1, pt_memory_available(), "the memory available");
     float *host = NULL;
     if (st == PT_OK) {
         pt_param_table_build(&m.gtable, &mc);

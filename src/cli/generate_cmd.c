@@ -1,4 +1,7 @@
 /* generate_cmd.c: `pentatron generate`, and the sample `pentatron train` prints at its end. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +11,7 @@
 #include "pt/checkpoint.h"
 #include "pt/config.h"
 #include "pt/hf_config.h"
+#include "pt/metrics.h"
 #include "pt/tokenizer.h"
 
 pt_status pt_cli_sample(pt_model *m, const char *tokenizer, const char *prompt, int n_new,
@@ -33,7 +37,7 @@ pt_status pt_cli_sample(pt_model *m, const char *tokenizer, const char *prompt, 
     if (st == PT_OK && n >= (size_t)Tmax)
         st = pt_errorf(PT_ERR_CONFIG, "the prompt is %zu tokens: model.max_seq_len = %d leaves no "
                        "room for a new one", n, Tmax);
-    if (st == PT_OK && (int)n + n_new > Tmax) {
+    if (st == PT_OK && n_new > Tmax - (int)n) { /* (n + n_new could pass INT_MAX) */
         pt_log_warn("generation stops after %d new tokens: the context (prompt and new tokens) "
                     "reaches model.max_seq_len = %d and does not slide", Tmax - (int)n, Tmax);
         n_new = Tmax - (int)n;
@@ -119,6 +123,27 @@ static pt_status pt_find_tokenizer(const char *dir, const char *given, char *pat
                      "encoder.json and vocab.bpe in it, and no train.ini naming sample.vocab", dir);
 }
 
+/* v as an integer in [lo, hi]: all of it digits (strtoll's end at the string's end), no overflow
+ * (errno), in range; else 0. */
+static int pt_parse_int(const char *v, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) return 0;
+    *out = x;
+    return 1;
+}
+
+/* v as a finite number >= 0 that fits a float; else 0 (nan, inf and negatives mean nothing). */
+static int pt_parse_nonneg_float(const char *v, float *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !isfinite(x) || !(x >= 0) || !isfinite((float)x)) return 0;
+    *out = (float)x;
+    return 1;
+}
+
 int pt_cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *model = NULL, *prompt = NULL, *tokenizer = NULL;
     int n_new = 64, threads = 0, flags = PT_SAMPLE_REPORT, bf16 = 0;
@@ -139,7 +164,8 @@ int pt_cmd_generate(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++i];
-        char *end = NULL;
+        long long x = 0;
+        int ok = 1; /* integers with their full range checked, floats finite and >= 0 */
         if (!strcmp(a, "--checkpoint"))
             ckpt = v;
         else if (!strcmp(a, "--model"))
@@ -149,26 +175,35 @@ int pt_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer") || !strcmp(a, "--vocab"))
             tokenizer = v;
         else if (!strcmp(a, "--max-new-tokens"))
-            n_new = (int)strtol(v, &end, 10);
+            ok = pt_parse_int(v, 0, INT_MAX, &x) && (n_new = (int)x, 1);
         else if (!strcmp(a, "--temperature"))
-            o.temperature = strtof(v, &end);
+            ok = pt_parse_nonneg_float(v, &o.temperature);
         else if (!strcmp(a, "--top-k"))
-            o.top_k = (int)strtol(v, &end, 10);
-        else if (!strcmp(a, "--seed"))
+            ok = pt_parse_int(v, 0, INT_MAX, &x) && (o.top_k = (int)x, 1);
+        else if (!strcmp(a, "--seed")) {
+            char *end; /* all of uint64: strtoull would take "-1" as 2^64 - 1 */
+            errno = 0;
             o.seed = strtoull(v, &end, 10);
-        else if (!strcmp(a, "--threads"))
-            threads = (int)strtol(v, &end, 10);
+            ok = *v && !*end && !errno && v[0] != '-';
+        } else if (!strcmp(a, "--threads"))
+            ok = pt_parse_int(v, 0, pt_max_threads(), &x) && (threads = (int)x, 1);
         else if (!strcmp(a, "--precision")) {
             bf16 = !strcmp(v, "bf16");
-            if (!bf16 && strcmp(v, "fp32")) end = (char *)v; /* neither: a bad value */
+            ok = bf16 || !strcmp(v, "fp32");
         }
         else {
             pt_log_error("generate: unknown option %s (see --help)", a);
             return 2;
         }
-        if (end && (*end || end == v || n_new < 0 || o.top_k < 0 || !(o.temperature >= 0) ||
-                    threads < 0)) {
-            pt_log_error("generate: bad value \"%s\" for %s", v, a);
+        if (!ok) {
+            char want[64] = "an integer in [0, 2147483647]";
+            if (!strcmp(a, "--temperature")) snprintf(want, sizeof want, "a finite number >= 0");
+            if (!strcmp(a, "--seed")) snprintf(want, sizeof want, "an integer in [0, 2^64)");
+            if (!strcmp(a, "--precision")) snprintf(want, sizeof want, "fp32 or bf16");
+            if (!strcmp(a, "--threads"))
+                snprintf(want, sizeof want, "an integer in [0, %d] (4 × the cores here)",
+                         pt_max_threads());
+            pt_log_error("generate: bad value \"%s\" for %s: expected %s", v, a, want);
             return 2;
         }
     }
@@ -178,6 +213,13 @@ int pt_cmd_generate(int argc, char **argv) {
         return 2;
     }
     const char *dir = ckpt ? ckpt : model;
+    const char *const paths[][2] = {{"--checkpoint", ckpt}, {"--model", model}, {"--tokenizer", tokenizer}};
+    for (size_t k = 0; k < sizeof paths / sizeof *paths; k++) /* never cut short */
+        if (paths[k][1] && strlen(paths[k][1]) >= PT_PATH_MAX) {
+            pt_log_error("generate: %s: a path of %zu characters, longer than the %d allowed",
+                         paths[k][0], strlen(paths[k][1]), PT_PATH_MAX - 1);
+            return 2;
+        }
     char path[PT_PATH_MAX + 32], tok_path[PT_PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
     pt_model_config mc;
@@ -186,6 +228,9 @@ int pt_cmd_generate(int argc, char **argv) {
     if (st == PT_OK) st = pt_find_tokenizer(dir, tokenizer, tok_path);
     pt_backend *be = NULL;
     pt_model m = {0};
+    if (st == PT_OK) st = pt_model_config_check(&mc);
+    if (st == PT_OK) /* the weights, before allocating them */
+        st = pt_memory_precheck(&mc, 4, 0, 1, pt_memory_available(), "the memory available");
     if (st == PT_OK) {
         be = pt_backend_cpu_create(threads, PT_GEMM_ONEDNN);
         if (!be) st = PT_ERR_RUNTIME;

@@ -1,8 +1,10 @@
 /* core.c: errors, logging, allocation, timing, RNG and file helpers (see include/pt/core.h). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "pt/core.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -302,4 +304,54 @@ pt_status pt_mkdirs(const char *path) {
     if (mkdir(buf, 0755) != 0 && errno != EEXIST)
         return pt_errorf(PT_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
     return PT_OK;
+}
+
+pt_status pt_open_regular(const char *path, const char *what, int *fd) {
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (*fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    struct stat sb;
+    const char *kind = NULL;
+    if (fstat(*fd, &sb) != 0) kind = "a file that cannot be examined";
+    else if (S_ISDIR(sb.st_mode)) kind = "a directory";
+    else if (S_ISFIFO(sb.st_mode)) kind = "a FIFO";
+    else if (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) kind = "a device";
+    else if (S_ISSOCK(sb.st_mode)) kind = "a socket";
+    if (!kind && !S_ISREG(sb.st_mode)) kind = "not a regular file";
+    if (kind) {
+        close(*fd);
+        *fd = -1;
+        return pt_errorf(PT_ERR_IO, "%s: the %s is %s, not a regular file", path, what, kind);
+    }
+    /* reads of a regular file never block; the flag only kept a FIFO's open from waiting */
+    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
+    return PT_OK;
+}
+
+pt_status pt_check_writable_dir(const char *dir, const char *what) {
+    if (pt_mkdirs(dir) != PT_OK) {
+        char why[1024]; /* pt_mkdirs's message, copied out of the buffer pt_errorf writes */
+        snprintf(why, sizeof why, "%s", pt_last_error());
+        return pt_errorf(PT_ERR_IO, "%s: %s", what, why);
+    }
+    char host[64] = "", path[4096];
+    gethostname(host, sizeof host - 1);
+    int n = snprintf(path, sizeof path, "%s/.pentatron-probe-%s-%ld", dir, host, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof path)
+        return pt_errorf(PT_ERR_IO, "%s: the path is too long (%zu characters)", what, strlen(dir));
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return pt_errorf(PT_ERR_IO, "%s = %s is not writable: %s", what, dir, strerror(errno));
+    char byte = 0;
+    int err = write(fd, &byte, 1) != 1 ? errno : 0;
+    if (close(fd) != 0 && !err) err = errno;
+    unlink(path);
+    if (err) return pt_errorf(PT_ERR_IO, "%s = %s: a test write failed: %s", what, dir, strerror(err));
+    return PT_OK;
+}
+
+int pt_max_threads(void) {
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (cores <= 0) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return 4 * (cores > 0 ? cores : 1);
 }

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -15,10 +16,76 @@ static int pt_cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A shard truncated under a running job. Shards are mapped, and a read of a page past the file's
+ * new end raises SIGBUS, not an error a read could return. Every mapping is listed here (at
+ * set-up; the steps only read); the handler, installed with the first mapping, finds the one the
+ * faulting address lies in, writes one line naming the shard and exits with status 1 (nothing
+ * else is safe in a signal handler; the job's last checkpoint is already whole). A SIGBUS
+ * elsewhere gets the default action, as if no handler were there. */
+#define PT_SHARD_MAPS_MAX 4096
+static struct {
+    const uint8_t *lo, *hi;
+    const char *path;
+} pt_shard_maps[PT_SHARD_MAPS_MAX];
+static volatile sig_atomic_t pt_shard_n_maps;
+
+static void pt_shard_write_err(const char *s) {
+    ssize_t unused = write(STDERR_FILENO, s, strlen(s));
+    (void)unused;
+}
+
+static void pt_shard_sigbus(int sig, siginfo_t *si, void *uctx) {
+    (void)uctx;
+    const uint8_t *at = si->si_addr;
+    for (int i = 0; i < pt_shard_n_maps; i++) {
+        if (!pt_shard_maps[i].lo || at < pt_shard_maps[i].lo || at >= pt_shard_maps[i].hi) continue;
+        char off[24], *q = off + sizeof off;
+        *--q = 0;
+        size_t v = (size_t)(at - pt_shard_maps[i].lo);
+        do *--q = (char)('0' + v % 10); while ((v /= 10) > 0);
+        pt_shard_write_err("error: data: ");
+        pt_shard_write_err(pt_shard_maps[i].path);
+        pt_shard_write_err(": the shard was truncated while the run reads it (SIGBUS reading byte ");
+        pt_shard_write_err(q);
+        pt_shard_write_err("); a shard must not change under a running job\n");
+        _exit(1);
+    }
+    signal(sig, SIG_DFL); /* not a shard: what SIGBUS does without us */
+    raise(sig);
+}
+
+static void pt_shard_register(const uint8_t *base, size_t size, const char *path) {
+    static int installed;
+    if (!installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = pt_shard_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, NULL);
+        installed = 1;
+    }
+    for (int i = 0; i < pt_shard_n_maps; i++)
+        if (!pt_shard_maps[i].lo) { /* a slot freed by pt_data_close */
+            pt_shard_maps[i].path = path, pt_shard_maps[i].hi = base + size;
+            pt_shard_maps[i].lo = base;
+            return;
+        }
+    if (pt_shard_n_maps == PT_SHARD_MAPS_MAX) return; /* beyond: the default SIGBUS */
+    pt_shard_maps[pt_shard_n_maps].path = path, pt_shard_maps[pt_shard_n_maps].hi = base + size;
+    pt_shard_maps[pt_shard_n_maps].lo = base;
+    pt_shard_n_maps++;
+}
+
+static void pt_shard_unregister(const uint8_t *base) {
+    for (int i = 0; i < pt_shard_n_maps; i++)
+        if (pt_shard_maps[i].lo == base) pt_shard_maps[i].lo = NULL;
+}
+
 static pt_status pt_shard_map(pt_data *d, int i, int vocab_size) {
     const char *path = d->paths[i];
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot open shard: %s", path, strerror(errno));
+    int fd; /* a FIFO would block the open, a directory or device map nothing sensible */
+    PT_TRY(pt_open_regular(path, "shard", &fd));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);
@@ -65,6 +132,7 @@ static pt_status pt_shard_map(pt_data *d, int i, int vocab_size) {
         munmap(map, size);
         return err;
     }
+    pt_shard_register(map, size, path);
     d->map_bytes[i] = size;
     d->n_tokens[i] = (size_t)h[2];
     d->tokens[i] = (const uint8_t *)map + hdr;
@@ -116,8 +184,11 @@ pt_status pt_data_open_key(pt_data *d, const char *key, const char *pattern, int
 
 void pt_data_close(pt_data *d) {
     for (int i = 0; i < d->n_shards; i++) {
-        if (d->tokens && d->tokens[i])
-            munmap((void *)(d->tokens[i] - PT_SHARD_HEADER_INTS * sizeof(int32_t)), d->map_bytes[i]);
+        if (d->tokens && d->tokens[i]) {
+            const uint8_t *base = d->tokens[i] - PT_SHARD_HEADER_INTS * sizeof(int32_t);
+            pt_shard_unregister(base);
+            munmap((void *)base, d->map_bytes[i]);
+        }
         if (d->paths) free(d->paths[i]);
     }
     free(d->paths);

@@ -249,9 +249,13 @@ static const pt_param *pt_uncovered(const pt_param_table *t, const int64_t *bloc
         }
         const pt_param *p = &t->p[b[0]];
         if (b[1] < 0 || b[2] > p->shape[0] || b[1] >= b[2] || b[3] < 0 || b[4] > pt_gcols(p) ||
-            b[3] >= b[4])
-            bad = p;
+            b[3] >= b[4]) {
+            bad = p; /* before its area: a hostile index's bounds overflow the product */
+            break;
+        }
+        /* inside its tensor, a block's area is at most numel: the sum stops once past it */
         area[b[0]] += (b[2] - b[1]) * (b[4] - b[3]);
+        if (area[b[0]] > (int64_t)p->numel) bad = p;
     }
     for (int i = 0; i < t->n && !bad; i++)
         if (area[i] != (int64_t)t->p[i].numel) bad = &t->p[i];
@@ -321,6 +325,16 @@ static pt_status pt_publish(const char *root, const char *tmp_dir, const char *f
     return PT_OK;
 }
 
+/* A save that failed (a full disk, say): rank 0 removes the partial tmp_dir, so that neither it
+ * nor its space outlives the run; the published checkpoints were never touched. Keeps st's
+ * message, naming the path that failed. */
+static pt_status pt_save_failed(int rank, const char *tmp_dir, pt_status st) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pt_last_error());
+    if (rank == 0 && pt_rmtree(tmp_dir) != PT_OK) pt_log_warn("%s", pt_last_error());
+    return pt_errorf(st, "checkpoint not saved: %s (the previous checkpoints are intact)", msg);
+}
+
 pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const pt_ckpt_piece *pieces,
                        int n_pieces, int64_t optimizer_step, const pt_config *cfg, int keep,
                        pt_comm *world) {
@@ -337,7 +351,8 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
         if (st == PT_OK) st = pt_mkdirs(tmp_dir);
     }
     if (!pt_all_ok(world, st == PT_OK))
-        return st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 could not create %s", tmp_dir);
+        return pt_save_failed(rank, tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 could "
+                                                              "not create %s", tmp_dir));
     uint32_t crc = 0;
     if (n_pieces > 0) {
         snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.safetensors", tmp_dir, rank, size);
@@ -345,8 +360,8 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
         if (st == PT_OK) st = pt_file_crc32(path, &crc);
     }
     if (!pt_all_ok(world, st == PT_OK))
-        return st != PT_OK ? st : pt_errorf(PT_ERR_IO, "another rank failed to write its shard of %s",
-                                            tmp_dir);
+        return pt_save_failed(rank, tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "another rank "
+                                                              "failed to write its shard of %s", tmp_dir));
 
     /* rank 0 learns every rank's blocks and checksum: (rank, count, crc) then the blocks */
     int64_t mine[3] = {rank, n_pieces, crc};
@@ -376,7 +391,8 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
     free(info);
     free(blocks);
     if (!pt_all_ok(world, st == PT_OK))
-        return st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 failed to publish %s", final_dir);
+        return pt_save_failed(rank, tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 failed "
+                                                              "to publish %s", final_dir));
     return PT_OK;
 }
 
@@ -422,7 +438,10 @@ pt_status pt_ckpt_open(pt_ckpt **out, const char *dir, const pt_param_table *t) 
     char path[PT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/index.json", dir);
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    int fd;
+    PT_TRY(pt_open_regular(path, "checkpoint index", &fd));
+    json_t *root = json_loadfd(fd, 0, &err);
+    close(fd);
     if (!root)
         return pt_errorf(PT_ERR_FORMAT, "%s: %s (line %d)", path, err.text, err.line);
     pt_ckpt *c = pt_calloc(1, sizeof *c);
@@ -439,6 +458,10 @@ pt_status pt_ckpt_open(pt_ckpt **out, const char *dir, const pt_param_table *t) 
                                                 "optimizer_step, tensors or shards", path));
     c->step = json_integer_value(js);
     c->optimizer_step = json_integer_value(jo);
+    if (c->step < 0 || c->optimizer_step < 0 || c->optimizer_step > c->step)
+        return pt_index_fail(c, root, pt_errorf(PT_ERR_FORMAT, "%s: step %lld and optimizer_step "
+                                                "%lld: expected 0 <= optimizer_step <= step", path,
+                                                (long long)c->step, (long long)c->optimizer_step));
     json_t *jf = json_object_get(root, "aux_f"), *x;
     size_t xi;
     if (json_is_array(jf) && json_array_size(jf) > 0) {

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pt/data.h" /* pt_mix_parse: data.sources and data.weights */
 
@@ -243,14 +244,18 @@ static const pt_cfg_key *pt_cfg_find(const char *key) {
 }
 
 static pt_status pt_cfg_apply(pt_config *c, const pt_cfg_key *k, const char *raw) {
-    char val[PT_PATH_MAX];
+    char val[4 * PT_PATH_MAX]; /* the longest key (data.sources) */
     size_t len = strlen(raw);
     /* strings may be quoted */
-    if (len >= 2 && (raw[0] == '"' || raw[0] == '\'') && raw[len - 1] == raw[0]) {
-        snprintf(val, sizeof val, "%.*s", (int)(len - 2), raw + 1);
-    } else {
-        snprintf(val, sizeof val, "%s", raw);
-    }
+    int quoted = len >= 2 && (raw[0] == '"' || raw[0] == '\'') && raw[len - 1] == raw[0];
+    if (quoted) raw++, len -= 2;
+    /* never truncated: a cut path would send a checkpoint elsewhere (hostile: length checked) */
+    size_t cap = k->type == PT_CFG_STR ? k->size : sizeof val;
+    if (len >= cap)
+        return pt_errorf(PT_ERR_CONFIG, "%s: value of %zu characters, longer than the %zu allowed",
+                         k->key, len, cap - 1);
+    memcpy(val, raw, len);
+    val[len] = 0;
     void *dst = (char *)c + k->offset;
     char *end = NULL;
     errno = 0;
@@ -281,6 +286,9 @@ static pt_status pt_cfg_apply(pt_config *c, const pt_cfg_key *k, const char *raw
         double v = strtod(val, &end);
         if (!*val || *end || errno || !isfinite(v))
             return pt_errorf(PT_ERR_CONFIG, "%s: expected a number, got \"%s\"", k->key, val);
+        if (!isfinite((float)v)) /* finite in double, infinite as the float it is kept in */
+            return pt_errorf(PT_ERR_CONFIG, "%s: %s is beyond a float's range (±3.4e38)", k->key,
+                             val);
         *(float *)dst = (float)v;
         break;
     }
@@ -309,10 +317,7 @@ static pt_status pt_cfg_apply(pt_config *c, const pt_cfg_key *k, const char *raw
                 return pt_errorf(PT_ERR_CONFIG, "%s: expected one of %s, got \"%s\"", k->key,
                                  k->choices, val);
         }
-        if (strlen(val) >= k->size)
-            return pt_errorf(PT_ERR_CONFIG, "%s: value longer than %zu characters", k->key,
-                             k->size - 1);
-        snprintf((char *)dst, k->size, "%s", val);
+        memcpy(dst, val, len + 1);
         break;
     }
     return PT_OK;
@@ -413,8 +418,16 @@ static int pt_ini_handler(void *user, const char *section, const char *name, con
 
 pt_status pt_config_load_file(pt_config *c, const char *path) {
     pt_ini_state s = {.c = c, .path = path, .status = PT_OK};
-    int rc = ini_parse(path, pt_ini_handler, &s);
-    if (rc == -1) return pt_errorf(PT_ERR_IO, "%s: cannot open config file", path);
+    /* a directory would read as empty, /dev/zero or a FIFO would never end */
+    int fd;
+    PT_TRY(pt_open_regular(path, "config file", &fd));
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return pt_errorf(PT_ERR_IO, "%s: cannot open config file: %s", path, strerror(errno));
+    }
+    int rc = ini_parse_file(f, pt_ini_handler, &s);
+    fclose(f);
     if (rc == -2) return pt_errorf(PT_ERR_MEMORY, "%s: out of memory parsing", path);
     if (rc > 0) {
         if (s.status != PT_OK) return pt_errorf(s.status, "%s:%d: %s", path, rc, s.msg);
@@ -460,6 +473,9 @@ pt_status pt_config_validate(const pt_config *c) {
     if (t->micro_batch <= 0) return pt_errorf(PT_ERR_CONFIG, "training.micro_batch must be > 0");
     if (t->seq_len <= 0) return pt_errorf(PT_ERR_CONFIG, "training.seq_len must be > 0");
     if (t->threads < 0) return pt_errorf(PT_ERR_CONFIG, "training.threads must be >= 0");
+    if (t->threads > pt_max_threads())
+        return pt_errorf(PT_ERR_CONFIG, "training.threads = %d: at most %d here (4 × the cores "
+                         "this process may run on; 0 = one per core)", t->threads, pt_max_threads());
     if (t->recompute_layers < 0)
         return pt_errorf(PT_ERR_CONFIG, "training.recompute_layers must be >= 0");
     if (t->memory_limit < 0) return pt_errorf(PT_ERR_CONFIG, "training.memory_limit must be >= 0");

@@ -2,6 +2,7 @@
  * include/pt/metrics.h). */
 #include "pt/metrics.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +132,40 @@ pt_status pt_memory_check(const pt_rank_memory *mem, int64_t limit, const char *
                      mem->activations / mib);
 }
 
+/* The parameters of c's tensors, without biases (a lower bound), in double: the embedding and
+ * head, per layer the attention and its norms, the dense or mixture-of-experts SwiGLU. */
+static double pt_param_estimate(const pt_model_config *c) {
+    double D = c->dim, L = c->n_layers, hd = c->head_dim > 0 ? c->head_dim : c->dim / c->n_heads;
+    double embed = (double)c->vocab_size * D * (c->tied_embeddings ? 1 : 2) + D;
+    double attn = hd * D * (2.0 * c->n_heads + 2.0 * c->n_kv_heads) + 2 * D;
+    double dense = 3 * D * c->ffn_dim, moe_layers = 0, moe = 0;
+    if (c->n_experts > 0 && c->n_layers > c->moe_first_dense && c->moe_every > 0) {
+        moe_layers = (double)((c->n_layers - c->moe_first_dense - 1) / c->moe_every + 1);
+        double F = c->moe_ffn_dim > 0 ? c->moe_ffn_dim : c->ffn_dim;
+        moe = 3 * D * F * ((double)c->n_experts + c->n_shared_experts) + D * c->n_experts;
+    }
+    return embed + L * attn + (L - moe_layers) * dense + moe_layers * moe;
+}
+
+pt_status pt_memory_precheck(const pt_model_config *c, double bytes_per_param, double tokens,
+                             int ranks, int64_t limit, const char *what) {
+    double gib = 1073741824.0, n = pt_param_estimate(c), r = ranks > 0 ? ranks : 1;
+    double state = n * bytes_per_param / r;
+    double acts = tokens * ((double)c->vocab_size + (double)c->n_layers * c->dim) * 4 / r;
+    double need = state + acts;
+    if (need >= 0x1p62)
+        return pt_errorf(PT_ERR_CONFIG, "the model's sizes overflow: %.3g parameters, %.3g bytes "
+                         "per rank (model.dim %d, n_layers %d, ffn_dim %d, vocab_size %d, "
+                         "n_experts %d)", n, need, c->dim, c->n_layers, c->ffn_dim, c->vocab_size,
+                         c->n_experts);
+    if (need <= (double)limit) return PT_OK;
+    return pt_errorf(PT_ERR_CONFIG, "this rank needs at least %.2f GiB but %s is %.2f GiB: %.4g "
+                     "parameters × %.0f bytes over %d rank(s) = %.2f GiB, activations (logits and "
+                     "layer inputs of %.0f tokens) %.2f GiB (checked before allocating)", need / gib,
+                     what, (double)limit / gib, n, bytes_per_param, ranks, state / gib, tokens,
+                     acts / gib);
+}
+
 /* Bytes of every group so far (bus-bandwidth convention), and microseconds blocked waiting on it,
  * in pt_mesh_groups order (out[i], out[PT_MESH_MAX_GROUPS + i]). */
 static void pt_group_bytes(const pt_mesh *mesh, uint64_t *out) {
@@ -154,6 +189,7 @@ pt_status pt_metrics_open(pt_metrics *mx, const char *path, const pt_mesh *mesh,
         if (pt_mkdirs(dir) != PT_OK)
             return pt_errorf(PT_ERR_IO, "logging.metrics: cannot create the directory %s", dir);
     }
+    snprintf(mx->path, sizeof mx->path, "%s", path);
     mx->f = fopen(path, "a");
     if (!mx->f) return pt_errorf(PT_ERR_IO, "logging.metrics: cannot open %s for appending", path);
     mx->mesh = mesh;
@@ -174,10 +210,10 @@ void pt_metrics_close(pt_metrics *mx) {
     mx->f = NULL;
 }
 
-void pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
-                      const pt_rank_memory *mem) {
+pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
+                           const pt_rank_memory *mem) {
     FILE *f = mx->f;
-    if (!f) return;
+    if (!f) return PT_OK;
     fprintf(f,
             "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
             "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld, "
@@ -270,5 +306,9 @@ void pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_con
         *since = now;
     }
     fprintf(f, "}\n");
-    fflush(f);
+    errno = 0;
+    if (fflush(f) != 0 || ferror(f)) /* any of the line's writes, or the flush, failed */
+        return pt_errorf(PT_ERR_IO, "logging.metrics: writing %s failed at step %lld: %s",
+                         mx->path, (long long)s->step, errno ? strerror(errno) : "write error");
+    return PT_OK;
 }

@@ -47,6 +47,34 @@ static pt_status pt_trainer_open_val(pt_trainer *t) {
     return PT_OK;
 }
 
+/* Collective over the world: st, agreed. A failure on any rank (a shard that cannot be read, a
+ * directory that cannot be written, the same on every rank more often than not) becomes
+ * PT_ERR_CONFIG on every rank, reported once, by rank 0: its own message, else the count. */
+static pt_status pt_trainer_agree(pt_trainer *t, pt_status st, const char *what) {
+    int32_t failed = st != PT_OK;
+    if (t->mesh) pt_allreduce_sum(t->mesh->world, &failed, 1, PT_DTYPE_I32);
+    if (!failed) return PT_OK;
+    if (st == PT_OK)
+        pt_errorf(PT_ERR_CONFIG, "%s failed on %d of the %d ranks (not this one, rank 0)", what,
+                  (int)failed, t->mesh ? t->mesh->world_size : 1);
+    return PT_ERR_CONFIG;
+}
+
+/* Fail early: every rank can create files in checkpoint.dir (each writes its shard there), and
+ * rank 0 opens logging.metrics, before anything is allocated, so that a run never trains for
+ * hours to find it cannot save. Collective over the world: every rank learns whether all
+ * succeeded and fails alike, with one message (rank 0's: its own failure, else the count). */
+static pt_status pt_trainer_check_outputs(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    int rank = t->mesh ? t->mesh->world_rank : 0;
+    pt_status st = PT_OK;
+    if (cfg->checkpoint.dir[0]) st = pt_check_writable_dir(cfg->checkpoint.dir, "checkpoint.dir");
+    if (st == PT_OK && rank == 0 && cfg->logging.metrics[0])
+        st = pt_metrics_open(&t->metrics, cfg->logging.metrics, t->mesh, cfg->training.steps,
+                             cfg->logging.comm_every);
+    return pt_trainer_agree(t, st, "the check that checkpoint.dir and logging.metrics are writable");
+}
+
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg_in;
@@ -71,6 +99,14 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         return pt_errorf(PT_ERR_CONFIG, "training.seq_len (%d) exceeds model.max_seq_len (%d)",
                          cfg->training.seq_len, cfg->model.max_seq_len);
     PT_TRY(pt_model_config_check(&cfg->model));
+    /* before allocating: overcommit would let a too-large model start and die at first touch */
+    const char *ranks_env = getenv("OMPI_COMM_WORLD_SIZE");
+    int64_t limit = cfg->training.memory_limit ? cfg->training.memory_limit : pt_memory_available();
+    const char *limit_what = cfg->training.memory_limit ? "training.memory_limit"
+                                                        : "the memory available to it";
+    PT_TRY(pt_memory_precheck(&cfg->model, 16, (double)cfg->training.micro_batch *
+                              cfg->training.seq_len, ranks_env ? atoi(ranks_env) : 1, limit,
+                              limit_what));
 
     pt_gemm_lib lib = !strcmp(cfg->training.gemm, "openblas") ? PT_GEMM_OPENBLAS : PT_GEMM_ONEDNN;
     t->be = pt_backend_cpu_create(cfg->training.threads, lib);
@@ -97,13 +133,15 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     PT_TRY(pt_layout_init(lay, &spec, &cfg->model, t->be, pt_comm_distributed()));
     t->mesh = lay->mesh;
     cfg->parallel.dp = lay->dp_size;
+    PT_TRY(pt_trainer_check_outputs(t));
     pt_log_info("backend: %s", t->be->describe(t->be));
 
-    PT_TRY(pt_mix_open(&t->data, cfg->data.train, cfg->data.sources, cfg->data.weights,
-                       cfg->training.seq_len, cfg->data.shuffle, cfg->training.seed,
-                       cfg->model.vocab_size));
+    PT_TRY(pt_trainer_agree(t, pt_mix_open(&t->data, cfg->data.train, cfg->data.sources,
+                                           cfg->data.weights, cfg->training.seq_len,
+                                           cfg->data.shuffle, cfg->training.seed,
+                                           cfg->model.vocab_size), "opening the data"));
     pt_mix_log(&t->data);
-    if (cfg->data.val[0]) PT_TRY(pt_trainer_open_val(t));
+    if (cfg->data.val[0]) PT_TRY(pt_trainer_agree(t, pt_trainer_open_val(t), "opening data.val"));
 
     const pt_model_parallel *par = &lay->par;
     int zero = lay->zero, ep = par->ep > 1 ? par->ep : 1, pp = lay->pp, cp = lay->cp;
@@ -156,8 +194,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         if (dir[0]) {
             PT_TRY(pt_trainer_load(t, dir));
             pt_log_info("resumed from %s at step %lld", dir, (long long)t->step);
-        } else {
-            pt_log_info("no checkpoint in %s: starting from scratch", cfg->checkpoint.dir);
+        } else { /* (a supervisor's first run resumes "latest" too: not an error) */
+            pt_log_warn("checkpoint.resume = latest: %s holds no checkpoint (no step_NNNNNNNN "
+                        "directory): training starts from step 0", cfg->checkpoint.dir);
         }
     }
 
@@ -203,9 +242,6 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                     cfg->data.position_restart ? "restart per document" : "per sequence");
     }
 
-    if (cfg->logging.metrics[0] && (!t->mesh || t->mesh->world_rank == 0))
-        PT_TRY(pt_metrics_open(&t->metrics, cfg->logging.metrics, t->mesh, cfg->training.steps,
-                               cfg->logging.comm_every));
     t->bias_host = pt_calloc((size_t)(cfg->model.n_experts > 0 ? cfg->model.n_experts : 1),
                              sizeof *t->bias_host);
     if (t->model.expert_load)
@@ -232,9 +268,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                 mem.params / 1048576.0, mem.grads / 1048576.0, mem.optim / 1048576.0,
                 mem.activations / 1048576.0, cfg->training.recompute, cfg->training.precision,
                 t->peak_flops / 1e9);
-    int64_t limit = cfg->training.memory_limit ? cfg->training.memory_limit : pt_memory_available();
-    return pt_memory_check(&mem, limit, cfg->training.memory_limit ? "training.memory_limit"
-                                                                   : "the memory available to it");
+    return pt_memory_check(&mem, limit, limit_what);
 }
 
 void pt_trainer_set_params(pt_trainer *t, const float *host) {
@@ -689,7 +723,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
             s.val_tokens = t->eval_batches * cfg->training.global_batch * cfg->training.seq_len;
         }
         pt_rank_memory mem = pt_trainer_rank_memory(t);
-        pt_metrics_write(&t->metrics, &s, &cfg->model, &mem);
+        PT_TRY(pt_metrics_write(&t->metrics, &s, &cfg->model, &mem));
         char progress[64];
         pt_progress_bar(s.step, total, pt_now() - start, first, progress, sizeof progress);
         if (s.step % cfg->logging.every == 0 || s.step == total || s.step == first + 1) {

@@ -64,6 +64,11 @@ static void cpu_destroy(pt_backend *be) {
 
 pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib) {
     if (n_threads <= 0) n_threads = omp_get_num_procs();
+    if (n_threads > pt_max_threads()) { /* thousands of OpenMP stacks: a crash, not a run */
+        pt_errorf(PT_ERR_CONFIG, "%d compute threads: at most %d here (4 × the cores this "
+                  "process may run on)", n_threads, pt_max_threads());
+        return NULL;
+    }
     omp_set_num_threads(n_threads);
     pt_cpu_ctx *ctx = pt_calloc(1, sizeof *ctx);
     if (pt_cpu_gemm_init(&ctx->gemm, lib, n_threads) != PT_OK ||
