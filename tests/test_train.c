@@ -385,6 +385,43 @@ static void test_export_reads_back_in_a_hugging_face_style_reader(void **state) 
     }
 }
 
+/* A checkpoint whose weights or moments are not finite is never published: the save fails
+ * naming the tensor and the newest checkpoint stays the last good one; loading refuses the
+ * weights of a Hugging Face directory that holds one, naming the tensor. */
+static void test_nonfinite_checkpoint_not_published(void **state) {
+    (void)state;
+    char dir[600], hf[600];
+    snprintf(dir, sizeof dir, "%s/nonfinite", tu_tmpdir());
+    snprintf(hf, sizeof hf, "%s/nonfinite_hf", tu_tmpdir());
+    pt_config c;
+    tiny_config(&c, dir);
+    pt_trainer t;
+    init_or_fail(&t, &c);
+    pt_step_stats st;
+    assert_int_equal(pt_trainer_step(&t, &st), PT_OK);
+    assert_int_equal(pt_trainer_save(&t), PT_OK);
+    float *host = malloc(t.model.gtable.total * sizeof(float));
+    pt_trainer_get_params(&t, host);
+    const pt_param *p = &t.model.gtable.p[3]; /* a weight matrix of layer 0 */
+    host[p->offset + 5] = NAN;
+    pt_trainer_set_params(&t, host);
+    if (save_as(&t, dir, 2, 3) == PT_OK) fail_msg("a checkpoint with a NaN weight was published");
+    if (!strstr(pt_last_error(), "not finite") || !strstr(pt_last_error(), p->name))
+        fail_msg("the refusal does not name %s: %s", p->name, pt_last_error());
+    char latest[700];
+    assert_int_equal(pt_ckpt_find_latest(dir, latest, sizeof latest), PT_OK);
+    if (!strstr(latest, "step_00000001")) fail_msg("the newest checkpoint is %s, not step 1", latest);
+    /* an exported directory holding the NaN: its weights are refused on loading */
+    assert_int_equal(pt_ckpt_export_hf_host(hf, &t.model, host, PT_ST_DTYPE_F32), PT_OK);
+    float *back = malloc(t.model.gtable.total * sizeof(float));
+    if (pt_ckpt_load_weights_host(hf, &t.model, back) == PT_OK)
+        fail_msg("weights holding a NaN were loaded");
+    if (!strstr(pt_last_error(), p->name)) fail_msg("the refusal does not name %s: %s", p->name, pt_last_error());
+    free(back);
+    free(host);
+    pt_trainer_free(&t);
+}
+
 static void test_lr_schedule(void **state) {
     (void)state;
     pt_optim_config c = {.lr = 1.0f, .warmup_steps = 4, .total_steps = 14, .min_lr = 0.1f,
@@ -410,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_init_from_export_reproduces_the_model),
         cmocka_unit_test(test_init_from_bf16_weights),
         cmocka_unit_test(test_export_reads_back_in_a_hugging_face_style_reader),
+        cmocka_unit_test(test_nonfinite_checkpoint_not_published),
         cmocka_unit_test(test_lr_schedule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

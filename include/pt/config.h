@@ -39,6 +39,8 @@ typedef struct {
         int micro_batch;  /* sequences per forward/backward */
         int seq_len;
         uint64_t seed;
+        char on_nonfinite[8]; /* stop | skip: a step whose loss or gradient norm is not finite */
+        int max_skips;        /* skip: stop after this many such steps in a row */
         int threads;      /* 0 = all cores */
         char gemm[16];    /* onednn | openblas */
         char precision[8];    /* fp32 | bf16 (docs/precision.md) */

@@ -20,7 +20,14 @@ typedef enum {
     PT_ERR_CONFIG,   /* a config key, value or layout is invalid */
     PT_ERR_MEMORY,   /* an allocation failed */
     PT_ERR_RUNTIME,  /* a library call failed at run time */
+    PT_ERR_DIVERGED, /* training diverged: a step's loss or gradient norm is not finite */
 } pt_status;
+
+/* Errors every rank of a job reaches alike (the same config; the same loss and gradient norm,
+ * sums over the ranks): reported once, by rank 0, and no rank needs to abort the others. */
+static inline int pt_status_agreed(pt_status st) {
+    return st == PT_ERR_CONFIG || st == PT_ERR_DIVERGED;
+}
 
 /* The last error message of this thread (set by pt_errorf, read by callers that print it). */
 const char *pt_last_error(void);
@@ -117,6 +124,8 @@ static inline float pt_bf16_to_float(pt_bf16 h) {
 }
 
 double pt_now(void);                    /* monotonic seconds */
+/* Whether every one of x[0..n) is finite (host memory): checkpoints are checked with it. */
+int pt_all_finite(const float *x, size_t n);
 int64_t pt_peak_rss_bytes(void);        /* peak resident set size of this process */
 int64_t pt_rss_bytes(void);             /* current resident set size */
 

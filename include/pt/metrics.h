@@ -31,6 +31,7 @@ typedef struct {
     int n_sources;     /* data.sources: sources mixed (0: data.train alone), their names and */
     const char *const *source_names; /* shares of the tokens read up to this step */
     const double *source_share;
+    int skipped;       /* the update was skipped: the loss or gradient norm was not finite */
     int evaluated;     /* held-out evaluation after this step: its loss, tokens and seconds */
     double val_loss, val_seconds;
     int64_t val_tokens;

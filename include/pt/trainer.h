@@ -42,6 +42,8 @@ typedef struct {
     int64_t step;                  /* steps done */
     pt_metrics metrics;            /* logging.metrics (metrics.f NULL: none) */
     int grads_dumped;
+    int64_t skips_in_row, skips; /* training.on_nonfinite = skip: steps skipped (in a row, in all) */
+    const char *inject_nonfinite; /* PT_INJECT_NONFINITE (tests): steps whose gradient is made NaN */
     float *bias_host;              /* (n_experts) host scratch of the balancing bias update */
     double peak_flops;             /* measured sgemm FLOP/s of this process */
     double flops_per_token;

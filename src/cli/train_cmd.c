@@ -63,10 +63,11 @@ int pt_cmd_train(int argc, char **argv) {
         }
     }
     if (st != PT_OK) {
-        /* a layout or config error is the same on every rank: one message, from rank 0 */
-        if (rank == 0 || st != PT_ERR_CONFIG) pt_log_error("%s", pt_last_error());
+        /* a layout or config error, a divergence, is the same on every rank: one message, from
+         * rank 0 */
+        if (rank == 0 || !pt_status_agreed(st)) pt_log_error("%s", pt_last_error());
         /* other failures may be one rank's own: end the whole job rather than leave peers waiting */
-        if (world > 1 && st != PT_ERR_CONFIG) pt_comm_runtime_abort(1);
+        if (world > 1 && !pt_status_agreed(st)) pt_comm_runtime_abort(1);
     }
     pt_model_free(&whole);
     pt_trainer_free(&t);

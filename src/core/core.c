@@ -155,6 +155,13 @@ char *pt_strdup(const char *s) {
     return d;
 }
 
+int pt_all_finite(const float *x, size_t n) {
+    /* x − x is 0 for a finite x and NaN for inf or NaN: one branch-free pass */
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++) acc += x[i] - x[i];
+    return acc == 0.0f;
+}
+
 double pt_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

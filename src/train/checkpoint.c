@@ -420,6 +420,7 @@ struct pt_ckpt {
     pt_ckpt_block *blocks; /* sorted by tensor */
     int n_blocks;
     int *first;            /* first block of each tensor (n_tensors + 1 entries) */
+    const pt_param_table *table; /* the single-process table it was opened against */
 };
 
 static int pt_cmp_block(const void *a, const void *b) {
@@ -445,6 +446,7 @@ pt_status pt_ckpt_open(pt_ckpt **out, const char *dir, const pt_param_table *t) 
     if (!root)
         return pt_errorf(PT_ERR_FORMAT, "%s: %s (line %d)", path, err.text, err.line);
     pt_ckpt *c = pt_calloc(1, sizeof *c);
+    c->table = t;
     snprintf(c->dir, sizeof c->dir, "%s", dir);
     const char *fmt = json_string_value(json_object_get(root, "format"));
     json_t *tensors = json_object_get(root, "tensors"), *shards = json_object_get(root, "shards");
@@ -572,9 +574,14 @@ pt_status pt_ckpt_read_block(pt_ckpt *c, int kind, int tensor, int64_t r0, int64
             return pt_errorf(PT_ERR_FORMAT, "%s: no F32 tensor %s of %lld × %lld", pt_st_path(f),
                              name, (long long)(b[2] - b[1]), (long long)bw);
         const float *src = pt_st_tensor_data(f, t);
-        for (int64_t r = ra; r < rb; r++)
-            memcpy(out + (r - r0) * w + (ca - c0), src + (r - b[1]) * bw + (ca - b[3]),
-                   (size_t)(cb - ca) * sizeof(float));
+        for (int64_t r = ra; r < rb; r++) {
+            float *dst = out + (r - r0) * w + (ca - c0);
+            memcpy(dst, src + (r - b[1]) * bw + (ca - b[3]), (size_t)(cb - ca) * sizeof(float));
+            if (!pt_all_finite(dst, (size_t)(cb - ca)))
+                return pt_errorf(PT_ERR_FORMAT, "%s: %s (tensor %s, %s) holds values that are not "
+                                 "finite: the checkpoint is refused", pt_st_path(f), name,
+                                 c->table->p[tensor].name, pt_kind_name[kind]);
+        }
     }
     return PT_OK;
 }
@@ -619,6 +626,9 @@ pt_status pt_ckpt_load_weights_host(const char *dir, const pt_model *m, float *h
     for (int i = 0; i < t->n && st == PT_OK; i++) {
         const pt_param *p = &t->p[i];
         st = pt_st_dir_read_f32(d, p->name, p->shape, p->ndim, host + p->offset);
+        if (st == PT_OK && !pt_all_finite(host + p->offset, p->numel))
+            st = pt_errorf(PT_ERR_FORMAT, "%s: tensor %s holds values that are not finite: the "
+                           "weights are refused", dir, p->name);
     }
     /* a tied model must not silently drop a separate head */
     if (st == PT_OK && m->cfg.tied_embeddings && pt_st_dir_find(d, "lm_head.weight", NULL))

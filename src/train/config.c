@@ -126,6 +126,12 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("training.seq_len", PT_CFG_INT, training.seq_len, "256", NULL, "tokens per sequence"),
     PT_K("training.seed", PT_CFG_U64, training.seed, "1234", NULL,
          "seed for initialisation and shuffling"),
+    PT_K("training.on_nonfinite", PT_CFG_STR, training.on_nonfinite, "stop", "stop|skip",
+         "a step whose loss or gradient norm is not finite (NaN or inf, on any rank): stop with a "
+         "message; or skip its update (data and learning rate move on, AdamW's step count does "
+         "not) and go on (docs/guide.md \"Divergence\")"),
+    PT_K("training.max_skips", PT_CFG_INT, training.max_skips, "5", NULL,
+         "with on_nonfinite = skip: stop when this many steps in a row were skipped"),
     PT_K("training.threads", PT_CFG_INT, training.threads, "0", NULL,
          "compute threads per process (0 = all cores)"),
     PT_K("training.gemm", PT_CFG_STR, training.gemm, "onednn", "onednn|openblas",
@@ -525,6 +531,8 @@ pt_status pt_config_validate(const pt_config *c) {
         PT_TRY(st);
     }
     if (c->eval.every < 0) return pt_errorf(PT_ERR_CONFIG, "eval.every must be >= 0");
+    if (c->training.max_skips < 1)
+        return pt_errorf(PT_ERR_CONFIG, "training.max_skips must be >= 1 (got %d)", c->training.max_skips);
     if (c->eval.tokens < 0) return pt_errorf(PT_ERR_CONFIG, "eval.tokens must be >= 0");
     if (!c->data.val[0] && (pt_config_was_set(c, "eval.every") || pt_config_was_set(c, "eval.tokens")))
         return pt_errorf(PT_ERR_CONFIG, "eval.every and eval.tokens need data.val (the held-out "

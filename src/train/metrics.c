@@ -3,6 +3,7 @@
 #include "pt/metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,15 +211,25 @@ void pt_metrics_close(pt_metrics *mx) {
     mx->f = NULL;
 }
 
+/* x as JSON, which has no NaN or infinity: %.*g, or null when x is not finite (a skipped step's
+ * loss or gradient norm). */
+static const char *pt_json_num(char *buf, size_t cap, double x, int digits) {
+    if (!isfinite(x)) return "null";
+    snprintf(buf, cap, "%.*g", digits, x);
+    return buf;
+}
+
 pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
                            const pt_rank_memory *mem) {
     FILE *f = mx->f;
     if (!f) return PT_OK;
+    char lb[40], gb[40];
     fprintf(f,
-            "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, "
+            "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"tokens\": %lld, "
             "\"seconds\": %.6f, \"tokens_per_s\": %.3f, \"mfu\": %.5f, \"peak_rss_bytes\": %lld, "
             "\"allocs\": %lld",
-            (long long)s->step, s->loss, (double)s->lr, s->grad_norm, (long long)s->tokens,
+            (long long)s->step, pt_json_num(lb, sizeof lb, s->loss, 17), (double)s->lr,
+            pt_json_num(gb, sizeof gb, s->grad_norm, 9), (long long)s->tokens,
             s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes(),
             (long long)s->allocs);
     if (s->n_sources) {
@@ -227,6 +238,7 @@ pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_mode
             fprintf(f, "%s\"%s\": %.9g", i ? ", " : "", s->source_names[i], s->source_share[i]);
         fprintf(f, "}");
     }
+    if (s->skipped) fprintf(f, ", \"skipped\": 1");
     if (s->evaluated) fprintf(f, ", \"val_loss\": %.17g, \"val_tokens\": %lld", s->val_loss,
                               (long long)s->val_tokens);
     if (mc->n_experts > 0 && s->expert_load) {

@@ -100,6 +100,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                          cfg->training.seq_len, cfg->model.max_seq_len);
     PT_TRY(pt_model_config_check(&cfg->model));
     /* before allocating: overcommit would let a too-large model start and die at first touch */
+    t->inject_nonfinite = getenv("PT_INJECT_NONFINITE");
     const char *ranks_env = getenv("OMPI_COMM_WORLD_SIZE");
     int64_t limit = cfg->training.memory_limit ? cfg->training.memory_limit : pt_memory_available();
     const char *limit_what = cfg->training.memory_limit ? "training.memory_limit"
@@ -462,6 +463,45 @@ static void pt_trainer_docs(pt_trainer *t, size_t at) {
                                        t->cfg.data.position_restart);
 }
 
+/* Whether PT_INJECT_NONFINITE (a comma-separated list of 1-based steps; tests only) names the step
+ * about to run: its gradient is then made NaN on world rank 0. */
+static int pt_trainer_injected(const pt_trainer *t) {
+    if (!t->inject_nonfinite || (t->mesh && t->mesh->world_rank != 0)) return 0;
+    for (const char *p = t->inject_nonfinite; *p;) {
+        char *end;
+        long long s = strtoll(p, &end, 10);
+        if (end == p) break;
+        if (s == t->step + 1) return 1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* training.on_nonfinite for a step whose loss or gradient norm is (not) finite: stop, or count a
+ * skip and stop only after training.max_skips in a row. */
+static pt_status pt_trainer_nonfinite(pt_trainer *t, int finite, double loss, double norm) {
+    const pt_config *cfg = &t->cfg;
+    long long step = (long long)t->step + 1;
+    if (finite) {
+        t->skips_in_row = 0;
+        return PT_OK;
+    }
+    if (strcmp(cfg->training.on_nonfinite, "skip") != 0)
+        return pt_errorf(PT_ERR_DIVERGED, "step %lld: loss %g, gradient norm %g: not finite "
+                         "(diverged; training.on_nonfinite = stop). The newest checkpoint holds "
+                         "the last good state; lower optimizer.lr, or set on_nonfinite = skip",
+                         step, loss, norm);
+    t->skips++;
+    if (++t->skips_in_row >= cfg->training.max_skips)
+        return pt_errorf(PT_ERR_DIVERGED, "step %lld: loss %g, gradient norm %g: %lld steps in a row "
+                         "not finite, training.max_skips = %d (diverged)", step, loss, norm,
+                         (long long)t->skips_in_row, cfg->training.max_skips);
+    pt_log_warn("step %lld: loss %g, gradient norm %g: not finite, update skipped (%lld in a "
+                "row, %lld in all; training.on_nonfinite = skip)", step, loss, norm,
+                (long long)t->skips_in_row, (long long)t->skips);
+    return PT_OK;
+}
+
 pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     const pt_config *cfg = &t->cfg;
     pt_backend *be = t->be;
@@ -524,6 +564,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     /* Σ g² over what this rank owns (replicas counted once); with ZeRO the data ranks own
      * disjoint parts, the tp ranks always do: each sums over its group */
     double sumsq = pt_grad_sumsq_owned(&t->opt, &t->model);
+    if (pt_trainer_injected(t)) sumsq = NAN; /* a test's divergence: every rank's norm is NaN */
     double aux[2] = {t->model.aux_loss, t->model.z_loss};
     pt_layout_sum_step(lay, &loss_sum, &sumsq, aux, t->model.expert_load, n_load);
     if (cfg->model.aux_scope == PT_AUX_GLOBAL && n_load) { /* the next step's f */
@@ -531,21 +572,24 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         pt_model_aux_f_update(&t->model);
     }
     double norm = sqrt(sumsq);
-    if (!isfinite(norm))
-        return pt_errorf(PT_ERR_RUNTIME, "step %lld: gradient norm is %f (diverged)",
-                         (long long)t->step + 1, norm);
+    /* the loss and the norm are sums over every rank: every rank sees the same and decides alike */
+    int finite = isfinite(norm) && isfinite(loss_sum);
+    PT_TRY(pt_trainer_nonfinite(t, finite, n_valid > 0 ? loss_sum / (double)n_valid : 0.0, norm));
     if (cfg->logging.dump_grads[0] && !t->grads_dumped) {
         PT_TRY(pt_dump_grads(t, cfg->logging.dump_grads));
         t->grads_dumped = 1;
     }
     float lr = pt_lr_at(&t->opt.cfg, t->step);
-    pt_optim_step(&t->opt, &t->model, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
-    if (cfg->model.bias_rate > 0) pt_trainer_bias_update(t);
-    if (t->lay.dpc) pt_dp_gather_params(&t->lay.dp);
-    if (t->lay.dpe.model) pt_dp_gather_params(&t->lay.dpe);
-    pt_model_sync_weights(&t->model); /* bf16: the copy the next step computes with */
+    if (finite) { /* a skipped step leaves weights, moments and AdamW's count as they were */
+        pt_optim_step(&t->opt, &t->model, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
+        if (cfg->model.bias_rate > 0) pt_trainer_bias_update(t);
+        if (t->lay.dpc) pt_dp_gather_params(&t->lay.dp);
+        if (t->lay.dpe.model) pt_dp_gather_params(&t->lay.dpe);
+        pt_model_sync_weights(&t->model); /* bf16: the copy the next step computes with */
+    }
     be->synchronize(be);
-    t->step++;
+    t->step++; /* the data and the learning-rate schedule move on either way */
+    s->skipped = !finite;
 
     s->step = t->step;
     s->loss = n_valid > 0 ? loss_sum / (double)n_valid : 0.0;
@@ -684,6 +728,28 @@ pt_status pt_trainer_save(pt_trainer *t) {
             pieces[n_pieces++] = (pt_ckpt_piece){bk->tensor, bk->r0, bk->r1, bk->c0, bk->c1,
                                                  p + o, m1 + o, m2 + o};
         }
+    }
+    /* never publish weights or moments that are not finite: agreed over the world, named by the
+     * rank that holds them */
+    const char *bad = NULL, *bad_kind = NULL;
+    for (int k = 0; k < n_pieces && !bad; k++) {
+        const pt_ckpt_piece *pc = &pieces[k];
+        size_t n = (size_t)((pc->r1 - pc->r0) * (pc->c1 - pc->c0));
+        const float *arr[3] = {pc->param, pc->exp_avg, pc->exp_avg_sq};
+        const char *kinds[3] = {"weights", "first moment", "second moment"};
+        for (int a = 0; a < 3 && !bad; a++)
+            if (!pt_all_finite(arr[a], n)) bad = t->model.gtable.p[pc->tensor].name, bad_kind = kinds[a];
+    }
+    int32_t n_bad = bad != NULL;
+    if (t->mesh) pt_allreduce_sum(t->mesh->world, &n_bad, 1, PT_DTYPE_I32);
+    if (n_bad) {
+        free(pieces), free(blocks), free(host);
+        if (bad)
+            return pt_errorf(PT_ERR_RUNTIME, "step %lld: not saving a checkpoint: the %s of %s are "
+                             "not finite (the newest checkpoint is kept)", (long long)t->step,
+                             bad_kind, bad);
+        return pt_errorf(PT_ERR_RUNTIME, "step %lld: not saving a checkpoint: another rank's "
+                         "weights or moments are not finite", (long long)t->step);
     }
     pt_status st = pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, pieces, n_pieces,
                                 t->opt.step, cfg, cfg->checkpoint.keep, t->mesh ? t->mesh->world : NULL);
