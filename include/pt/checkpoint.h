@@ -37,6 +37,28 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
                        int n_pieces, int64_t optimizer_step, const pt_config *cfg, int keep,
                        pt_comm *world);
 
+/* The same save in three parts, so that the writing of this rank's shard can run on a thread of
+ * its own while training goes on (checkpoint.async): begin (collective: rank 0 makes
+ * step_N.tmp), write (this rank's shard file and its CRC-32: no communication, no logging; its
+ * status and message are kept in the state), finish (collective: the ranks agree, rank 0 learns
+ * every rank's blocks and publishes step_N). The pieces' host arrays must stay untouched until
+ * write returns. pt_ckpt_save is the three in a row. */
+typedef struct {
+    char root[PT_PATH_MAX], final_dir[PT_PATH_MAX + 32], tmp_dir[PT_PATH_MAX + 40];
+    int64_t step, optimizer_step;
+    const pt_ckpt_piece *pieces;
+    int n_pieces, rank, size;
+    uint32_t crc;
+    pt_status write_status;
+    char write_error[1024];
+} pt_ckpt_save_state;
+pt_status pt_ckpt_save_begin(pt_ckpt_save_state *s, const char *root, int64_t step,
+                             int64_t optimizer_step, const pt_ckpt_piece *pieces, int n_pieces,
+                             pt_comm *world);
+void pt_ckpt_save_write(pt_ckpt_save_state *s);
+pt_status pt_ckpt_save_finish(pt_ckpt_save_state *s, const pt_model *m, const pt_config *cfg,
+                              int keep, pt_comm *world);
+
 /* An opened checkpoint, checked against the single-process table (names, shapes, offsets, every
  * tensor covered exactly). */
 typedef struct pt_ckpt pt_ckpt;

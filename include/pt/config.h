@@ -76,6 +76,7 @@ typedef struct {
         char dir[PT_PATH_MAX];
         int64_t every; /* 0 = only at the end */
         int keep;      /* last K checkpoints kept */
+        int async;     /* written by a thread of their own while training goes on */
         char resume[PT_PATH_MAX]; /* "", "latest" or a checkpoint directory */
     } checkpoint;
 

@@ -70,6 +70,9 @@ void *pt_realloc(void *p, size_t bytes);
 /* Allocations made so far by pentatron's code (the allocators above and the backends'); an
  * allocator of its own calls pt_count_alloc. Steps allocate nothing: tests hold them to zero. */
 int64_t pt_alloc_count(void);
+/* On the calling thread, allocations stop (1) or resume (0) being counted: a background
+ * checkpoint writer's belong to the save, not to the training step they overlap. */
+void pt_alloc_count_pause(int paused);
 void pt_count_alloc(void);
 char *pt_strdup(const char *s);
 

@@ -44,6 +44,9 @@ typedef struct {
     int grads_dumped;
     int64_t skips_in_row, skips; /* training.on_nonfinite = skip: steps skipped (in a row, in all) */
     const char *inject_nonfinite; /* PT_INJECT_NONFINITE (tests): steps whose gradient is made NaN */
+    /* checkpoint.async: the state's host copy, its pieces (allocated at set-up), the save being
+     * written by save_thread (save_pending) and whether the thread is done */
+    struct pt_trainer_async *async;
     float *bias_host;              /* (n_experts) host scratch of the balancing bias update */
     double peak_flops;             /* measured sgemm FLOP/s of this process */
     double flops_per_token;
@@ -75,6 +78,15 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s);
  * layout, its activations reused; the training state (weights, gradients, optimizer, data order,
  * counters) is left as it was (collective). */
 pt_status pt_trainer_eval(pt_trainer *t, double *val_loss);
+/* checkpoint.async: starts a save of the current step whose shard this rank writes on a thread
+ * of its own (collective; a save still pending is finished first) ... */
+pt_status pt_trainer_save_start(pt_trainer *t);
+/* ...publishes it once every rank has written (collective; call at each step boundary: a no-op
+ * until then) ... */
+pt_status pt_trainer_save_poll(pt_trainer *t);
+/* ...or waits for it and publishes it (collective; nothing pending: nothing to do).
+ * pt_trainer_save finishes a pending save first, then saves at once. */
+pt_status pt_trainer_save_wait(pt_trainer *t);
 /* Steps until training.steps, logging, evaluating and checkpointing as configured. */
 pt_status pt_trainer_run(pt_trainer *t);
 

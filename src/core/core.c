@@ -88,7 +88,13 @@ _Noreturn void pt_fatal(const char *file, int line, const char *fmt, ...) {
  * a training step's count to zero. */
 static int64_t pt_allocs;
 
-void pt_count_alloc(void) { __atomic_fetch_add(&pt_allocs, 1, __ATOMIC_RELAXED); }
+static _Thread_local int pt_allocs_paused;
+
+void pt_count_alloc(void) {
+    if (!pt_allocs_paused) __atomic_fetch_add(&pt_allocs, 1, __ATOMIC_RELAXED);
+}
+
+void pt_alloc_count_pause(int paused) { pt_allocs_paused = paused; }
 
 int64_t pt_alloc_count(void) { return __atomic_load_n(&pt_allocs, __ATOMIC_RELAXED); }
 

@@ -335,36 +335,55 @@ static pt_status pt_save_failed(int rank, const char *tmp_dir, pt_status st) {
     return pt_errorf(st, "checkpoint not saved: %s (the previous checkpoints are intact)", msg);
 }
 
-pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const pt_ckpt_piece *pieces,
-                       int n_pieces, int64_t optimizer_step, const pt_config *cfg, int keep,
-                       pt_comm *world) {
-    int rank = world ? world->rank : 0, size = world ? world->size : 1;
-    char final_dir[PT_PATH_MAX + 32], tmp_dir[PT_PATH_MAX + 40], path[PT_PATH_MAX + 96];
-    snprintf(final_dir, sizeof final_dir, "%s/step_%08lld", root, (long long)step);
-    snprintf(tmp_dir, sizeof tmp_dir, "%s.tmp", final_dir);
-
+pt_status pt_ckpt_save_begin(pt_ckpt_save_state *s, const char *root, int64_t step,
+                             int64_t optimizer_step, const pt_ckpt_piece *pieces, int n_pieces,
+                             pt_comm *world) {
+    int rank = world ? world->rank : 0;
+    memset(s, 0, sizeof *s);
+    snprintf(s->root, sizeof s->root, "%s", root);
+    snprintf(s->final_dir, sizeof s->final_dir, "%s/step_%08lld", root, (long long)step);
+    snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s.tmp", s->final_dir);
+    s->step = step, s->optimizer_step = optimizer_step;
+    s->pieces = pieces, s->n_pieces = n_pieces;
+    s->rank = rank, s->size = world ? world->size : 1;
     /* rank 0 prepares the directory; then every rank writes its file */
     pt_status st = PT_OK;
     if (rank == 0) {
         st = pt_mkdirs(root);
-        if (st == PT_OK) st = pt_rmtree(tmp_dir);
-        if (st == PT_OK) st = pt_mkdirs(tmp_dir);
+        if (st == PT_OK) st = pt_rmtree(s->tmp_dir);
+        if (st == PT_OK) st = pt_mkdirs(s->tmp_dir);
     }
     if (!pt_all_ok(world, st == PT_OK))
-        return pt_save_failed(rank, tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 could "
-                                                              "not create %s", tmp_dir));
-    uint32_t crc = 0;
-    if (n_pieces > 0) {
-        snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.safetensors", tmp_dir, rank, size);
-        st = pt_write_shard(path, pieces, n_pieces);
-        if (st == PT_OK) st = pt_file_crc32(path, &crc);
+        return pt_save_failed(rank, s->tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 could "
+                                                                 "not create %s", s->tmp_dir));
+    return PT_OK;
+}
+
+void pt_ckpt_save_write(pt_ckpt_save_state *s) {
+    char path[PT_PATH_MAX + 96];
+    s->write_status = PT_OK;
+    if (s->n_pieces > 0) {
+        snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.safetensors", s->tmp_dir, s->rank,
+                 s->size);
+        s->write_status = pt_write_shard(path, s->pieces, s->n_pieces);
+        if (s->write_status == PT_OK) s->write_status = pt_file_crc32(path, &s->crc);
     }
+    /* the message of this thread's error, for pt_ckpt_save_finish on the saving thread */
+    if (s->write_status != PT_OK) snprintf(s->write_error, sizeof s->write_error, "%s", pt_last_error());
+}
+
+pt_status pt_ckpt_save_finish(pt_ckpt_save_state *s, const pt_model *m, const pt_config *cfg,
+                              int keep, pt_comm *world) {
+    int rank = s->rank, size = s->size, n_pieces = s->n_pieces;
+    const pt_ckpt_piece *pieces = s->pieces;
+    pt_status st = s->write_status;
+    if (st != PT_OK) pt_errorf(st, "%s", s->write_error);
     if (!pt_all_ok(world, st == PT_OK))
-        return pt_save_failed(rank, tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "another rank "
-                                                              "failed to write its shard of %s", tmp_dir));
+        return pt_save_failed(rank, s->tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "another rank "
+                                                              "failed to write its shard of %s", s->tmp_dir));
 
     /* rank 0 learns every rank's blocks and checksum: (rank, count, crc) then the blocks */
-    int64_t mine[3] = {rank, n_pieces, crc};
+    int64_t mine[3] = {rank, n_pieces, s->crc};
     int64_t *info = pt_malloc((size_t)size * 3 * sizeof *info);
     if (world) pt_allgather(world, mine, info, 3, PT_DTYPE_I64);
     else memcpy(info, mine, sizeof mine);
@@ -386,14 +405,23 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
     else memcpy(blocks, my_blocks, row * sizeof *blocks);
     free(my_blocks);
     if (rank == 0)
-        st = pt_publish(root, tmp_dir, final_dir, step, m, optimizer_step, cfg, keep, size, info,
-                        blocks, max_pieces);
+        st = pt_publish(s->root, s->tmp_dir, s->final_dir, s->step, m, s->optimizer_step, cfg, keep,
+                        size, info, blocks, max_pieces);
     free(info);
     free(blocks);
     if (!pt_all_ok(world, st == PT_OK))
-        return pt_save_failed(rank, tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 failed "
-                                                              "to publish %s", final_dir));
+        return pt_save_failed(rank, s->tmp_dir, st != PT_OK ? st : pt_errorf(PT_ERR_IO, "rank 0 failed "
+                                                              "to publish %s", s->final_dir));
     return PT_OK;
+}
+
+pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const pt_ckpt_piece *pieces,
+                       int n_pieces, int64_t optimizer_step, const pt_config *cfg, int keep,
+                       pt_comm *world) {
+    pt_ckpt_save_state s;
+    PT_TRY(pt_ckpt_save_begin(&s, root, step, optimizer_step, pieces, n_pieces, world));
+    pt_ckpt_save_write(&s);
+    return pt_ckpt_save_finish(&s, m, cfg, keep, world);
 }
 
 /* ------------------------------------------------------------------------------------------ */

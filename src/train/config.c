@@ -212,6 +212,10 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("checkpoint.every", PT_CFG_INT64, checkpoint.every, "0", NULL,
          "save every n steps (0 = only at the end)"),
     PT_K("checkpoint.keep", PT_CFG_INT, checkpoint.keep, "2", NULL, "keep the last K checkpoints"),
+    PT_K("checkpoint.async", PT_CFG_BOOL, checkpoint.async, "false", NULL,
+         "copy the state to host memory at the step and write it on a thread of its own while "
+         "training goes on; published once every rank has written (docs/guide.md \"Asynchronous "
+         "checkpoints\"); the last step's is written at once"),
     PT_K("checkpoint.resume", PT_CFG_STR, checkpoint.resume, "", NULL,
          "resume from \"latest\" (in checkpoint.dir) or a checkpoint directory"),
     PT_K("logging.metrics", PT_CFG_STR, logging.metrics, "", NULL,

@@ -2,6 +2,7 @@
 #include "pt/trainer.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,6 +23,9 @@ static int pt_schedule_id(const char *s) {
 
 /* data.val and the evaluation's size: eval.tokens rounded up to whole global batches (0: every
  * whole global batch of data.val), which data.val must hold. */
+static void pt_trainer_async_init(pt_trainer *t);
+static void pt_trainer_async_free(pt_trainer *t);
+
 static pt_status pt_trainer_open_val(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
     int G = cfg->training.global_batch, T = cfg->training.seq_len;
@@ -184,6 +188,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     pt_optim_range *ranges = pt_layout_owned_ranges(lay, &n_ranges);
     pt_optim_init(&t->opt, &oc, &t->model, ranges, n_ranges);
     free(ranges);
+    if (cfg->checkpoint.async && cfg->checkpoint.dir[0]) pt_trainer_async_init(t);
 
     if (cfg->checkpoint.resume[0]) {
         char dir[PT_PATH_MAX + 32];
@@ -375,6 +380,7 @@ pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank) {
 }
 
 void pt_trainer_free(pt_trainer *t) {
+    pt_trainer_async_free(t); /* a save still being written is waited for, not published */
     pt_layout_free(&t->lay);
     t->mesh = NULL;
     if (!t->be) return;
@@ -696,18 +702,53 @@ static pt_status pt_dump_grads(pt_trainer *t, const char *path) {
     return st;
 }
 
-pt_status pt_trainer_save(pt_trainer *t) {
-    const pt_config *cfg = &t->cfg;
+/* Where a save's host copy of the state lives: the host arrays, the blocks scratch and the
+ * pieces (cap of them). */
+typedef struct {
+    float *host;
+    pt_block *blocks;
+    pt_ckpt_piece *pieces;
+    int cap;
+} pt_save_buf;
+
+struct pt_trainer_async {
+    pt_save_buf buf;          /* allocated once, at set-up */
+    int n_pieces;
+    pt_ckpt_save_state state; /* the save being written */
+    pthread_t thread;
+    int pending, done;        /* done: set by the thread (atomic) */
+    double t0;                /* when it started */
+};
+
+/* This rank's elements of the optimizer's ranges, the size of a save's host copy / 3. */
+static size_t pt_save_elems(const pt_trainer *t) {
+    size_t n = 0;
+    for (int r = 0; r < t->opt.n_ranges; r++) n += pt_range_len(t, &t->opt.ranges[r]);
+    return n;
+}
+
+static void pt_save_buf_init(pt_trainer *t, pt_save_buf *b) {
+    b->host = pt_malloc((3 * pt_save_elems(t) + 1) * sizeof(float));
+    b->blocks = pt_malloc(3 * (size_t)t->model.table.n * sizeof *b->blocks);
+    b->cap = 3 * t->model.table.n * (t->opt.n_ranges > 0 ? t->opt.n_ranges : 1);
+    b->pieces = pt_malloc((size_t)b->cap * sizeof *b->pieces);
+}
+
+static void pt_save_buf_free(pt_save_buf *b) {
+    free(b->host), free(b->blocks), free(b->pieces);
+    memset(b, 0, sizeof *b);
+}
+
+/* The current state's pieces this rank writes, copied to host memory in b; the count. */
+static int pt_save_collect(pt_trainer *t, pt_save_buf *b) {
     /* the blocks this rank writes: those of the ranges its optimizer owns, of the tensors it owns
      * (tensor-parallel replicas are written once); replicated over the data ranks (ZeRO-0), by
      * the first data rank only */
     int writer = pt_layout_writes(&t->lay);
-    size_t n_host = 0;
-    for (int r = 0; r < t->opt.n_ranges; r++) n_host += pt_range_len(t, &t->opt.ranges[r]);
-    float *host = pt_malloc((3 * n_host + 1) * sizeof(float)), *at = host;
-    pt_block *blocks = pt_malloc(3 * (size_t)t->model.table.n * sizeof *blocks);
-    pt_ckpt_piece *pieces = NULL;
-    int n_pieces = 0, cap = 0;
+    float *at = b->host;
+    pt_block *blocks = b->blocks;
+    pt_ckpt_piece *pieces = b->pieces;
+    int n_pieces = 0;
     for (int r = 0; r < t->opt.n_ranges && writer; r++) {
         const pt_optim_range *rg = &t->opt.ranges[r];
         size_t len = pt_range_len(t, rg);
@@ -719,18 +760,19 @@ pt_status pt_trainer_save(pt_trainer *t) {
         t->be->download(t->be, m2, t->opt.v + rg->off, len * sizeof(float));
         int nb = pt_param_table_blocks(&t->model.table, rg->lo, rg->lo + len, 1, blocks);
         for (int k = 0; k < nb; k++) {
-            if (n_pieces == cap) {
-                cap = cap ? 2 * cap : 64;
-                pieces = pt_realloc(pieces, (size_t)cap * sizeof *pieces);
-            }
+            PT_ASSERTF(n_pieces < b->cap, "checkpoint: more than %d pieces", b->cap);
             const pt_block *bk = &blocks[k];
             size_t o = bk->lo - rg->lo;
             pieces[n_pieces++] = (pt_ckpt_piece){bk->tensor, bk->r0, bk->r1, bk->c0, bk->c1,
                                                  p + o, m1 + o, m2 + o};
         }
     }
-    /* never publish weights or moments that are not finite: agreed over the world, named by the
-     * rank that holds them */
+    return n_pieces;
+}
+
+/* Never publish weights or moments that are not finite: agreed over the world, named by the rank
+ * that holds them. Collective. */
+static pt_status pt_save_check_finite(pt_trainer *t, const pt_ckpt_piece *pieces, int n_pieces) {
     const char *bad = NULL, *bad_kind = NULL;
     for (int k = 0; k < n_pieces && !bad; k++) {
         const pt_ckpt_piece *pc = &pieces[k];
@@ -743,7 +785,6 @@ pt_status pt_trainer_save(pt_trainer *t) {
     int32_t n_bad = bad != NULL;
     if (t->mesh) pt_allreduce_sum(t->mesh->world, &n_bad, 1, PT_DTYPE_I32);
     if (n_bad) {
-        free(pieces), free(blocks), free(host);
         if (bad)
             return pt_errorf(PT_ERR_RUNTIME, "step %lld: not saving a checkpoint: the %s of %s are "
                              "not finite (the newest checkpoint is kept)", (long long)t->step,
@@ -751,14 +792,100 @@ pt_status pt_trainer_save(pt_trainer *t) {
         return pt_errorf(PT_ERR_RUNTIME, "step %lld: not saving a checkpoint: another rank's "
                          "weights or moments are not finite", (long long)t->step);
     }
-    pt_status st = pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, pieces, n_pieces,
-                                t->opt.step, cfg, cfg->checkpoint.keep, t->mesh ? t->mesh->world : NULL);
-    free(pieces);
-    free(blocks);
-    free(host);
+    return PT_OK;
+}
+
+pt_status pt_trainer_save(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    PT_TRY(pt_trainer_save_wait(t)); /* a background save first: checkpoints publish in order */
+    pt_save_buf b;
+    pt_save_buf_init(t, &b);
+    int n_pieces = pt_save_collect(t, &b);
+    pt_status st = pt_save_check_finite(t, b.pieces, n_pieces);
+    if (st == PT_OK)
+        st = pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, b.pieces, n_pieces, t->opt.step,
+                          cfg, cfg->checkpoint.keep, t->mesh ? t->mesh->world : NULL);
+    pt_save_buf_free(&b);
     if (st == PT_OK)
         pt_log_info("checkpoint: %s/step_%08lld", cfg->checkpoint.dir, (long long)t->step);
     return st;
+}
+
+static void pt_trainer_async_init(pt_trainer *t) {
+    t->async = pt_calloc(1, sizeof *t->async);
+    pt_save_buf_init(t, &t->async->buf);
+}
+
+static void pt_trainer_async_free(pt_trainer *t) {
+    struct pt_trainer_async *a = t->async;
+    if (!a) return;
+    if (a->pending && a->t0 >= 0) pthread_join(a->thread, NULL);
+    pt_save_buf_free(&a->buf);
+    free(a);
+    t->async = NULL;
+}
+
+/* The background writer: this rank's shard of the pending save. */
+static void *pt_save_thread(void *arg) {
+    struct pt_trainer_async *a = arg;
+    pt_alloc_count_pause(1); /* its allocations are the save's, not the step's */
+    pt_ckpt_save_write(&a->state);
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+pt_status pt_trainer_save_start(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    struct pt_trainer_async *a = t->async;
+    PT_ASSERTF(a, "pt_trainer_save_start without checkpoint.async");
+    PT_TRY(pt_trainer_save_wait(t));
+    double t0 = pt_now();
+    a->n_pieces = pt_save_collect(t, &a->buf);
+    PT_TRY(pt_save_check_finite(t, a->buf.pieces, a->n_pieces));
+    PT_TRY(pt_ckpt_save_begin(&a->state, cfg->checkpoint.dir, t->step, t->opt.step, a->buf.pieces,
+                              a->n_pieces, t->mesh ? t->mesh->world : NULL));
+    a->done = 0;
+    a->t0 = t0;
+    if (pthread_create(&a->thread, NULL, pt_save_thread, a) != 0) {
+        pt_save_thread(a); /* no thread: write it here */
+        a->t0 = -1;
+    }
+    a->pending = 1;
+    return PT_OK;
+}
+
+/* Joins the writer and publishes its save (collective). */
+static pt_status pt_save_publish(pt_trainer *t) {
+    struct pt_trainer_async *a = t->async;
+    const pt_config *cfg = &t->cfg;
+    if (a->t0 >= 0) pthread_join(a->thread, NULL);
+    a->pending = 0;
+    pt_status st = pt_ckpt_save_finish(&a->state, &t->model, cfg, cfg->checkpoint.keep,
+                                       t->mesh ? t->mesh->world : NULL);
+    if (st == PT_OK)
+        pt_log_info("checkpoint: %s (written in the background, published at step %lld)",
+                    a->state.final_dir, (long long)t->step);
+    return st;
+}
+
+pt_status pt_trainer_save_poll(pt_trainer *t) {
+    if (!t->async || !t->async->pending) return PT_OK;
+    /* every rank's writer done? (agreed, so that all publish at the same step) */
+    int32_t busy = !__atomic_load_n(&t->async->done, __ATOMIC_ACQUIRE);
+    if (t->mesh) pt_allreduce_sum(t->mesh->world, &busy, 1, PT_DTYPE_I32);
+    return busy ? PT_OK : pt_save_publish(t);
+}
+
+pt_status pt_trainer_save_wait(pt_trainer *t) {
+    if (!t->async || !t->async->pending) return PT_OK;
+    return pt_save_publish(t);
+}
+
+/* The run loop's periodic checkpoint: in the background (checkpoint.async) but for the last
+ * step's, which the run waits for anyway. */
+static pt_status pt_trainer_checkpoint(pt_trainer *t) {
+    if (t->async && t->step < t->cfg.training.steps) return pt_trainer_save_start(t);
+    return pt_trainer_save(t);
 }
 
 pt_rank_memory pt_trainer_rank_memory(const pt_trainer *t) {
@@ -806,9 +933,10 @@ pt_status pt_trainer_run(pt_trainer *t) {
             pt_log_info("eval at step %lld: val loss %.4f | %lld tokens in %.2f s", (long long)s.step,
                         s.val_loss, (long long)s.val_tokens, s.val_seconds);
         }
+        PT_TRY(pt_trainer_save_poll(t)); /* a background save done everywhere: published */
         int64_t every = cfg->checkpoint.every;
         if (cfg->checkpoint.dir[0] && ((every > 0 && t->step % every == 0) || t->step == total))
-            PT_TRY(pt_trainer_save(t));
+            PT_TRY(pt_trainer_checkpoint(t));
         int64_t report = cfg->logging.report_every;
         if ((report > 0 && t->step % report == 0) || t->step == total) {
             pt_report_print(t->mesh, &mark, t->step, &mem);
