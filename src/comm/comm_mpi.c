@@ -4,10 +4,19 @@
  * Every operation is posted nonblocking on a request of the communicator's pool (comm.c);
  * pt_comm_wait polls it with mpi_test until it completes or the group's timeout passes. Counting
  * follows the bus-bandwidth convention so that tests can hold the counts against
- * ../shared/FORMULAS.md. */
+ * ../shared/FORMULAS.md.
+ *
+ * Start-up cannot hang either: MPI_Init runs under a watchdog (SIGALRM after PT_STARTUP_TIMEOUT
+ * seconds, default 300: the config is not read yet), and the world's first exchange is a
+ * handshake with the group's timeout (parallel.timeout_s) before any blocking collective: rank 0
+ * waits for every rank's word and names those that never come. */
 #include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "comm/comm_backend.h"
 #include "comm/comm_mpi.h"
@@ -209,9 +218,47 @@ pt_comm *pt_comm_mpi_wrap(void *mpi_comm, const char *name, double timeout_s) {
 
 static void pt_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
+/* The start-up watchdog's message, written before it is armed (a signal handler may only
+ * write(2) and _exit). */
+static char pt_watchdog_msg[256];
+static size_t pt_watchdog_len;
+
+static void pt_watchdog_fire(int sig) {
+    (void)sig;
+    ssize_t n = write(STDERR_FILENO, pt_watchdog_msg, pt_watchdog_len);
+    (void)n;
+    _exit(1);
+}
+
+/* Test hooks (tests/test_startup.sh): PT_INJECT_STARTUP_HANG=init:R or mesh:R makes world rank R
+ * (from the launcher's environment before MPI_Init) sleep before MPI_Init or before the world's
+ * handshake, as a rank that never arrives. */
+static void pt_inject_hang(const char *where, int rank) {
+    const char *v = getenv("PT_INJECT_STARTUP_HANG");
+    size_t n = strlen(where);
+    if (!v || strncmp(v, where, n) != 0 || v[n] != ':' || atoi(v + n + 1) != rank) return;
+    for (;;) sleep(1000);
+}
+
 pt_status pt_comm_runtime_init(int *rank, int *world) {
     *rank = 0, *world = 1;
-    if (MPI_Init(NULL, NULL) != MPI_SUCCESS)
+    const char *env = getenv("PT_STARTUP_TIMEOUT"), *er = getenv("OMPI_COMM_WORLD_RANK");
+    double timeout = env ? atof(env) : 300.0;
+    int launcher_rank = er ? atoi(er) : 0;
+    pt_inject_hang("init", launcher_rank);
+    if (timeout > 0) { /* MPI_Init waits for every process of the job: it must not wait forever */
+        int n = snprintf(pt_watchdog_msg, sizeof pt_watchdog_msg,
+                         "[rank %d] error: the distributed runtime did not start within %g s "
+                         "(MPI_Init: a process of the job did not start or hangs; "
+                         "PT_STARTUP_TIMEOUT sets the limit)\n", launcher_rank, timeout);
+        pt_watchdog_len = n > 0 && (size_t)n < sizeof pt_watchdog_msg ? (size_t)n : 0;
+        signal(SIGALRM, pt_watchdog_fire);
+        alarm((unsigned)(timeout < 1 ? 1 : timeout));
+    }
+    int rc = MPI_Init(NULL, NULL);
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+    if (rc != MPI_SUCCESS)
         return pt_errorf(PT_ERR_RUNTIME, "MPI_Init failed: cannot start the distributed runtime");
     pt_set_abort(pt_mpi_abort);
     MPI_Op_create(pt_mpi_bf16_sum, 1, &pt_mpi_bf16_op);
@@ -233,7 +280,68 @@ int pt_comm_distributed(void) {
     return on;
 }
 
+/* The world's first exchange, before any blocking collective: every rank sends rank 0 a word,
+ * rank 0 answers each once all have come. A rank that never comes is named (by rank 0) after
+ * timeout_s (0: wait forever), and the job aborted. */
+static void pt_world_handshake(double timeout_s) {
+    enum { TAG = 0x5054 };
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    pt_inject_hang("mesh", rank);
+    if (size == 1) return;
+    int n = rank == 0 ? size - 1 : 2, word = rank;
+    int *words = pt_calloc((size_t)size, sizeof *words);
+    MPI_Request *req = pt_calloc((size_t)n, sizeof *req);
+    if (rank == 0)
+        for (int r = 1; r < size; r++)
+            MPI_Irecv(&words[r], 1, MPI_INT, r, TAG, MPI_COMM_WORLD, &req[r - 1]);
+    else {
+        MPI_Isend(&word, 1, MPI_INT, 0, TAG, MPI_COMM_WORLD, &req[0]);
+        MPI_Irecv(&words[0], 1, MPI_INT, 0, TAG, MPI_COMM_WORLD, &req[1]);
+    }
+    double t0 = pt_now();
+    int done = 0;
+    const struct timespec nap = {0, 1000000};
+    while (!done) {
+        MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+        /* the others wait twice as long: rank 0, which knows who is missing, speaks first */
+        double limit = rank == 0 ? timeout_s : 2 * timeout_s;
+        if (done || timeout_s <= 0 || pt_now() - t0 < limit) {
+            if (!done) nanosleep(&nap, NULL);
+            continue;
+        }
+        if (rank == 0) { /* who never came */
+            char list[256] = "";
+            int missing = 0;
+            for (int r = 1; r < size; r++) {
+                int flag = 0;
+                MPI_Test(&req[r - 1], &flag, MPI_STATUS_IGNORE);
+                if (flag) continue;
+                if (missing++ < 8)
+                    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d",
+                             missing > 1 ? ", " : "", r);
+            }
+            pt_log_error("group world, start-up: waited %g s for rank%s %s%s (%d of %d ranks "
+                         "never arrived; parallel.timeout_s)", timeout_s, missing > 1 ? "s" : "",
+                         list, missing > 8 ? ", ..." : "", missing, size);
+        } else {
+            pt_log_error("group world, start-up: no answer from rank 0 within %g s (it waits for "
+                         "every rank to arrive; parallel.timeout_s)", limit);
+        }
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (rank == 0) { /* everyone came: the answers */
+        for (int r = 1; r < size; r++)
+            MPI_Isend(&word, 1, MPI_INT, r, TAG, MPI_COMM_WORLD, &req[r - 1]);
+        MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    }
+    free(req);
+    free(words);
+}
+
 pt_comm *pt_comm_world(double timeout_s) {
+    pt_world_handshake(timeout_s);
     MPI_Comm world;
     PT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
     return pt_comm_mpi_wrap(&world, "world", timeout_s);
