@@ -42,6 +42,7 @@ typedef struct {
     int64_t step;                  /* steps done */
     pt_metrics metrics;            /* logging.metrics (metrics.f NULL: none) */
     int grads_dumped;
+    int preempted;                 /* pt_trainer_run stopped on a signal (pt/preempt.h) */
     int64_t skips_in_row, skips; /* training.on_nonfinite = skip: steps skipped (in a row, in all) */
     const char *inject_nonfinite; /* PT_INJECT_NONFINITE (tests): steps whose gradient is made NaN */
     /* checkpoint.async: the state's host copy, its pieces (allocated at set-up), the save being
@@ -87,7 +88,10 @@ pt_status pt_trainer_save_poll(pt_trainer *t);
 /* ...or waits for it and publishes it (collective; nothing pending: nothing to do).
  * pt_trainer_save finishes a pending save first, then saves at once. */
 pt_status pt_trainer_save_wait(pt_trainer *t);
-/* Steps until training.steps, logging, evaluating and checkpointing as configured. */
+/* Steps until training.steps, logging, evaluating and checkpointing as configured. Collective
+ * over the world: before each step the ranks agree whether a preemption signal reached any of
+ * them (pt/preempt.h); if one did, every rank saves a checkpoint (when checkpoint.dir is set),
+ * sets t->preempted and returns PT_OK. */
 pt_status pt_trainer_run(pt_trainer *t);
 
 #endif

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "pt/comm.h"
 #include "pt/config.h"
+#include "pt/preempt.h"
 #include "pt/trainer.h"
 
 static void pt_train_usage(FILE *f) {
@@ -14,7 +15,14 @@ static void pt_train_usage(FILE *f) {
             "\n"
             "Trains a Llama-style model. Every configuration key can be set in the INI file\n"
             "([section] then key = value) and overridden on the command line, in that order.\n"
-            "  --help-config   list every key with its default and meaning\n");
+            "  --help-config   list every key with its default and meaning\n"
+            "\n"
+            "SIGTERM, SIGINT or SIGUSR1 on any rank ends the run after the current step: every\n"
+            "rank saves a checkpoint (checkpoint.dir) and exits with %d (preempted; a second\n"
+            "signal exits at once). Under Open MPI's mpirun, give the ranks time to save after\n"
+            "SIGTERM with --mca odls_base_sigkill_timeout SECONDS (SIGUSR1 is forwarded as is).\n"
+            "Exit status: 0 done, 1 failed, 2 bad configuration, %d preempted.\n",
+            PT_EXIT_PREEMPTED, PT_EXIT_PREEMPTED);
 }
 
 int pt_cmd_train(int argc, char **argv) {
@@ -36,6 +44,7 @@ int pt_cmd_train(int argc, char **argv) {
         return 1;
     }
     pt_log_set_rank(rank, world);
+    pt_preempt_install(rank);
     pt_config cfg;
     pt_config_defaults(&cfg);
     if (pt_config_from_args(&cfg, argc, argv) != PT_OK) {
@@ -46,7 +55,8 @@ int pt_cmd_train(int argc, char **argv) {
     pt_trainer t;
     pt_status st = pt_trainer_init(&t, &cfg);
     if (st == PT_OK) st = pt_trainer_run(&t);
-    int sample = st == PT_OK && cfg.sample.prompt[0] && cfg.sample.max_new_tokens > 0;
+    int sample = st == PT_OK && !t.preempted && cfg.sample.prompt[0] &&
+                 cfg.sample.max_new_tokens > 0;
     pt_model whole = {0};
     /* collective: the model's blocks and shards gathered into one model on rank 0 */
     if (sample) st = pt_trainer_unsplit(&t, &whole, rank == 0);
@@ -69,8 +79,13 @@ int pt_cmd_train(int argc, char **argv) {
         /* other failures may be one rank's own: end the whole job rather than leave peers waiting */
         if (world > 1 && !pt_status_agreed(st)) pt_comm_runtime_abort(1);
     }
+    int preempted = st == PT_OK && t.preempted;
     pt_model_free(&whole);
     pt_trainer_free(&t);
+    /* preempted: the checkpoint is on disk and every rank has agreed; no MPI_Finalize, whose
+     * exchange with the launcher would wait for ever once mpirun ends the job (after SIGTERM it
+     * no longer answers): each rank exits with the code itself */
+    if (preempted) exit(PT_EXIT_PREEMPTED);
     pt_comm_runtime_finalize();
-    return st == PT_OK ? 0 : 1;
+    return st != PT_OK ? 1 : 0;
 }

@@ -9,7 +9,7 @@
 /* What one parallel dimension's group carries, for the table. */
 static const char *pt_group_role(const char *name) {
     static const struct { const char *name, *role; } roles[] = {
-        {"world", "checkpoints, this report"},
+        {"world", "checkpoints, this report, the signal check"},
         {"dp", "data: gradients, ZeRO gathers"},
         {"tp", "tensor: activations"},
         {"pp", "pipeline: stage boundaries"},

@@ -12,6 +12,7 @@
 #include "pt/checkpoint.h"
 #include "pt/context_parallel.h"
 #include "pt/hf_config.h"
+#include "pt/preempt.h"
 #include "pt/safetensors.h"
 
 static int pt_schedule_id(const char *s) {
@@ -894,6 +895,27 @@ pt_rank_memory pt_trainer_rank_memory(const pt_trainer *t) {
                             pt_trainer_act_bytes(t)};
 }
 
+/* A signal reached a rank (pt/preempt.h; every rank has agreed, at the same step boundary):
+ * save unless the newest checkpoint is of this step (then finish it, if it is being written in
+ * the background), and stop with t->preempted set. */
+static pt_status pt_trainer_preempt(pt_trainer *t, const char *why, int64_t saved) {
+    const char *dir = t->cfg.checkpoint.dir;
+    t->preempted = 1;
+    if (!dir[0]) {
+        pt_log_warn("preempted after step %lld (%s): no checkpoint saved (checkpoint.dir is not "
+                    "set); exiting with %d", (long long)t->step, why, PT_EXIT_PREEMPTED);
+        return PT_OK;
+    }
+    pt_log_info("preempted after step %lld (%s): saving a checkpoint, then exiting with %d",
+                (long long)t->step, why, PT_EXIT_PREEMPTED);
+    if (t->step == saved) {
+        pt_log_info("checkpoint of step %lld already %s", (long long)t->step,
+                    t->step ? "saved" : "unneeded (no step taken)");
+        return pt_trainer_save_wait(t);
+    }
+    return pt_trainer_save(t); /* (after a background save still pending) */
+}
+
 pt_status pt_trainer_run(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
     int64_t first = t->step, total = cfg->training.steps;
@@ -904,7 +926,11 @@ pt_status pt_trainer_run(pt_trainer *t) {
                (!t->mesh || t->mesh->world_size == 1);
     pt_metrics_begin(&t->metrics); /* communication counted from here */
     pt_report_mark mark = pt_report_mark_now(t->mesh, t->step);
+    int64_t saved = first; /* the step of the newest checkpoint (preempt) */
     while (t->step < total) {
+        char why[160];
+        if (pt_preempt_agree(t->mesh ? t->mesh->world : NULL, why, sizeof why))
+            return pt_trainer_preempt(t, why, saved);
         pt_step_stats s;
         PT_TRY(pt_trainer_step(t, &s));
         int64_t ev = cfg->eval.every;
@@ -935,8 +961,10 @@ pt_status pt_trainer_run(pt_trainer *t) {
         }
         PT_TRY(pt_trainer_save_poll(t)); /* a background save done everywhere: published */
         int64_t every = cfg->checkpoint.every;
-        if (cfg->checkpoint.dir[0] && ((every > 0 && t->step % every == 0) || t->step == total))
+        if (cfg->checkpoint.dir[0] && ((every > 0 && t->step % every == 0) || t->step == total)) {
             PT_TRY(pt_trainer_checkpoint(t));
+            saved = t->step;
+        }
         int64_t report = cfg->logging.report_every;
         if ((report > 0 && t->step % report == 0) || t->step == total) {
             pt_report_print(t->mesh, &mark, t->step, &mem);

@@ -4,6 +4,7 @@
     compare_runs.py DIR REF NAME [--bytes A B N [--group G]] [--zero Z]
     compare_runs.py --exports A/model.safetensors B/model.safetensors LABEL
     compare_runs.py --resume DIR REF LABEL RUN...   (the runs' losses, one after another, = REF's)
+    compare_runs.py --exact REF.jsonl RUN.jsonl LABEL  (RUN restarted into one appended file)
 
 DIR/REF.{st,jsonl} and DIR/NAME.{st,jsonl} are the step-1 gradients (logging.dump_grads) and the
 metrics of each run. Checks every gradient tensor ‖Δ‖/‖g‖ ≤ 1e-5 and the 10 losses within 1e-4
@@ -55,7 +56,30 @@ def compare_resumed(tmp, ref, label, *runs):
     sys.exit(0 if len(got) == 10 and worst <= 1e-4 else 1)
 
 
+def compare_exact(ref_path, run_path, label):
+    """A run restarted any number of times, each restart appending to one metrics file from the
+    step after its checkpoint: the loss of each step as last written equals REF's bit for bit.
+    Prints the restarts seen (a step not after the previous line's) and the steps each redid."""
+    want = [json.loads(l)["loss"] for l in open(ref_path)]
+    got, redone, prev = {}, [], 0
+    for line in open(run_path):
+        m = json.loads(line)
+        if m["step"] <= prev:
+            redone.append(prev - m["step"] + 1)
+        prev = m["step"]
+        got[m["step"]] = m["loss"]
+    bad = [s for s in range(1, len(want) + 1) if got.get(s) != want[s - 1]]
+    print("%s: %d of %d steps' losses equal bit for bit; %d restarts seen in the metrics, steps "
+          "redone %s" % (label, len(want) - len(bad), len(want), len(redone), redone))
+    if bad or len(got) != len(want):
+        print("%s: steps differing or missing: %s (%d written)" % (label, bad[:10], len(got)))
+        sys.exit(1)
+    sys.exit(0)
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--exact":
+        compare_exact(*sys.argv[2:])
     if len(sys.argv) == 5 and sys.argv[1] == "--exports":
         compare_exports(*sys.argv[2:])
     if len(sys.argv) >= 6 and sys.argv[1] == "--resume":
