@@ -83,6 +83,15 @@ pt_status pt_ckpt_load_weights_host(const char *dir, const pt_model *m, float *h
 pt_status pt_ckpt_load_weights(const char *dir, pt_model *m);
 /* The newest complete checkpoint under root; PT_ERR_IO if none. */
 pt_status pt_ckpt_find_latest(const char *root, char *out, size_t cap);
+/* Checks a checkpoint without a model: index.json parses as a checkpoint index, and every shard
+ * s with s % nparts == part exists and matches its CRC-32 (ranks split the reading; 0, 1: all).
+ * The message names the file and what is wrong. */
+pt_status pt_ckpt_verify(const char *dir, int part, int nparts);
+/* Collective over world (NULL: one process): the newest checkpoint under root that verifies
+ * (pt_ckpt_verify, the shards split over the ranks) into out, each newer one skipped with a
+ * warning (rank 0) saying why; out = "" when root holds no checkpoint; PT_ERR_CONFIG, the same on
+ * every rank, when none verifies. Every shard is read once, over the ranks, before any is loaded. */
+pt_status pt_ckpt_find_verified(const char *root, pt_comm *world, char *out, size_t cap);
 /* Writes config.json and model.safetensors (the Hugging Face export) into dir, from the model's
  * parameter buffer (an unsplit model; F32) or from a host array of the single-process table,
  * stored as dtype (PT_ST_DTYPE_F32, or PT_ST_DTYPE_BF16: rounded to nearest even). */

@@ -78,6 +78,8 @@ typedef struct {
         int keep;      /* last K checkpoints kept */
         int async;     /* written by a thread of their own while training goes on */
         char resume[PT_PATH_MAX]; /* "", "latest" or a checkpoint directory */
+        char allow_change[256];   /* what a resumed run may change: "data,seed,..." */
+        float lock_timeout_s;     /* another host's lock whose heartbeat is older is stale */
     } checkpoint;
 
     struct {
@@ -116,6 +118,10 @@ int pt_config_was_set(const pt_config *c, const char *key);
  * from the checkpoint's; an explicit architecture key (any other model.* key) must equal the
  * checkpoint's, else PT_ERR_CONFIG naming both values. Keys not set take the checkpoint's. */
 pt_status pt_config_merge_model(pt_config *c, const pt_model_config *ckpt, const char *source);
+/* The architecture keys (the model.* keys other than the training-time ones above) one by one:
+ * the i-th's name, with its value in c as the INI writes it in value; NULL past the last. What a
+ * checkpoint records of the model (checkpoint.allow_change = model). */
+const char *pt_config_arch_key(const pt_config *c, int i, char *value, size_t cap);
 /* Prints every key with its type, default and meaning. */
 void pt_config_print_help(FILE *f);
 /* Writes the effective configuration as INI (for checkpoints and the log). */

@@ -16,6 +16,7 @@
 
 #include "pt/hf_config.h"
 #include "pt/safetensors.h"
+#include "train/resume.h"
 
 #define PT_CKPT_FORMAT "pentatron-checkpoint-2"
 
@@ -133,6 +134,82 @@ pt_status pt_ckpt_find_latest(const char *root, char *out, size_t cap) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* verifying (checkpoint.resume = latest) */
+
+pt_status pt_ckpt_verify(const char *dir, int part, int nparts) {
+    json_t *root;
+    PT_TRY(pt_resume_load_index(dir, &root));
+    const char *fmt = json_string_value(json_object_get(root, "format"));
+    json_t *shards = json_object_get(root, "shards");
+    pt_status st = PT_OK;
+    if (!fmt || strcmp(fmt, PT_CKPT_FORMAT) != 0 || !json_is_array(shards) ||
+        !json_is_integer(json_object_get(root, "step")))
+        st = pt_errorf(PT_ERR_FORMAT, "%s/index.json: not a checkpoint index of format %s "
+                       "(format, step or shards missing)", dir, PT_CKPT_FORMAT);
+    for (size_t s = (size_t)part; st == PT_OK && s < json_array_size(shards); s += (size_t)nparts) {
+        json_t *e = json_array_get(shards, s);
+        const char *file = json_string_value(json_object_get(e, "file"));
+        const char *want = json_string_value(json_object_get(e, "crc32"));
+        if (!file || strchr(file, '/') || !want) {
+            st = pt_errorf(PT_ERR_FORMAT, "%s/index.json: shard %zu is malformed", dir, s);
+            break;
+        }
+        char shard[PT_PATH_MAX + 96];
+        uint32_t crc;
+        snprintf(shard, sizeof shard, "%s/%s", dir, file);
+        st = pt_file_crc32(shard, &crc);
+        if (st == PT_OK && crc != (uint32_t)strtoul(want, NULL, 16))
+            st = pt_errorf(PT_ERR_FORMAT, "%s: checksum %08x does not match %s recorded in "
+                           "index.json", shard, crc, want);
+    }
+    json_decref(root);
+    return st;
+}
+
+#define PT_VERIFY_MSG 512 /* bytes of each rank's verdict gathered by rank 0 */
+
+pt_status pt_ckpt_find_verified(const char *root, pt_comm *world, char *out, size_t cap) {
+    int rank = world ? world->rank : 0, size = world ? world->size : 1;
+    int64_t *steps = NULL, n = 0;
+    /* rank 0's listing for every rank (hosts may see a shared directory at different moments) */
+    if (rank == 0) n = pt_list_steps(root, &steps);
+    if (world) pt_allreduce_sum(world, &n, 1, PT_DTYPE_I64);
+    if (rank != 0) steps = pt_calloc((size_t)(n ? n : 1), sizeof *steps);
+    if (world && n) pt_allreduce_sum(world, steps, (size_t)n, PT_DTYPE_I64);
+    char *mine = pt_calloc(PT_VERIFY_MSG, 1), *all = pt_calloc((size_t)size, PT_VERIFY_MSG);
+    char skipped[2048] = "";
+    out[0] = 0;
+    for (int64_t i = n - 1; i >= 0 && !out[0]; i--) {
+        char dir[PT_PATH_MAX + 32];
+        snprintf(dir, sizeof dir, "%s/step_%08lld", root, (long long)steps[i]);
+        /* each rank checks every size-th shard; rank 0 learns every rank's verdict */
+        pt_status st = pt_ckpt_verify(dir, rank, size);
+        snprintf(mine, PT_VERIFY_MSG, "%s", st == PT_OK ? "" : pt_last_error());
+        if (world) pt_allgather(world, mine, all, PT_VERIFY_MSG / 4, PT_DTYPE_I32);
+        else memcpy(all, mine, PT_VERIFY_MSG);
+        int bad = -1;
+        for (int r = 0; r < size && bad < 0; r++)
+            if (all[(size_t)r * PT_VERIFY_MSG]) bad = r;
+        if (bad < 0) {
+            snprintf(out, cap, "%s", dir);
+            break;
+        }
+        const char *why = all + (size_t)bad * PT_VERIFY_MSG;
+        if (rank == 0) pt_log_warn("checkpoint.resume = latest: skipping %s: %s", dir, why);
+        size_t used = strlen(skipped);
+        snprintf(skipped + used, sizeof skipped - used, "%s%s", used ? "; " : "", why);
+    }
+    free(steps);
+    free(mine);
+    free(all);
+    if (n > 0 && !out[0])
+        return pt_errorf(PT_ERR_CONFIG, "checkpoint.resume = latest: none of the %lld "
+                         "checkpoint%s in %s verifies (%s); nothing to resume from", (long long)n,
+                         n == 1 ? "" : "s", root, skipped);
+    return PT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* saving */
 
 static const char *const pt_kind_name[3] = {"params", "exp_avg", "exp_avg_sq"};
@@ -196,6 +273,7 @@ static pt_status pt_write_index(const char *path, int64_t step, const pt_model *
         }
         pt_mix_spec_free(&spec);
     }
+    pt_resume_record(cfg, root); /* the data's fingerprints and the model: checked on resume */
     json_object_set_new(root, "total", json_integer((json_int_t)m->gtable.total));
     if (m->aux_f && m->cfg.aux_scope == PT_AUX_GLOBAL) { /* the next step's balancing f */
         json_t *f = json_array();

@@ -217,7 +217,16 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "training goes on; published once every rank has written (docs/guide.md \"Asynchronous "
          "checkpoints\"); the last step's is written at once"),
     PT_K("checkpoint.resume", PT_CFG_STR, checkpoint.resume, "", NULL,
-         "resume from \"latest\" (in checkpoint.dir) or a checkpoint directory"),
+         "resume from \"latest\" (the newest checkpoint in checkpoint.dir whose checksums "
+         "verify) or a checkpoint directory"),
+    PT_K("checkpoint.allow_change", PT_CFG_STR, checkpoint.allow_change, "", NULL,
+         "what a resumed run may change from the run that saved the checkpoint (else an error "
+         "naming the difference; listed: a warning): data, seed, shuffle, global_batch, seq_len, "
+         "model, comma-separated (docs/guide.md \"What is checked on resume\")"),
+    PT_K("checkpoint.lock_timeout_s", PT_CFG_FLOAT, checkpoint.lock_timeout_s, "600", NULL,
+         "checkpoint.dir is locked by the run using it; a lock held from another host whose "
+         "heartbeat (the lock file's mtime, refreshed every timeout/10 s) is older than this is "
+         "stale and taken over"),
     PT_K("logging.metrics", PT_CFG_STR, logging.metrics, "", NULL,
          "append one JSON object per step to this file"),
     PT_K("logging.comm_every", PT_CFG_INT64, logging.comm_every, "1", NULL,
@@ -378,6 +387,22 @@ static void pt_cfg_format(const pt_cfg_key *k, const void *v, char *buf, size_t 
     case PT_CFG_BOOL: snprintf(buf, cap, "%s", *(const int *)v ? "true" : "false"); break;
     default: PT_ASSERTF(0, "%s: not a model key type", k->key);
     }
+}
+
+const char *pt_config_arch_key(const pt_config *c, int i, char *value, size_t cap) {
+    size_t lo = offsetof(pt_config, model), hi = lo + sizeof(pt_model_config);
+    for (size_t k = 0; k < PT_N_KEYS; k++) {
+        const pt_cfg_key *key = &pt_cfg_keys[k];
+        if (key->offset < lo || key->offset >= hi || pt_cfg_is_training_key(key->key) || i-- > 0)
+            continue;
+        const void *v = (const char *)c + key->offset;
+        if (key->type == PT_CFG_FLOAT) /* every digit a float has: a change is a change */
+            snprintf(value, cap, "%.9g", (double)*(const float *)v);
+        else
+            pt_cfg_format(key, v, value, cap);
+        return key->key;
+    }
+    return NULL;
 }
 
 pt_status pt_config_merge_model(pt_config *c, const pt_model_config *ckpt, const char *source) {
@@ -550,6 +575,8 @@ pt_status pt_config_validate(const pt_config *c) {
                          "data.document_mask = true");
     if (c->checkpoint.every < 0) return pt_errorf(PT_ERR_CONFIG, "checkpoint.every must be >= 0");
     if (c->checkpoint.keep < 1) return pt_errorf(PT_ERR_CONFIG, "checkpoint.keep must be >= 1");
+    if (!(c->checkpoint.lock_timeout_s > 0))
+        return pt_errorf(PT_ERR_CONFIG, "checkpoint.lock_timeout_s must be > 0");
     if (c->checkpoint.resume[0] && !c->checkpoint.dir[0] && !strcmp(c->checkpoint.resume, "latest"))
         return pt_errorf(PT_ERR_CONFIG, "checkpoint.resume = latest needs checkpoint.dir");
     if (c->logging.every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.every must be >= 1");

@@ -13,7 +13,9 @@
 #include "pt/context_parallel.h"
 #include "pt/hf_config.h"
 #include "pt/preempt.h"
+#include "pt/run_lock.h"
 #include "pt/safetensors.h"
+#include "train/resume.h"
 
 static int pt_schedule_id(const char *s) {
     if (!strcmp(s, "cosine")) return PT_LR_COSINE;
@@ -67,17 +69,44 @@ static pt_status pt_trainer_agree(pt_trainer *t, pt_status st, const char *what)
 
 /* Fail early: every rank can create files in checkpoint.dir (each writes its shard there), and
  * rank 0 opens logging.metrics, before anything is allocated, so that a run never trains for
- * hours to find it cannot save. Collective over the world: every rank learns whether all
- * succeeded and fails alike, with one message (rank 0's: its own failure, else the count). */
+ * hours to find it cannot save. Rank 0 takes checkpoint.dir's run lock (pt/run_lock.h) before
+ * it writes anything: a second run on the directory stops here, naming the holder. Collective
+ * over the world: every rank learns whether all succeeded and fails alike, with one message
+ * (rank 0's: its own failure, else the count). */
 static pt_status pt_trainer_check_outputs(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
     int rank = t->mesh ? t->mesh->world_rank : 0;
     pt_status st = PT_OK;
     if (cfg->checkpoint.dir[0]) st = pt_check_writable_dir(cfg->checkpoint.dir, "checkpoint.dir");
+    if (st == PT_OK && rank == 0 && cfg->checkpoint.dir[0])
+        st = pt_run_lock_acquire(&t->lock, cfg->checkpoint.dir, cfg->checkpoint.lock_timeout_s);
     if (st == PT_OK && rank == 0 && cfg->logging.metrics[0])
         st = pt_metrics_open(&t->metrics, cfg->logging.metrics, t->mesh, cfg->training.steps,
                              cfg->logging.comm_every);
     return pt_trainer_agree(t, st, "the check that checkpoint.dir and logging.metrics are writable");
+}
+
+/* checkpoint.resume, before the model is allocated: the checkpoint to continue (latest: the
+ * newest in checkpoint.dir that verifies; "" when it holds none) and its record of the run that
+ * saved it checked against this run (rank 0 reads it; agreed). Collective over the world. */
+static pt_status pt_trainer_resume_from(pt_trainer *t, char *dir, size_t cap) {
+    const pt_config *cfg = &t->cfg;
+    dir[0] = 0;
+    if (!cfg->checkpoint.resume[0]) return PT_OK;
+    if (!strcmp(cfg->checkpoint.resume, "latest")) {
+        PT_TRY(pt_ckpt_find_verified(cfg->checkpoint.dir, t->mesh ? t->mesh->world : NULL, dir, cap));
+        if (!dir[0]) { /* (a supervisor's first run resumes "latest" too: not an error) */
+            pt_log_warn("checkpoint.resume = latest: %s holds no checkpoint (no step_NNNNNNNN "
+                        "directory): training starts from step 0", cfg->checkpoint.dir);
+            return PT_OK;
+        }
+    } else {
+        snprintf(dir, cap, "%s", cfg->checkpoint.resume);
+    }
+    unsigned allow = 0;
+    pt_status st = pt_resume_parse_allow(cfg->checkpoint.allow_change, &allow);
+    if (st == PT_OK && (!t->mesh || t->mesh->world_rank == 0)) st = pt_resume_check(dir, cfg, allow);
+    return pt_trainer_agree(t, st, "the check of what the checkpoint was saved with");
 }
 
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
@@ -85,6 +114,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     t->cfg = *cfg_in;
     pt_config *cfg = &t->cfg;
     PT_TRY(pt_config_validate(cfg));
+    unsigned allow;
+    PT_TRY(pt_resume_parse_allow(cfg->checkpoint.allow_change, &allow));
 
     /* the architecture comes from model.init_from's config.json when given (explicit
      * training-time keys win; explicit architecture keys must agree) */
@@ -148,6 +179,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                                            cfg->model.vocab_size), "opening the data"));
     pt_mix_log(&t->data);
     if (cfg->data.val[0]) PT_TRY(pt_trainer_agree(t, pt_trainer_open_val(t), "opening data.val"));
+    char resume[PT_PATH_MAX + 32];
+    PT_TRY(pt_trainer_resume_from(t, resume, sizeof resume));
 
     const pt_model_parallel *par = &lay->par;
     int zero = lay->zero, ep = par->ep > 1 ? par->ep : 1, pp = lay->pp, cp = lay->cp;
@@ -191,20 +224,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     free(ranges);
     if (cfg->checkpoint.async && cfg->checkpoint.dir[0]) pt_trainer_async_init(t);
 
-    if (cfg->checkpoint.resume[0]) {
-        char dir[PT_PATH_MAX + 32];
-        if (!strcmp(cfg->checkpoint.resume, "latest")) {
-            if (pt_ckpt_find_latest(cfg->checkpoint.dir, dir, sizeof dir) != PT_OK) dir[0] = 0;
-        } else {
-            snprintf(dir, sizeof dir, "%s", cfg->checkpoint.resume);
-        }
-        if (dir[0]) {
-            PT_TRY(pt_trainer_load(t, dir));
-            pt_log_info("resumed from %s at step %lld", dir, (long long)t->step);
-        } else { /* (a supervisor's first run resumes "latest" too: not an error) */
-            pt_log_warn("checkpoint.resume = latest: %s holds no checkpoint (no step_NNNNNNNN "
-                        "directory): training starts from step 0", cfg->checkpoint.dir);
-        }
+    if (resume[0]) {
+        PT_TRY(pt_trainer_load(t, resume));
+        pt_log_info("resumed from %s at step %lld", resume, (long long)t->step);
     }
 
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
@@ -381,6 +403,8 @@ pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank) {
 }
 
 void pt_trainer_free(pt_trainer *t) {
+    pt_run_lock_release(t->lock);
+    t->lock = NULL;
     pt_trainer_async_free(t); /* a save still being written is waited for, not published */
     pt_layout_free(&t->lay);
     t->mesh = NULL;
