@@ -464,7 +464,8 @@ static void added_push(pt_tokenizer *t, size_t *cap, const char *text, size_t le
 }
 
 static void added_index(pt_tokenizer *t) {
-    qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
+    /* no added tokens: t->added is NULL, which qsort must not be given even with 0 elements */
+    if (t->n_added) qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
     int32_t j = 0;
     for (int b = 0; b < 256; b++) {
         t->added_first[b] = j;
