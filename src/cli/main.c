@@ -15,6 +15,8 @@ static void pt_usage(FILE *f) {
             "            pentatron export --checkpoint DIR --out DIR\n"
             "  prepare   tokenize text files into shards:  pentatron prepare --vocab DIR --out DIR FILE...\n"
             "  schedule  check, simulate and draw a pipeline schedule:  pentatron schedule --pp 4 --schedule zb\n"
+            "  launch    run a job and restart it from its newest checkpoint after a failure:\n"
+            "            pentatron launch --restarts 3 -- mpirun -np 8 pentatron train ...\n"
             "\n"
             "`pentatron COMMAND --help` describes each; `pentatron train --help-config` lists every\n"
             "configuration key.\n");
@@ -31,6 +33,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "export")) return pt_cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "prepare")) return pt_cmd_prepare(argc - 2, argv + 2);
     if (!strcmp(cmd, "schedule")) return pt_cmd_schedule(argc - 2, argv + 2);
+    if (!strcmp(cmd, "launch")) return pt_cmd_launch(argc - 2, argv + 2);
     fprintf(stderr, "pentatron: unknown command \"%s\"\n\n", cmd);
     pt_usage(stderr);
     return 2;

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# test_chaos.sh PENTATRON: `pentatron launch` under fire. Over seeded trials, a dp 2 job saving
+# every step runs under `launch --restarts`, while ranks are SIGKILLed at random moments (during
+# start-up, mid-step, mid-save): every trial must complete (launch exits 0) and the loss of each
+# step, as last written in the appended metrics, must equal an uninterrupted run's bit for bit.
+# Size: PT_CHAOS_SEED (1), PT_CHAOS_TRIALS (4), PT_CHAOS_KILLS (kills per trial at most, 3),
+# PT_CHAOS_STEPS (60; a run of them takes ~4 s here, 2 of which are start-up). Also: launch refuses a job that would not resume, and a signal to the
+# launcher is forwarded to the job and ends the supervision.
+set -u
+source "$(dirname "$0")/parallel_common.sh"
+CMP="$PT_SOURCE_DIR/tests/ref/compare_runs.py"
+seed="${PT_CHAOS_SEED:-1}" trials="${PT_CHAOS_TRIALS:-4}" max_kills="${PT_CHAOS_KILLS:-3}"
+steps="${PT_CHAOS_STEPS:-60}"
+RANDOM=$seed
+job=(--parallel.dp=2 --training.micro_batch=2 --training.steps="$steps")
+t_start=$SECONDS
+
+timeout 120 mpiexec -np 2 "$bin" train "${tiny[@]}" "${job[@]}" --logging.metrics="$tmp/ref.jsonl" \
+    > "$tmp/ref.log" 2>&1 || bad "reference run failed: $(tail -3 "$tmp/ref.log")"
+
+# ranks MARK: the pids of the job's rank processes (their command line holds MARK; mpiexec's and
+# the launcher's do too, but only a rank has OMPI_COMM_WORLD_RANK)
+ranks() {
+  for p in $(pgrep -f "$1"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=" && echo "$p"
+  done
+}
+
+total_kills=0 total_restarts=0 all_redone=()
+for trial in $(seq 1 "$trials"); do
+  ck="$tmp/ck_chaos$trial" m="$tmp/chaos$trial.jsonl" log="$tmp/chaos$trial.log"
+  "$bin" launch --restarts 20 --backoff 0 -- mpiexec -np 2 "$bin" train "${tiny[@]}" "${job[@]}" \
+      --checkpoint.dir="$ck" --checkpoint.every=1 --checkpoint.resume=latest \
+      --logging.metrics="$m" > "$log" 2>&1 &
+  launcher=$!
+  kills=$((1 + RANDOM % max_kills)) done_kills=0
+  for k in $(seq 1 $kills); do
+    sleep "$((RANDOM % 4)).$((RANDOM % 10))"   # 0 to 3.9 s: start-up, steps, saves
+    kill -0 $launcher 2>/dev/null || break
+    victims=($(ranks "$ck"))
+    [ ${#victims[@]} -eq 0 ] && continue                 # between two runs
+    v=${victims[$((RANDOM % ${#victims[@]}))]}
+    kill -9 "$v" 2>/dev/null && done_kills=$((done_kills + 1))
+  done
+  ( sleep 120; kill -9 $launcher ) > /dev/null 2>&1 & watchdog=$!
+  wait $launcher; rc=$?
+  kill $watchdog 2>/dev/null
+  restarts=$(grep -c "restart [0-9]* of" "$log")
+  out="$("$PY" "$CMP" --exact "$tmp/ref.jsonl" "$m" "trial $trial")"; cmp=$?
+  echo "$out ($done_kills kills, launch: $restarts restarts, exit $rc)"
+  if [ $rc -eq 0 ] && [ $cmp -eq 0 ]; then ok
+  else bad "trial $trial: launch exit $rc: $(grep -v "^\[rank 0\] *step\|^\[rank 0\] checkpoint" "$log" | tail -25)"; fi
+  total_kills=$((total_kills + done_kills)) total_restarts=$((total_restarts + restarts))
+  all_redone+=($(sed -n 's/.*steps redone \[\(.*\)\]$/\1/p' <<<"$out" | tr -d ','))
+done
+redone_sum=0; for r in "${all_redone[@]}"; do redone_sum=$((redone_sum + r)); done
+echo "chaos: seed $seed, $trials trials of $steps steps, $total_kills kills, $total_restarts restarts," \
+     "steps redone per restart seen in the metrics: ${all_redone[*]:-none} (sum $redone_sum), $((SECONDS - t_start)) s"
+
+# a job that would restart from step 0: refused before it runs
+out="$("$bin" launch --restarts 1 -- mpiexec -np 2 "$bin" train "${tiny[@]}" "${job[@]}" \
+       --checkpoint.dir="$tmp/ck_no" 2>&1)"; rc=$?
+if [ $rc -eq 2 ] && grep -q "checkpoint.resume = latest" <<<"$out" && [ ! -d "$tmp/ck_no" ]; then ok
+else bad "launch without checkpoint.resume=latest: exit $rc: $out"; fi
+
+# SIGUSR1 to the launcher: forwarded (mpirun passes it to the ranks, which save and exit 75),
+# supervision ends with the job's status, no restart
+"$bin" launch --restarts 5 --backoff 0 -- mpiexec -np 2 "$bin" train "${tiny[@]}" "${job[@]}" \
+    --training.steps=100000 --checkpoint.dir="$tmp/ck_fwd" --checkpoint.every=1000 \
+    --checkpoint.resume=latest --logging.metrics="$tmp/fwd.jsonl" > "$tmp/fwd.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 500); do [ "$(cat "$tmp/fwd.jsonl" 2>/dev/null | wc -l)" -ge 5 ] && break; sleep 0.02; done
+kill -USR1 $launcher
+( sleep 60; kill -9 $launcher ) > /dev/null 2>&1 & watchdog=$!
+wait $launcher; rc=$?
+kill $watchdog 2>/dev/null
+last=$(tail -1 "$tmp/fwd.jsonl" | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
+if [ $rc -eq 75 ] && grep -q "supervision ends" "$tmp/fwd.log" && ! grep -q "restart 1 of" "$tmp/fwd.log" &&
+   [ -d "$tmp/ck_fwd/$(printf 'step_%08d' "$last")" ]; then ok
+else bad "SIGUSR1 to launch: exit $rc, last step $last: $(grep "launch" "$tmp/fwd.log" | tail -3)"; fi
+
+echo "test_chaos: $pass passed, $fail failed"
+[ $fail -eq 0 ]
