@@ -4,7 +4,7 @@
 # it: seeded mutations of every parser's input (config file and command line, config.json, a
 # checkpoint's index.json, token shards, tokenizer.json and .tiktoken, safetensors headers) must
 # give an error with a message or a usable result, never an out-of-bounds access, an overflow, a
-# leak or a hang. PT_FUZZ_ITERS inputs per parser (default 1000: about 30 s here, compiling
+# leak or a hang. PT_FUZZ_ITERS inputs per parser (default 600: about 30 s here, compiling
 # included); docs/guide.md section 10 gives the longer run. (The MPI layer is linked for the
 # checkpoint module, never initialised.)
 # CTest passes the pentatron binary as $1 (unused).

@@ -413,7 +413,7 @@ static pt_status table_set(tok_table *tt, const char *where, int64_t id, const u
     if (tt->set[id]) return pt_errorf(PT_ERR_FORMAT, "%s: id %lld is given twice", where, (long long)id);
     if (tt->used + len > UINT32_MAX) return pt_errorf(PT_ERR_FORMAT, "%s: tokens too long in total", where);
     pt_bpe_reserve((void **)&tt->bytes, &tt->cap_bytes, tt->used + len, 1);
-    memcpy(tt->bytes + tt->used, b, len);
+    if (len) memcpy(tt->bytes + tt->used, b, len); /* an empty first token: tt->bytes is NULL */
     tt->off[id] = (uint32_t)tt->used;
     tt->len[id] = (uint32_t)len;
     tt->set[id] = true;
