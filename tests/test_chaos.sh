@@ -42,7 +42,7 @@ for trial in $(seq 1 "$trials"); do
     v=${victims[$((RANDOM % ${#victims[@]}))]}
     kill -9 "$v" 2>/dev/null && done_kills=$((done_kills + 1))
   done
-  ( sleep 120; kill -9 $launcher ) > /dev/null 2>&1 & watchdog=$!
+  bash -c "sleep 120; kill -9 $launcher" > /dev/null 2>&1 & watchdog=$!   # (a subshell would share the EXIT trap)
   wait $launcher; rc=$?
   kill $watchdog 2>/dev/null
   restarts=$(grep -c "restart [0-9]* of" "$log")
@@ -71,7 +71,7 @@ else bad "launch without checkpoint.resume=latest: exit $rc: $out"; fi
 launcher=$!
 for _ in $(seq 1 500); do [ "$(cat "$tmp/fwd.jsonl" 2>/dev/null | wc -l)" -ge 5 ] && break; sleep 0.02; done
 kill -USR1 $launcher
-( sleep 60; kill -9 $launcher ) > /dev/null 2>&1 & watchdog=$!
+bash -c "sleep 60; kill -9 $launcher" > /dev/null 2>&1 & watchdog=$!
 wait $launcher; rc=$?
 kill $watchdog 2>/dev/null
 last=$(tail -1 "$tmp/fwd.jsonl" | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')

@@ -41,7 +41,7 @@ preempted() {
       --checkpoint.dir="$ck" --checkpoint.every=50 --logging.metrics="$tmp/$name.jsonl" \
       > "$tmp/$name.log" 2>&1 &
   job=$!
-  ( sleep 100; kill -9 $job ) > /dev/null 2>&1 & local watchdog=$!
+  bash -c "sleep 100; kill -9 $job" > /dev/null 2>&1 & local watchdog=$!   # (not a subshell: it would share the EXIT trap)
   wait_step "$tmp/$name.jsonl" 5 || bad "$name: the run never reached step 5"
   kill -"$sig" $job
   wait $job; rc=$?
