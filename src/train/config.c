@@ -270,6 +270,9 @@ static pt_status pt_cfg_apply(pt_config *c, const pt_cfg_key *k, const char *raw
     if (quoted) raw++, len -= 2;
     /* never truncated: a cut path would send a checkpoint elsewhere (hostile: length checked) */
     size_t cap = k->type == PT_CFG_STR ? k->size : sizeof val;
+    if (len >= cap && k->choices) /* too long for any of its choices */
+        return pt_errorf(PT_ERR_CONFIG, "%s: expected one of %s, got \"%.*s%s\"", k->key,
+                         k->choices, len > 64 ? 64 : (int)len, raw, len > 64 ? "..." : "");
     if (len >= cap)
         return pt_errorf(PT_ERR_CONFIG, "%s: value of %zu characters, longer than the %zu allowed",
                          k->key, len, cap - 1);
