@@ -12,7 +12,10 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
 export PT_SOURCE_DIR="${PT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
-tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+# the EXIT trap removes $tmp in this shell only: a forked child of it (a background job killed
+# before it has exec'd its command, as a watchdog may be) inherits the trap and would run it
+tmp="$(mktemp -d)"; pt_main_shell=$BASHPID
+trap '[ "$BASHPID" = "$pt_main_shell" ] && rm -rf "$tmp"' EXIT
 pass=0; fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
