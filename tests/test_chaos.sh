@@ -4,13 +4,13 @@
 # start-up, mid-step, mid-save): every trial must complete (launch exits 0) and the loss of each
 # step, as last written in the appended metrics, must equal an uninterrupted run's bit for bit.
 # Size: PT_CHAOS_SEED (1), PT_CHAOS_TRIALS (4), PT_CHAOS_KILLS (kills per trial at most, 3),
-# PT_CHAOS_STEPS (60; a run of them takes ~4 s here, 2 of which are start-up). Also: launch refuses a job that would not resume, and a signal to the
+# PT_CHAOS_STEPS (150; a run of them takes ~5 s here, 1 of which is start-up). Also: launch refuses a job that would not resume, and a signal to the
 # launcher is forwarded to the job and ends the supervision.
 set -u
 source "$(dirname "$0")/parallel_common.sh"
 CMP="$PT_SOURCE_DIR/tests/ref/compare_runs.py"
 seed="${PT_CHAOS_SEED:-1}" trials="${PT_CHAOS_TRIALS:-4}" max_kills="${PT_CHAOS_KILLS:-3}"
-steps="${PT_CHAOS_STEPS:-60}"
+steps="${PT_CHAOS_STEPS:-150}"
 RANDOM=$seed
 job=(--parallel.dp=2 --training.micro_batch=2 --training.steps="$steps")
 t_start=$SECONDS
@@ -35,8 +35,17 @@ for trial in $(seq 1 "$trials"); do
   launcher=$!
   kills=$((1 + RANDOM % max_kills)) done_kills=0
   for k in $(seq 1 $kills); do
-    sleep "$((RANDOM % 4)).$((RANDOM % 10))"   # 0 to 3.9 s: start-up, steps, saves
-    kill -0 $launcher 2>/dev/null || break
+    # each kill aimed at a run of the job: wait for its ranks (its start or a restart), then
+    # 0 to 2.9 s into it (start-up, steps, saves; a run is ~1 s of start-up and ~2 s of steps
+    # here), so that kills land whatever the machine's speed
+    victims=()
+    for _ in $(seq 1 400); do
+      kill -0 $launcher 2>/dev/null || break
+      victims=($(ranks "$ck")); [ ${#victims[@]} -gt 0 ] && break
+      sleep 0.05
+    done
+    [ ${#victims[@]} -eq 0 ] && break                    # the job is over
+    sleep "$((RANDOM % 3)).$((RANDOM % 10))"
     victims=($(ranks "$ck"))
     [ ${#victims[@]} -eq 0 ] && continue                 # between two runs
     v=${victims[$((RANDOM % ${#victims[@]}))]}
@@ -54,6 +63,10 @@ for trial in $(seq 1 "$trials"); do
   all_redone+=($(sed -n 's/.*steps redone \[\(.*\)\]$/\1/p' <<<"$out" | tr -d ','))
 done
 redone_sum=0; for r in "${all_redone[@]}"; do redone_sum=$((redone_sum + r)); done
+# a chaos test that killed nothing tested nothing
+[ "$total_kills" -ge "$trials" ] && [ "$total_restarts" -ge 1 ] && ok ||
+  bad "only $total_kills kills and $total_restarts restarts in $trials trials"
+
 echo "chaos: seed $seed, $trials trials of $steps steps, $total_kills kills, $total_restarts restarts," \
      "steps redone per restart seen in the metrics: ${all_redone[*]:-none} (sum $redone_sum), $((SECONDS - t_start)) s"
 
