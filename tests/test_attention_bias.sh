@@ -68,24 +68,8 @@ run 1 rb "${L4[@]}" "${ab[@]}" --training.micro_batch=8 --checkpoint.dir="$ck" -
 bf=(--training.precision=bf16)
 run 1 bref "${L4[@]}" "${ab[@]}" "${bf[@]}" --training.micro_batch=8 || bad "bf16 reference failed"
 if run 2 bf_tp2_sp "${L4[@]}" "${ab[@]}" "${bf[@]}" $P.tp=2 $P.sp=true --training.micro_batch=8; then
-  "$PY" - "$tmp" "$PT_SOURCE_DIR/tests/ref" <<'PY' && ok || bad "bf16 tp2·sp with biases too far from the single-process bf16 run"
-import json, math, sys
-sys.path.insert(0, sys.argv[2])
-from compare_runs import safetensors
-tmp = sys.argv[1]
-def grads(n): return safetensors("%s/%s.st" % (tmp, n))
-def losses(n): return [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (tmp, n))]
-def dist(a, b):
-    num = sum((x - y) ** 2 for k in b for x, y in zip(a[k], b[k]))
-    return math.sqrt(num / sum(y * y for k in b for y in b[k]))
-def ldist(a, b): return max(abs(x - y) / abs(y) for x, y in zip(a, b))
-own = dist(grads("bref"), grads("ref")), ldist(losses("bref"), losses("ref"))
-lay = dist(grads("bf_tp2_sp"), grads("bref")), ldist(losses("bf_tp2_sp"), losses("bref"))
-print("attention biases, bf16: tp2·sp from the single-process bf16 run: step-1 gradients %.2e, "
-      "losses %.2e; bf16's own distance from fp32: %.2e, %.2e (%.3fx, %.3fx)"
-      % (lay[0], lay[1], own[0], own[1], lay[0] / own[0], lay[1] / own[1]))
-sys.exit(0 if own[0] > 1e-4 and lay[0] <= 0.1 * own[0] and lay[1] <= 0.5 * own[1] else 1)
-PY
+  "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --bf16 "$tmp" ref bref bf_tp2_sp "attention biases, bf16: tp2·sp" && ok ||
+    bad "bf16 tp2·sp with biases too far from the single-process bf16 run"
 else
   bad "bf16 tp2·sp failed: $(tail -3 "$tmp/bf_tp2_sp.log")"
 fi

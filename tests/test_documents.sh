@@ -81,24 +81,8 @@ mixed 16 moe_5d_ep2_zb_z1_sp $P.dp=2 $P.pp=2 $P.cp=2 $P.tp=2 $P.ep=2 $P.sp=true 
 bf=(--training.precision=bf16)
 run 1 bref "${L4[@]}" "${docs[@]}" "${bf[@]}" --training.micro_batch=8 || bad "bf16 reference failed"
 if run 4 bf_cp2_tp2_sp "${L4[@]}" "${docs[@]}" "${bf[@]}" $P.cp=2 $P.tp=2 $P.sp=true --training.micro_batch=4; then
-  "$PY" - "$tmp" "$PT_SOURCE_DIR/tests/ref" <<'PY' && ok || bad "bf16 cp2·tp2 with documents too far from the single-process bf16 run"
-import json, math, sys
-sys.path.insert(0, sys.argv[2])
-from compare_runs import safetensors
-tmp = sys.argv[1]
-def grads(n): return safetensors("%s/%s.st" % (tmp, n))
-def losses(n): return [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (tmp, n))]
-def dist(a, b):  # ‖a − b‖ / ‖b‖ over all tensors
-    num = sum((x - y) ** 2 for k in b for x, y in zip(a[k], b[k]))
-    return math.sqrt(num / sum(y * y for k in b for y in b[k]))
-def ldist(a, b): return max(abs(x - y) / abs(y) for x, y in zip(a, b))
-own = dist(grads("bref"), grads("ref")), ldist(losses("bref"), losses("ref"))
-lay = dist(grads("bf_cp2_tp2_sp"), grads("bref")), ldist(losses("bf_cp2_tp2_sp"), losses("bref"))
-print("documents, bf16: cp2·tp2 from the single-process bf16 run: step-1 gradients %.2e, losses "
-      "%.2e; bf16's own distance from fp32: %.2e, %.2e (%.3fx, %.3fx)"
-      % (lay[0], lay[1], own[0], own[1], lay[0] / own[0], lay[1] / own[1]))
-sys.exit(0 if own[0] > 1e-4 and lay[0] <= 0.1 * own[0] and lay[1] <= 0.5 * own[1] else 1)
-PY
+  "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --bf16 "$tmp" ref bref bf_cp2_tp2_sp "documents, bf16: cp2·tp2" && ok ||
+    bad "bf16 cp2·tp2 with documents too far from the single-process bf16 run"
 else
   bad "bf16 cp2·tp2 failed: $(tail -3 "$tmp/bf_cp2_tp2_sp.log")"
 fi

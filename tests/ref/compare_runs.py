@@ -4,6 +4,7 @@
     compare_runs.py DIR REF NAME [--bytes A B N [--group G]] [--zero Z]
     compare_runs.py --exports A/model.safetensors B/model.safetensors LABEL
     compare_runs.py --resume DIR REF LABEL RUN...   (the runs' losses, one after another, = REF's)
+    compare_runs.py --bf16 DIR FP32 BF16 NAME LABEL  (a bf16 layout against bf16's own distance)
     compare_runs.py --exact REF.jsonl RUN.jsonl LABEL  (RUN restarted into one appended file)
 
 DIR/REF.{st,jsonl} and DIR/NAME.{st,jsonl} are the step-1 gradients (logging.dump_grads) and the
@@ -77,7 +78,28 @@ def compare_exact(ref_path, run_path, label):
     sys.exit(0)
 
 
+def compare_bf16(d, fp32, bf16, name, label):
+    """A bf16 layout NAME against the single-process bf16 run BF16, measured against bf16's own
+    distance from the fp32 run FP32 (same weights and data): step-1 gradients ‖Δ‖/‖g‖ over all
+    tensors within 0.1× that distance, the losses within 0.5× (bf16's own drift over the steps),
+    and bf16 really apart from fp32 (> 1e-4), or the check could not fail."""
+    def grads(n): return safetensors("%s/%s.st" % (d, n))
+    def losses(n): return [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (d, n))]
+    def dist(a, b):
+        num = sum((x - y) ** 2 for k in b for x, y in zip(a[k], b[k]))
+        return math.sqrt(num / sum(y * y for k in b for y in b[k]))
+    def ldist(a, b): return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+    own = dist(grads(bf16), grads(fp32)), ldist(losses(bf16), losses(fp32))
+    lay = dist(grads(name), grads(bf16)), ldist(losses(name), losses(bf16))
+    print("%s: from the single-process bf16 run: step-1 gradients %.2e, losses %.2e; bf16's own "
+          "distance from fp32: %.2e, %.2e (%.3fx, %.3fx)"
+          % (label, lay[0], lay[1], own[0], own[1], lay[0] / own[0], lay[1] / own[1]))
+    sys.exit(0 if own[0] > 1e-4 and lay[0] <= 0.1 * own[0] and lay[1] <= 0.5 * own[1] else 1)
+
+
 def main():
+    if len(sys.argv) == 7 and sys.argv[1] == "--bf16":
+        compare_bf16(*sys.argv[2:])
     if len(sys.argv) == 5 and sys.argv[1] == "--exact":
         compare_exact(*sys.argv[2:])
     if len(sys.argv) == 5 and sys.argv[1] == "--exports":
