@@ -10,6 +10,7 @@
  * seconds, default 300: the config is not read yet), and the world's first exchange is a
  * handshake with the group's timeout (parallel.timeout_s) before any blocking collective: rank 0
  * waits for every rank's word and names those that never come. */
+#include <malloc.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -240,8 +241,21 @@ static void pt_inject_hang(const char *where, int rank) {
     for (;;) sleep(1000);
 }
 
+/* MPI allocates temporary buffers inside its collectives, per call (libnbc's and the tuned
+ * component's reduction scratch, the shared-memory transport's fragments). glibc serves one over
+ * 128 KiB by a fresh mmap and returns it by munmap, so every call touches new pages, and in a
+ * virtual machine a page fault can cost ~18 µs: a 34 MB reduce-scatter over 2 ranks took 230 ms
+ * instead of 15 (docs/benchmarks.md, "MPI's temporary buffers"). Keeping every allocation on the
+ * heap and never trimming it lets MPI reuse the same pages from the second step on, as our own
+ * buffers do (allocated at set-up). A user's MALLOC_MMAP_MAX_ / MALLOC_TRIM_THRESHOLD_ wins. */
+static void pt_mpi_heap_policy(void) {
+    if (!getenv("MALLOC_MMAP_MAX_")) mallopt(M_MMAP_MAX, 0);
+    if (!getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, 0x7fffffff);
+}
+
 pt_status pt_comm_runtime_init(int *rank, int *world) {
     *rank = 0, *world = 1;
+    pt_mpi_heap_policy();
     const char *env = getenv("PT_STARTUP_TIMEOUT"), *er = getenv("OMPI_COMM_WORLD_RANK");
     double timeout = env ? atof(env) : 300.0;
     int launcher_rank = er ? atoi(er) : 0;
