@@ -19,6 +19,10 @@
 #include "pt/backend.h"
 #include "pt/core.h"
 
+/* A consumer or producer of a block of rows that an overlapped operation calls: rows [r0, r1) of
+ * its operand are ready (a gather's consumer) or are to be written (a reduction's producer). */
+typedef void (*pt_rows_fn)(void *user, int r0, int r1);
+
 /* Tensor parallelism, with sequence parallelism (sp): this rank holds a block of the heads, the
  * ffn and the vocabulary; with sp the residual stream is split by rows over the tp ranks. */
 typedef struct {
@@ -30,6 +34,19 @@ typedef struct {
     /* sp's gather: full (N,C) holds this rank's rows at their place; afterwards every rank's.
      * Elements of esize bytes: 4 (fp32: gradients, fp32 activations) or 2 (bf16 activations) */
     void (*gather)(void *ctx, void *full, int N, int C, int esize);
+    /* The overlapped forms (docs/parallelism.md, "Tensor parallelism overlapped"): the same
+     * bytes and results, the transfers hidden behind the GEMM that makes or uses the rows.
+     * gather_rows: gather, then rows(user, ·) for every rank's block of N/tp rows as it lands,
+     * this rank's own first (while the others travel). reduce_rows: rows(user, ·) writes each
+     * block's partial sums into y, the other ranks' blocks first, each sent as soon as made,
+     * this rank's own last; then as reduce. Without sp: rows(user, 0, N), then as before. */
+    void (*gather_rows)(void *ctx, void *full, int N, int C, int esize, pt_rows_fn rows,
+                        void *user);
+    void (*reduce_rows)(void *ctx, float *y, int N, int C, pt_rows_fn rows, void *user);
+    /* reduce, started now and finished by reduce_finish: the caller computes in between (the
+     * weight-gradient GEMM hides the input gradient's reduction); one pending at a time */
+    void (*reduce_start)(void *ctx, float *y, int N, int C);
+    void (*reduce_finish)(void *ctx);
     /* n floats summed over the tp ranks (sp: the norms' weight gradients of a micro-batch) */
     void (*sum)(void *ctx, float *x, size_t n);
     /* n host doubles summed over the tp ranks (the router's per-slot dot products) */

@@ -974,6 +974,37 @@ static void pt_tp_gather(const pt_model *m, void *full, int N, int C, int esize)
     if (tp && tp->gather) tp->gather(tp->ctx, full, N, C, esize);
 }
 
+/* The overlapped forms (parallel_ops.h): rows(user, ·) on every block of rows, the transfers
+ * hidden behind it; at degree 1 simply rows(user, 0, N). */
+static void pt_tp_gather_rows(const pt_model *m, void *full, int N, int C, int esize,
+                              pt_rows_fn rows, void *user) {
+    const pt_tp_ops *tp = m->par.tp_ops;
+    if (tp && tp->gather)
+        tp->gather_rows(tp->ctx, full, N, C, esize, rows, user);
+    else
+        rows(user, 0, N);
+}
+
+static void pt_tp_reduce_rows(const pt_model *m, float *y, int N, int C, pt_rows_fn rows,
+                              void *user) {
+    const pt_tp_ops *tp = m->par.tp_ops;
+    if (tp)
+        tp->reduce_rows(tp->ctx, y, N, C, rows, user);
+    else
+        rows(user, 0, N);
+}
+
+/* A reduce started now and finished by pt_tp_reduce_end, the caller computing in between. */
+static void pt_tp_reduce_begin(const pt_model *m, float *y, int N, int C) {
+    const pt_tp_ops *tp = m->par.tp_ops;
+    if (tp) tp->reduce_start(tp->ctx, y, N, C);
+}
+
+static void pt_tp_reduce_end(const pt_model *m) {
+    const pt_tp_ops *tp = m->par.tp_ops;
+    if (tp) tp->reduce_finish(tp->ctx);
+}
+
 static void pt_poll_cb(void *user) { pt_poll(user); }
 
 /* This rank's first row of a full (N, ·) array: its rows of the residual stream. */
@@ -1034,6 +1065,35 @@ static void pt_bias_grad(pt_model *m, pt_acts *a, float *db, const float *dy, in
 /* The weights the model computes with: the masters, or their bf16 copy. */
 static const pt_model_view *pt_wc(const pt_model *m) { return pt_is_bf16(m) ? &m->w16 : &m->w; }
 
+/* A linear layer block by block, the consumer or producer of an overlapped tp operation: rows
+ * [r0, r1) of out (·, n, fp32) = in (·, K) · Wᵀ (+ bias), or for a gradient (grad = 1) = in · W
+ * with in fp32, rounded row by row into the bf16 scratch a->g16 first when the model is bf16
+ * (the operand pt_gop would make of the whole). */
+typedef struct {
+    pt_model *m;
+    pt_acts *a;
+    const void *in, *w;
+    const float *bias;
+    float *out;
+    int K, n, grad;
+} pt_linear_rows;
+
+static void pt_linear_rows_fn(void *user, int r0, int r1) {
+    pt_linear_rows *g = user;
+    pt_model *m = g->m;
+    size_t i = (size_t)r0 * g->K;
+    const void *in = pt_at(m, g->in, i);
+    if (g->grad && pt_is_bf16(m)) {
+        m->be->to_bf16(m->be, (pt_bf16 *)g->a->g16 + i, (const float *)g->in + i,
+                       (size_t)(r1 - r0) * g->K);
+        in = (pt_bf16 *)g->a->g16 + i;
+    }
+    float *out = g->out + (size_t)r0 * g->n;
+    pt_mm(m, PT_NO_TRANS, g->grad ? PT_NO_TRANS : PT_TRANS, r1 - r0, g->n, g->K, in, g->K, g->w,
+          g->grad ? g->n : g->K, 0.0f, out, g->n);
+    if (g->bias) pt_add_bias(m, g->a, out, g->bias, r1 - r0, g->n, g->n);
+}
+
 /* xout (R,C) = xin + in (N,K) · Wᵀ (K,C) (+ bias (C), when not NULL), a row-parallel linear with
  * the residual add: in fp32 on one rank straight into the residual (the fused accumulate, then
  * the bias), else through y (N,C), the tp sum and the bias, then the add (in fp32, rounded once
@@ -1046,19 +1106,19 @@ static void pt_residual_linear(pt_model *m, pt_acts *a, void *xout, const void *
     float *y = a->dxn; /* (N,C) scratch: free in forward, and in backward between layers */
     if (!pt_is_bf16(m)) {
         be->copy(be, xout, xin, RC * sizeof(float));
-        pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, in, K, w, K, m->par.tp_ops ? 0.0f : 1.0f,
-              m->par.tp_ops ? y : xout, C);
         if (!m->par.tp_ops) {
+            pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, in, K, w, K, 1.0f, xout, C);
             if (bias) pt_add_bias(m, a, xout, bias, R, C, C);
             return;
         }
-        pt_tp_reduce(m, y, N, C);
+        pt_linear_rows g = {m, a, in, w, NULL, y, K, C, 0};
+        pt_tp_reduce_rows(m, y, N, C, pt_linear_rows_fn, &g);
         if (bias) pt_add_bias(m, a, y, bias, R, C, C);
         be->add(be, xout, y, RC);
         return;
     }
-    pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, in, K, w, K, 0.0f, y, C);
-    pt_tp_reduce(m, y, N, C);
+    pt_linear_rows g = {m, a, in, w, NULL, y, K, C, 0};
+    pt_tp_reduce_rows(m, y, N, C, pt_linear_rows_fn, &g);
     if (bias) pt_add_bias(m, a, y, bias, R, C, C);
     float *x = a->sA;
     be->from_bf16(be, x, xin, RC);
@@ -1090,16 +1150,20 @@ static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
 }
 
 /* The normed residual rows x (R,C) into their place in full (N,C), then gathered (sequence
- * parallel); w the norm's weight as the model computes with it. */
+ * parallel); w the norm's weight as the model computes with it. rows (when not NULL) consumes
+ * full block by block as it lands (pt_linear_rows). */
 static void pt_norm_gather(pt_model *m, pt_acts *a, void *full, float *rstd, const void *x,
-                           const float *w, int N) {
+                           const float *w, int N, pt_linear_rows *rows) {
     int C = m->cfg.dim, R = pt_res_rows(m, N);
     size_t RC = (size_t)R * C, r0 = pt_own_row0(m, N) * C;
     const float *in = pt_f32(m, a->sA, x, RC);
     float *out = pt_is_bf16(m) ? a->sB : (float *)full + r0;
     m->be->rmsnorm_forward(m->be, out, rstd, in, pt_wvec(m, a, w), R, C, m->cfg.norm_eps);
     pt_store(m, pt_at(m, full, r0), out, RC);
-    pt_tp_gather(m, full, N, C, m->act_size);
+    if (rows)
+        pt_tp_gather_rows(m, full, N, C, m->act_size, pt_linear_rows_fn, rows);
+    else
+        pt_tp_gather(m, full, N, C, m->act_size);
 }
 
 /* The attention core of layer l: att, lse from qkv (ring attention under context parallelism). */
@@ -1148,12 +1212,11 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
     pt_layer_acts *la = &a->layers[l - a->l0];
     const pt_layer_view *w = &pt_wc(m)->layers[l];
-    pt_norm_gather(m, a, la->xn1, la->rstd1, la->x, w->attn_norm, N);
-    /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads; rope on q (H heads)
-     * and k (KV heads, starting at column q) */
+    /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads, block by block as
+     * xn1's rows are gathered; rope on q (H heads) and k (KV heads, starting at column q) */
     float *t = pt_out(m, la->qkv, a->sA);
-    pt_mm(m, PT_NO_TRANS, PT_TRANS, N, qkv, C, la->xn1, C, w->wqkv, C, 0.0f, t, qkv);
-    if (w->bqkv) pt_add_bias(m, a, t, w->bqkv, N, qkv, qkv);
+    pt_linear_rows g = {m, a, la->xn1, w->wqkv, w->bqkv, t, C, qkv, 0};
+    pt_norm_gather(m, a, la->xn1, la->rstd1, la->x, w->attn_norm, N, &g);
     pt_poll(m);
     be->rope(be, t, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
     be->rope(be, t + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
@@ -1162,7 +1225,11 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     pt_poll(m);
     /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
     pt_residual_linear(m, a, la->xmid, la->x, la->att, w->wo, w->bo, N, q);
-    pt_norm_gather(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
+    /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F), as xn2's rows are gathered (the experts take xn2
+     * whole) */
+    t = pt_out(m, la->gu, a->sA);
+    g = (pt_linear_rows){m, a, la->xn2, w->wgu, NULL, t, C, 2 * F, 0};
+    pt_norm_gather(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N, la->moe ? NULL : &g);
     if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every expert
                     * give a part, summed like the dense MLP's. fp32 on one rank adds straight
                     * into the residual; otherwise through y (N,C, fp32), the tp sum, then the
@@ -1190,9 +1257,7 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
             pt_moe_a2a_rows(m, la->moe, &m->a2a_sent, &m->a2a_recv);
         return;
     }
-    /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F) -> h (N,F) */
-    t = pt_out(m, la->gu, a->sA);
-    pt_mm(m, PT_NO_TRANS, PT_TRANS, N, 2 * F, C, la->xn2, C, w->wgu, C, 0.0f, t, 2 * F);
+    /* gu -> h (N,F) */
     pt_store(m, la->gu, t, (size_t)N * 2 * F);
     pt_swiglu(m, a, la, N);
     pt_poll(m);
@@ -1267,7 +1332,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     }
     if (!a->last) return;
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
-    pt_norm_gather(m, a, a->xf, a->rstdf, a->xout, pt_wc(m)->final_norm, N);
+    pt_norm_gather(m, a, a->xf, a->rstdf, a->xout, pt_wc(m)->final_norm, N, NULL);
 }
 
 /* The head and loss of rows [r0, r0 + n): logits (n,V) = xf (n,C) · Headᵀ, each row's loss added
@@ -1316,11 +1381,13 @@ double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const in
         pt_head_loss(m, a, targets, r0, n, loss_scale, &loss, &valid);
         const void *dl = pt_gop(m, a, a->logits, (size_t)n * V);
         pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, V, dl, V, wh, C, 0.0f, a->dxf + (size_t)r0 * C, C);
+        /* dxf whole: summed over the tp ranks (with sequence parallelism, this rank's rows, at
+         * the start) while the last block's head gradient computes */
+        if (r0 + n == N) pt_tp_reduce_begin(m, a->dxf, N, C);
         pt_mm(m, PT_TRANS, PT_NO_TRANS, V, C, n, dl, V, pt_at(m, a->xf, (size_t)r0 * C), C, 1.0f,
               m->g.head, C);
     }
-    /* dxf summed over the tp ranks (with sequence parallelism, this rank's rows, at the start) */
-    pt_tp_reduce(m, a->dxf, N, C);
+    pt_tp_reduce_end(m);
     /* the head's gradient is final here, unless it is the embedding's (tied) */
     pt_release(m, head, c->tied_embeddings ? PT_USE_PARAMS : PT_USE_PARAMS | PT_USE_GRADS, 0);
     /* the final norm's parameters stay for its backward */
@@ -1372,13 +1439,22 @@ static void pt_norm_backward(pt_model *m, pt_acts *a, float *dw, const float *dx
                             rstd, R, m->cfg.dim);
 }
 
-/* The gradient of the residual rows, gathered in full (N,C) when sequence parallel. */
-static const float *pt_full_grad(pt_model *m, pt_acts *a, int N) {
-    if (!(m->par.sp && m->par.tp > 1)) return a->dx;
+/* The gradient of the residual rows, gathered in full (N,C) when sequence parallel; rows (when
+ * not NULL) consumes it block by block as it lands: its in is set here. */
+static const float *pt_full_grad(pt_model *m, pt_acts *a, int N, pt_linear_rows *rows) {
     int C = m->cfg.dim, R = pt_res_rows(m, N);
-    m->be->copy(m->be, a->dfull + pt_own_row0(m, N) * C, a->dx, (size_t)R * C * sizeof(float));
-    pt_tp_gather(m, a->dfull, N, C, sizeof(float));
-    return a->dfull;
+    const float *full = a->dx;
+    if (m->par.sp && m->par.tp > 1) {
+        m->be->copy(m->be, a->dfull + pt_own_row0(m, N) * C, a->dx, (size_t)R * C * sizeof(float));
+        full = a->dfull;
+    }
+    if (!rows) {
+        if (full != a->dx) pt_tp_gather(m, a->dfull, N, C, sizeof(float));
+        return full;
+    }
+    rows->in = full;
+    pt_tp_gather_rows(m, a->dfull, N, C, sizeof(float), pt_linear_rows_fn, rows);
+    return full;
 }
 
 /* The backward of a layer's MLP (dense, or the experts) and its norm: a->dx becomes the gradient
@@ -1392,31 +1468,33 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
     if (la->moe) {
         /* each tp rank's expert slices give a part of the input gradient (the router's, the same
          * on every rank, comes from the first): summed like the dense MLP's */
-        const float *dfull = pt_full_grad(m, a, N);
+        const float *dfull = pt_full_grad(m, a, N, NULL);
         be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
         pt_moe_backward(m, la->moe, w, g, la->xn2, dfull, pt_gop(m, a, dfull, (size_t)N * C),
                         a->dxn, a->B, a->T);
         pt_tp_reduce(m, a->dxn, N, C);
     } else {
-        /* dh (N,F) = dx · Wdown; dWdown (C,F) += dxᵀ · h */
-        const float *dfull = pt_full_grad(m, a, N);
-        const void *dy = pt_gop(m, a, dfull, (size_t)N * C);
-        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, F, C, dy, C, w->wdown, F, 0.0f, a->dh, F);
+        /* dh (N,F) = dx · Wdown, block by block as dx's rows are gathered; dWdown (C,F) +=
+         * dxᵀ · h */
+        pt_linear_rows gr = {m, a, NULL, w->wdown, NULL, a->dh, C, F, 1};
+        const float *dfull = pt_full_grad(m, a, N, &gr);
+        const void *dy = pt_is_bf16(m) ? a->g16 : (const void *)dfull; /* (rounded by the rows) */
         if (now)
             pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, N, dy, C, la->h, F, 1.0f, g->wdown, F);
         else
             be->copy(be, la->z_dmlp, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
         be->swiglu_backward(be, a->dgu, a->dh, pt_f32(m, a->sA, la->gu, (size_t)N * 2 * F), N, F);
-        /* dxn2 (N,C) = dgu · Wgu, summed over the tp ranks; dWgu (2F,C) += dguᵀ · xn2 */
+        /* dxn2 (N,C) = dgu · Wgu, summed over the tp ranks while dWgu (2F,C) += dguᵀ · xn2 */
         dy = pt_gop(m, a, a->dgu, (size_t)N * 2 * F);
         pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, dy, 2 * F, w->wgu, C, 0.0f, a->dxn, C);
+        pt_tp_reduce_begin(m, a->dxn, N, C);
         if (now)
             pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, dy, 2 * F, la->xn2, C, 1.0f, g->wgu, C);
         else
             be->copy(be, la->z_dgu, a->dgu, (size_t)N * 2 * F * sizeof(float));
         pt_poll(m);
-        pt_tp_reduce(m, a->dxn, N, C);
+        pt_tp_reduce_end(m);
     }
     pt_norm_backward(m, a, pt_norm_dw(m, a, g->mlp_norm, 0), a->dxn, la->xmid, w->mlp_norm,
                      la->rstd2, R);
@@ -1450,10 +1528,11 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
     const float *dqkv = a->dqkv;
     if (part != PT_BWD_WEIGHT) {
         pt_mlp_backward(m, a, l, now);
-        /* attention output: datt (N,q) = dx · Wo; dWo (C,q) += dxᵀ · att */
-        const float *dfull = pt_full_grad(m, a, N);
-        const void *dy = pt_gop(m, a, dfull, (size_t)N * C);
-        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, q, C, dy, C, w->wo, q, 0.0f, a->datt, q);
+        /* attention output: datt (N,q) = dx · Wo, block by block as dx's rows are gathered;
+         * dWo (C,q) += dxᵀ · att */
+        pt_linear_rows gr = {m, a, NULL, w->wo, NULL, a->datt, C, q, 1};
+        const float *dfull = pt_full_grad(m, a, N, &gr);
+        const void *dy = pt_is_bf16(m) ? a->g16 : (const void *)dfull; /* (rounded by the rows) */
         if (now) {
             pt_mm(m, PT_TRANS, PT_NO_TRANS, C, q, N, dy, C, la->att, q, 1.0f, g->wo, q);
             if (g->bo) pt_bias_grad(m, a, g->bo, dfull, N, C, C, 1.0f);
@@ -1475,6 +1554,7 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
         /* dxn1 (N,C) = dqkv · Wqkv, summed over the tp ranks */
         pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, C, qkv, pt_gop(m, a, a->dqkv, (size_t)N * qkv), qkv,
               w->wqkv, C, 0.0f, a->dxn, C);
+        pt_tp_reduce_begin(m, a->dxn, N, C); /* while the weight gradients compute */
         if (!now) be->copy(be, la->z_dqkv, a->dqkv, (size_t)N * qkv * sizeof(float));
     } else {
         dqkv = la->z_dqkv;
@@ -1502,7 +1582,7 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
         }
     }
     if (part != PT_BWD_WEIGHT) {
-        pt_tp_reduce(m, a->dxn, N, C);
+        pt_tp_reduce_end(m);
         pt_norm_backward(m, a, pt_norm_dw(m, a, g->attn_norm, 1), a->dxn, la->x, w->attn_norm,
                          la->rstd1, R);
         float *norms[2] = {g->mlp_norm, g->attn_norm};
@@ -1544,7 +1624,7 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
     }
     if (!a->first) return; /* a->dx: the gradient of the chunk's input */
     pt_acquire(m, 0, PT_USE_GRADS, 1);
-    const float *dfull = pt_full_grad(m, a, N);
+    const float *dfull = pt_full_grad(m, a, N, NULL);
     be->embedding_backward(be, m->g.embed, tokens, dfull, N, C, m->loc.v0, m->loc.V);
     pt_release(m, 0, PT_USE_GRADS, 1);
 }

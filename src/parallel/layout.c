@@ -41,7 +41,7 @@ static pt_status layout_tp(pt_layout *l, const pt_layout_spec *s, const pt_model
     pt_local_dims ld = pt_model_local_dims(mc, par->tp, par->tp_rank);
     if (ld.kv_shared > 1) pt_mesh_make_kv(mesh, ld.kv_shared);
     par->tp_ops = pt_tp_create(be, mesh->tp, ld.kv_shared > 1 ? mesh->kv : NULL, par->sp, ld.V,
-                               ld.v0, ld.v_valid, mbt);
+                               ld.v0, ld.v_valid, mbt, mc->dim);
     return PT_OK;
 }
 
