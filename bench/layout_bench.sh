@@ -17,6 +17,10 @@
 # over BENCH_BUSY. The column shows the worst kept run's: a row above ~0.1 core is noisy. About 1.5
 # min on a quiet 2-core machine (13 runs); on a busy one the waits and retries can stretch it to
 # ~10 min (BENCH_WAIT=0 BENCH_RETRY=0: none).
+# BENCH_OLD_BIN=PATH: another build (the "before" of a change) measured in the same run, each
+# layout (the baseline included) run with it right before the same layout with $bin; the table
+# then has both, each layout's ratio against its own build's baseline, and the blocked shares
+# before -> after. Twice the time.
 set -euo pipefail
 steps="${1:-12}"
 source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" layout
@@ -50,16 +54,21 @@ ticks() {  # CPU ticks: all busy on the machine, then this shell's reaped childr
   echo $(( a[1] + a[2] + a[3] + a[6] + a[7] + a[8] )) $(( c[13] + c[14] ))
 }
 rm -f "$out"/*.jsonl "$out"/*.load
-run() {  # NAME RANKS [options]: one layout; rank 0's metrics in $out/NAME.jsonl, the other load
-  local name=$1 np=$2 before t0 t1 s0 s1 try; shift 2  # (before, during) in $out/NAME.load
+old="${BENCH_OLD_BIN:-}"
+run() {  # NAME RANKS [options]: one layout, with the old build first when there is one
+  [[ -n $old ]] && run_bin "$old" "old-$@"
+  run_bin "$bin" "$@"
+}
+run_bin() {  # BIN NAME RANKS [options]: one layout; rank 0's metrics in $out/NAME.jsonl, the other
+  local exe=$1 name=$2 np=$3 before t0 t1 s0 s1 try; shift 3  # load (before, during) in $out/NAME.load
   for ((try = 0; try <= ${BENCH_RETRY:-1}; try++)); do  # again when others ran during it
     rm -f "$out/$name.jsonl"
     before=$(wait_quiet)
     read -r t0 s0 < <(ticks); s0=$(date +%s.%N)" $s0"
     if (( np == 1 )); then
-      "$bin" train "${cfg[@]}" --training.threads=2 "$@" --logging.metrics="$out/$name.jsonl" >/dev/null
+      "$exe" train "${cfg[@]}" --training.threads=2 "$@" --logging.metrics="$out/$name.jsonl" >/dev/null
     else
-      mpirun -np "$np" --bind-to none "$bin" train "${cfg[@]}" --training.threads=1 "$@" \
+      mpirun -np "$np" --bind-to none "$exe" train "${cfg[@]}" --training.threads=1 "$@" \
         --logging.metrics="$out/$name.jsonl" >/dev/null
     fi
     read -r t1 s1 < <(ticks); s1=$(date +%s.%N)" $s1"
@@ -71,6 +80,7 @@ print(sys.argv[7], '%.2f' % max(0, (t1 - t0 - (c1 - c0)) / os.sysconf('SC_CLK_TC
     "$PY" -c "import sys; sys.exit(0 if float(sys.argv[1]) < ${BENCH_BUSY:-0.15} else 1)" \
       "$(cut -d' ' -f2 "$out/$name.load")" && break
   done
+  return 0  # (a run kept after its retries despite other load: the column says so)
 }
 for ((r = 1; r <= ${BENCH_ROUNDS:-2}; r++)); do
   run base.r$r 1
@@ -81,31 +91,47 @@ for ((r = 1; r <= ${BENCH_ROUNDS:-2}; r++)); do
   run ep.r$r 2 --parallel.dp=2 --parallel.ep=2 --parallel.zero=1
 done
 run base.r$r 1  # r = rounds + 1: the baseline once more, last
-"$PY" - "$out" <<'PY'
+"$PY" - "$out" "$old" <<'PY'
 import glob, json, statistics, sys
-out = sys.argv[1]
+out, two = sys.argv[1], bool(sys.argv[2])
 med = statistics.median
 def runs(n):  # rank 0's steps after the 2 warm-up steps, per run of layout n (all rounds)
-    return [[json.loads(l) for l in open(f)][2:] for f in sorted(glob.glob("%s/%s.*.jsonl" % (out, n)))]
+    return [[json.loads(l) for l in open(f)][2:] for f in sorted(glob.glob("%s/%s.r*.jsonl" % (out, n)))]
 def load(n):
     m = [x for r in runs(n) for x in r]
     groups = sorted({g for x in m for g in x.get("comm_wait_groups", {})})
     share = {g: med(x.get("comm_wait_groups", {}).get(g, 0) / x["seconds"] for x in m) for g in groups}
     mem = m[-1].get("mem", {})
-    other = [l.split() for f in glob.glob("%s/%s.*.load" % (out, n)) for l in open(f)]
+    other = [l.split() for f in glob.glob("%s/%s.r*.load" % (out, n)) for l in open(f)]
     return dict(tok=med(x["tokens_per_s"] for x in m), wait=med(x.get("comm_wait_s", 0) / x["seconds"] for x in m),
                 share=share, mem=[mem.get(k, 0) / 2**20 for k in ("params", "grads", "optim", "activations")],
                 idle=[med(x["pp_idle"][i] for x in m) for i in range(len(m[0].get("pp_idle", [])))],
                 other="%s / %s" % tuple(max(o[i] for o in other) for i in (0, 1)))
+names = [("base", "1 rank × 2 threads (baseline)"), ("dp", "dp 2, ZeRO-1"), ("tp", "tp 2, sp"),
+         ("pp", "pp 2, zb (m = 4)"), ("cp", "cp 2, zigzag"), ("ep", "ep 2 over dp 2, ZeRO-1")]
+def groups(r):
+    return ", ".join("%s %.1f%%" % (g, 100 * s) for g, s in sorted(r["share"].items(), key=lambda kv: -kv[1])
+                     if s >= 0.0005) or "–"
+if two:  # before (old build) and after, each against its own baseline
+    ob, nb = load("old-base"), load("base")
+    print("| layout | tokens/s before | vs baseline before | tokens/s after | vs baseline after | step blocked "
+          "on comm before -> after (rank 0) | by group before | by group after |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, title in names:
+        o, r = load("old-" + n), load(n)
+        print("| %s | %.0f | %.2f× | %.0f | %.2f× | %.1f%% -> %.1f%% | %s | %s |" % (
+            title, o["tok"], o["tok"] / ob["tok"], r["tok"], r["tok"] / nb["tok"], 100 * o["wait"],
+            100 * r["wait"], groups(o), groups(r)))
+    print("\nbaseline per run (drift): before %s, after %s tok/s" % tuple(", ".join(
+        "%.0f" % med(x["tokens_per_s"] for x in r) for r in runs(n)) for n in ("old-base", "base")))
+    sys.exit(0)
 base = load("base")
-rows = [("1 rank × 2 threads (baseline)", base), ("dp 2, ZeRO-1", load("dp")), ("tp 2, sp", load("tp")),
-        ("pp 2, zb (m = 4)", load("pp")), ("cp 2, zigzag", load("cp")), ("ep 2 over dp 2, ZeRO-1", load("ep"))]
+rows = [(title, load(n)) for n, title in names]
 print("| layout | tokens/s | vs baseline | step blocked on comm (rank 0) | by group | rank 0 params / grads / "
       "optim / activations (MiB) | other load, before / during (cores) |")
 print("|---|---|---|---|---|---|---|")
 for name, r in rows:
-    by = ", ".join("%s %.1f%%" % (g, 100 * s) for g, s in sorted(r["share"].items(), key=lambda kv: -kv[1])
-                   if s >= 0.0005) or "–"
+    by = groups(r)
     if r["idle"]:
         by += " (pp idle per stage %s)" % " / ".join("%.0f%%" % (100 * i) for i in r["idle"])
     print("| %s | %.0f | %.2f× | %s | %s | %s | %s |" % (
