@@ -6,6 +6,7 @@
 #   - tp bytes per layer per micro-batch (a 3-layer run minus a 2-layer one) = FORMULAS.md's
 #     4 all-reduces of N·C, 2(t−1)/t each, without sp; 4 all-gathers + 4 reduce-scatters of N·C,
 #     (t−1)/t each, with sp, plus the all-reduce of the layer's two norm-weight gradients (2C);
+#     with sp 6 of those 8 as the overlapped point-to-point blocks (docs/parallelism.md);
 #   - activation bytes per rank = the accounting in docs/parallelism.md, smaller with sp;
 #   - checkpoints across tp degrees (tp 4 sp -> tp 2 × dp 2 ZeRO-1 -> tp 1) continue the same
 #     losses, and the export of a tp 4 checkpoint equals the single-process one's;
@@ -41,7 +42,7 @@ for tp in 2 4; do
       run $tp "bytes_tp${tp}_${sp}_L$L" --parallel.tp=$tp --parallel.sp=$sp --training.micro_batch=8 \
         --model.n_layers=$L --training.steps=2 || bad "bytes run tp $tp sp $sp L $L failed"
     done
-    "$PY" - "$tmp" $tp $sp <<'PY' && ok || bad "tp $tp sp $3: bytes per layer differ from the formula"
+    "$PY" - "$tmp" $tp $sp <<'PY' && ok || bad "tp $tp sp $sp: bytes per layer differ from the formula"
 import json, sys
 tmp, t, sp = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "true"
 N, C = 8 * 16, 32
@@ -49,6 +50,19 @@ def tp_bytes(L):
     m = [json.loads(l) for l in open("%s/bytes_tp%d_%s_L%d.jsonl" % (tmp, t, sys.argv[3], L))]
     return m[1]["comm_groups"]["tp"]
 got = tp_bytes(3) - tp_bytes(2)
+# with sp the overlapped forms (docs/parallelism.md): per layer, the forward's 2 gathers and 2
+# reduce-scatters and the backward's 2 gathers go point to point (6 blocks' worth of sends,
+# (t−1)/t · N·C each), the backward's 2 input-gradient reductions stay reduce-scatters
+def op_bytes(L, op):
+    m = [json.loads(l) for l in open("%s/bytes_tp%d_%s_L%d.jsonl" % (tmp, t, sys.argv[3], L))]
+    return m[1]["comm"].get(op, [0, 0])[1]
+if sp:
+    unit = (t - 1) / t * N * C * 4
+    sends, rs = (op_bytes(3, o) - op_bytes(2, o) for o in ("send", "reduce-scatter"))
+    print("tp %d sp: per layer %d bytes sent point to point (want 6 × %.0f), %d reduce-scattered "
+          "(want 2 × %.0f)" % (t, sends, unit, rs, unit))
+    if sends != 6 * unit or rs != 2 * unit:
+        sys.exit(1)
 # FORMULAS.md: without sp, forward 2 all-reduces of N·C and backward 2 more, 2(t−1)/t each;
 # with sp the same volume as 4 all-gathers + 4 reduce-scatters, (t−1)/t each
 formulas = 4 * 2 * (t - 1) / t * N * C * 4
