@@ -118,19 +118,20 @@ for n in sys.argv[3:]:
 sys.exit(0 if ok else 1)
 PY
 
-# expert parallelism's all-to-all bytes in bf16, rank 0, from its routing (test_moe.sh has the
-# fp32 formula): per MoE layer and micro-batch the counts (E/ep int64 to each peer); the rows it
-# dispatches (forward: inputs, backward: output gradients) in bf16, 2 bytes per element; the
-# rows it received, returned by the combines (outputs, input gradients) in fp32, 4 bytes: they
-# are partial sums over tp ranks (docs/precision.md)
-"$PY" - "$tmp" <<'PY' && ok || bad "bf16 all-to-all bytes differ from the routing"
+# expert parallelism's bytes in bf16, rank 0, from its routing (test_moe.sh has the fp32
+# formula): per MoE layer and micro-batch the counts (E/ep int64 to each peer, all-to-all), then
+# each block's rows point to point (sends): the rows it dispatches (forward: inputs, backward:
+# output gradients) in bf16, 2 bytes per element; the rows it received, returned by the combines
+# (outputs, input gradients) in fp32, 4 bytes: they are partial sums over tp ranks
+# (docs/precision.md)
+"$PY" - "$tmp" <<'PY' && ok || bad "bf16 expert parallelism's bytes differ from the routing"
 import json, sys
 m = [json.loads(l) for l in open("%s/moe_ep2.jsonl" % sys.argv[1])][1]
 sent, recv = m["ep_rows"]
 C, E, ep, moe_layers, micro = 32, 4, 2, 3, 1
 want = 2 * (2 * sent + 4 * recv) * C + moe_layers * micro * (E // ep) * (ep - 1) * 8
-got = m["comm"]["all-to-all"][1]
-print("moe_ep2 bf16: all-to-all %d bytes; routing: %d rows out, %d in -> %d" % (got, sent, recv, want))
+got = m["comm"]["all-to-all"][1] + m["comm"]["send"][1]
+print("moe_ep2 bf16: all-to-all + send %d bytes; routing: %d rows out, %d in -> %d" % (got, sent, recv, want))
 sys.exit(0 if got == want else 1)
 PY
 

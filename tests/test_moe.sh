@@ -8,8 +8,12 @@
 #   - on a skewed toy task the auxiliary-loss-free bias update and the aux loss bring the busiest
 #     expert below 1.2 × the mean load where no balancing stays above it;
 #   - expert parallelism (ep 2 and 4, ep 2 inside dp 4, with pp 2, with tp 2 + sp, ep 4 over
-#     dp 2 × cp 2) and MoE with tp 2 and cp 2 equal to one process, and the all-to-all bytes
-#     equal to what the routing implies;
+#     dp 2 × cp 2) and MoE with tp 2 and cp 2 equal to one process, and the bytes sent equal to
+#     what the routing implies;
+#   - the overlapped exchange (every block point to point, computed as it lands, the shared
+#     experts while the outputs travel back) bit for bit the plain all-to-all (PT_EP_OVERLAP=0),
+#     with the same bytes: fp32 and bf16, full recomputation, tp 2 + sp, top-1 ep 4 without
+#     shared experts, and a capacity;
 #   - expert parallelism with ZeRO-1/2/3 (dense and expert regions sharded over their own groups),
 #     and the bias update under ZeRO (each rank moves its slice);
 #   - experts that ep does not divide fail fast with one message.
@@ -57,18 +61,19 @@ check 2 bias_dp2_z3 bref "${bias[@]}" --parallel.dp=2 --parallel.zero=3 --traini
 check 4 bias_ep2_dp4_z2 bref "${bias[@]}" --parallel.dp=4 --parallel.ep=2 --parallel.zero=2 --training.micro_batch=1
 check 4 bias_ep2_pp2_z1 bref "${bias[@]}" --parallel.dp=2 --parallel.ep=2 --parallel.pp=2 --parallel.zero=1 --training.micro_batch=1
 
-# all-to-all bytes of rank 0 = what its routing implies: per MoE layer and micro-batch the counts
-# (E/ep int64 to each peer), then rows of C floats: dispatch (the rows it sends) and combine (the
-# rows it received, returned), forward and backward again
-"$PY" - "$tmp" <<'PY' && ok || bad "all-to-all bytes differ from the routing"
+# expert parallelism's bytes of rank 0 = what its routing implies: per MoE layer and micro-batch
+# the counts (E/ep int64 to each peer, all-to-all), then rows of C floats, each block point to
+# point (sends): dispatch (the rows it sends) and combine (the rows it received, returned),
+# forward and backward again
+"$PY" - "$tmp" <<'PY' && ok || bad "expert parallelism's bytes differ from the routing"
 import json, sys
 for name, ep, micro in (("moe_ep2", 2, 1), ("moe_ep4", 4, 1)):  # one micro-batch per rank
     m = [json.loads(l) for l in open("%s/%s.jsonl" % (sys.argv[1], name))][1]
     sent, recv = m["ep_rows"]
     C, E, moe_layers = 32, 4, 3
     want = 2 * (sent + recv) * C * 4 + moe_layers * micro * (E // ep) * (ep - 1) * 8
-    got = m["comm"]["all-to-all"][1]
-    print("%s: all-to-all %d bytes; routing: %d rows out, %d in -> %d" % (name, got, sent, recv, want))
+    got = m["comm"]["all-to-all"][1] + m["comm"]["send"][1]
+    print("%s: all-to-all + send %d bytes; routing: %d rows out, %d in -> %d" % (name, got, sent, recv, want))
     if got != want: sys.exit(1)
 PY
 
@@ -105,6 +110,48 @@ for n, r in (("none", none), ("bias update", bias), ("aux loss", aux)):
 ok = min(none) > 1.2 and statistics.median(bias[40:]) < 1.2 and statistics.median(aux[40:]) < 1.2
 sys.exit(0 if ok else 1)
 PY
+
+# the overlapped exchange against the plain one (PT_EP_OVERLAP=0: one all-to-all each way, the
+# blocks in the same order): step-1 gradients and metrics the same bits, the ep group's bytes
+# equal. Runs NAME (overlapped) and NAME_plain unless NAME ran already (moe_check)
+same_bits() { # NP NAME ARGS...
+  local np="$1" name="$2"; shift 2
+  [ -f "$tmp/$name.st" ] || run "$np" "$name" "$@" || { bad "$name failed: $(tail -3 "$tmp/$name.log")"; return; }
+  PT_EP_OVERLAP=0 run "$np" "${name}_plain" "$@" || { bad "${name}_plain failed: $(tail -3 "$tmp/${name}_plain.log")"; return; }
+  "$PY" - "$tmp" "$name" <<'PY' && ok || bad "$name: the overlapped exchange differs from the plain one"
+import json, sys
+d, n = sys.argv[1], sys.argv[2]
+st = [open("%s/%s.st" % (d, x), "rb").read() for x in (n, n + "_plain")]
+keys = ("loss", "grad_norm", "aux_loss", "z_loss")
+m = [[json.loads(l) for l in open("%s/%s.jsonl" % (d, x))] for x in (n, n + "_plain")]
+vals = [[[s.get(k) for k in keys] for s in x] for x in m]
+ep = [x[1]["comm_groups"]["ep"] for x in m]
+print("%s: gradients %s, %d steps' metrics %s, ep bytes per step %d / %d" % (
+    n, "equal" if st[0] == st[1] else "DIFFER", len(vals[0]),
+    "equal" if vals[0] == vals[1] else "DIFFER", ep[0], ep[1]))
+sys.exit(0 if st[0] == st[1] and vals[0] == vals[1] and len(vals[0]) == 10 and ep[0] == ep[1] else 1)
+PY
+}
+same_bits 2 moe_ep2 "${moe[@]}" --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
+same_bits 4 moe_tp2_sp_ep2 "${moe[@]}" --parallel.tp=2 --parallel.sp=true --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
+# top-1 over ep 4 (one expert a rank), no shared experts: against one process too
+top1=(--model.n_layers=3 --model.n_experts=4 --model.top_k=1 --model.moe_ffn_dim=24
+      --model.moe_first_dense=1 --model.aux_loss_coef=0.05)
+run 1 ref_top1 "${top1[@]}" --training.micro_batch=8 || bad "top-1 reference failed: $(tail -3 "$tmp/ref_top1.log")"
+check 4 moe_top1_ep4 ref_top1 "${top1[@]}" --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
+same_bits 4 moe_top1_ep4 "${top1[@]}" --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
+# a capacity (each rank drops its slots beyond it: blocks of fewer rows, no reference)
+same_bits 4 moe_cap_ep4 "${top1[@]}" --model.capacity_factor=0.5 --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
+# bf16 with full recomputation: against the single-process bf16 run (compare_runs.py --bf16)
+bf=(--training.precision=bf16 --training.recompute=full)
+run 1 ref_bf16 "${moe[@]}" "${bf[@]}" --training.micro_batch=8 || bad "bf16 reference failed: $(tail -3 "$tmp/ref_bf16.log")"
+if run 2 moe_bf16_ep2 "${moe[@]}" "${bf[@]}" --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4; then
+  "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --bf16 "$tmp" ref ref_bf16 moe_bf16_ep2 "MoE bf16, full recomputation: ep2" && ok ||
+    bad "bf16 ep 2 with full recomputation too far from the single-process bf16 run"
+else
+  bad "bf16 ep 2 failed: $(tail -3 "$tmp/moe_bf16_ep2.log")"
+fi
+same_bits 2 moe_bf16_ep2 "${moe[@]}" "${bf[@]}" --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
 
 expect_fail 1 "model.top_k = 5" --model.n_experts=4 --model.top_k=5 --training.micro_batch=8
 expect_fail 2 "must divide model.moe_ffn_dim" "${moe[@]}" --model.moe_ffn_dim=25 --parallel.tp=2 --training.micro_batch=8

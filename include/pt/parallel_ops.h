@@ -80,22 +80,27 @@ typedef struct {
 } pt_cp_ops;
 
 /* Expert parallelism: each rank holds E/ep experts of every MoE layer; token-slots travel to the
- * rank holding their expert (dispatch) and their outputs back (combine), by all-to-all. */
+ * rank holding their expert (dispatch) and their outputs back (combine). */
 typedef struct pt_ep_state pt_ep_state; /* one MoE layer's exchange of one micro-batch */
 
-/* What this rank's experts received: rows in blocks, block b from rank b / el for local expert
- * b % el, rows[b] of them, one after another. x is kept from forward to backward. The
- * dispatched rows (x, dy) have the state's element size (bf16 under mixed precision); the
- * combined ones (y, dx) are fp32: under tensor parallelism they are partial sums over the tp
- * ranks' slices of the experts, summed after the combine. */
+/* What this rank's experts receive: rows in blocks, block b from rank b / el for local expert
+ * b % el, rows[b] of them, one after another (block b's first row: at[b]). x is kept from
+ * forward to backward. The dispatched rows (x, dy) have the state's element size (bf16 under
+ * mixed precision); the combined ones (y, dx) are fp32: under tensor parallelism they are partial
+ * sums over the tp ranks' slices of the experts, summed after the combine. */
 typedef struct {
     void *x;        /* (rows, C): the received inputs */
     float *y;       /* (rows, C): the experts' outputs to send back */
     void *dy;       /* backward: the received output gradients */
     float *dx;      /* the input gradients to send back */
     const int64_t *rows; /* (ep · el) */
+    const int64_t *at;   /* (ep · el) */
     int n_blocks, el;
 } pt_ep_recv;
+
+/* The model's work on one block of what arrived: block b (this rank's expert b % el), n ≥ 1 rows
+ * from row at of recv's buffers: forward writes recv->y's rows, backward recv->dx's. */
+typedef void (*pt_ep_block_fn)(void *user, int b, size_t at, int n);
 
 typedef struct {
     void *ctx;
@@ -106,16 +111,26 @@ typedef struct {
     size_t (*max_rows)(void *ctx, int N);
     void (*state_free)(void *ctx, pt_ep_state *s);
     size_t (*state_bytes)(const pt_ep_state *s);
-    /* The slots' rows (S,C), sorted by expert (off: E + 1 offsets), sent to the ranks holding
-     * their experts; returns what this rank received (valid until the state's next dispatch). */
-    const pt_ep_recv *(*dispatch)(void *ctx, pt_ep_state *s, const void *rows,
-                                  const int32_t *off);
-    /* recv->y sent back: out (S,C) gets each slot's output, in the order dispatched */
-    void (*combine)(void *ctx, pt_ep_state *s, float *out);
-    /* Backward: the slots' output gradients (S,C) go where their inputs went (to recv->dy), and
-     * recv->dx comes back into dx (S,C). */
-    void (*dispatch_grad)(void *ctx, pt_ep_state *s, const void *dy);
-    void (*combine_grad)(void *ctx, pt_ep_state *s, float *dx);
+    /* An exchange in three calls, the model computing in between: start, compute, finish.
+     * Forward: the slots' rows (S,C), sorted by expert (off: E + 1 offsets), start for the ranks
+     * holding their experts; out (S,C) is to get each slot's output, in the order dispatched.
+     * Returns what this rank receives (its rows valid once compute has called their block; x
+     * until the state's next dispatch_start). */
+    const pt_ep_recv *(*dispatch_start)(void *ctx, pt_ep_state *s, const void *rows,
+                                        const int32_t *off, float *out);
+    /* Backward: the slots' output gradients dy (S,C) start for where their inputs went (to
+     * recv->dy); dx (S,C) is to get recv->dx back. */
+    void (*dispatch_grad_start)(void *ctx, pt_ep_state *s, const void *dy, float *dx);
+    /* block(user, ·) over every block with rows: this rank's own first (while the others'
+     * travel), then rank me+1's, me+2's, ..., each once its rows have arrived (the same order
+     * every step: gradients accumulate alike); each block's result leaves for its sender as soon
+     * as block returns. Pending transfers progress between blocks. */
+    void (*compute)(void *ctx, pt_ep_state *s, pt_ep_block_fn block, void *user);
+    /* Waits for the results started (out, dx complete), and for the sends. */
+    void (*finish)(void *ctx, pt_ep_state *s);
+    /* Lets the transfers of an exchange in flight progress (MPI moves them only inside its
+     * calls): the model calls it between the GEMMs of a block and of its other work */
+    void (*progress)(void *ctx, pt_ep_state *s);
     /* rows this rank sent to and received from other ranks in the state's last dispatch */
     void (*rows_moved)(const pt_ep_state *s, int64_t *sent, int64_t *recv);
 } pt_ep_ops;

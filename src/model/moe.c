@@ -20,7 +20,8 @@
  *
  * Expert parallelism (m->par.ep_ops) moves the sorted slots' rows to the ranks holding their
  * experts and the outputs back (src/parallel/expert_parallel.c); this rank's experts run over
- * what arrived, block by block. Context parallelism sums a sequence's routing statistics over
+ * what arrived, block by block, as each block lands (the exchange calls them), and the shared
+ * experts compute while the last outputs travel back. Context parallelism sums a sequence's routing statistics over
  * the context ranks that hold its parts (m->par.cp_ops).
  *
  * Tensor parallelism splits every expert (and the shared experts) as the dense MLP: each tp rank
@@ -72,6 +73,7 @@ struct pt_moe_acts {
      * precision and their fp32 gradients (sized for the most rows that can arrive) */
     pt_ep_state *ep;
     const pt_ep_recv *recv;
+    int ep_busy;           /* an exchange is in flight: poll it between GEMMs */
     void *gur, *hr;
     float *dhr, *dgur;
     /* host scratch, sized once */
@@ -236,13 +238,21 @@ static void pt_route(pt_moe_acts *a, const float *logits, int cap, const float *
     a->off[E] = kept;
 }
 
+/* Between the GEMMs of the experts while an exchange is in flight: lets its transfers (and the
+ * owner's pending communication) progress. */
+static void pt_moe_poll(pt_model *m, const pt_moe_acts *a) {
+    if (!a->ep_busy) return;
+    m->par.ep_ops->progress(m->par.ep_ops->ctx, a->ep);
+    if (m->hooks.poll) m->hooks.poll(m->hooks.user);
+}
+
 /* A SwiGLU MLP over n rows x (n,C): gu = x·W13ᵀ (n,2F), h = silu(gate)·up (n,F), y = h·W2ᵀ
  * (n,C, fp32) + beta·y; one expert (F = Fe) or the shared experts. gu and h are kept in the
  * model's precision: in bf16 gu32 and h32 (fp32 scratch) take them before they are rounded, and
- * the SwiGLU reads gu's rounded values. */
-static void pt_swiglu_mlp_forward(pt_model *m, const void *w13, const void *w2, int F,
-                                  const void *x, void *gu, void *h, float *y, float beta, int n,
-                                  float *gu32, float *h32) {
+ * the SwiGLU reads gu's rounded values. a: whose exchange to poll between the GEMMs. */
+static void pt_swiglu_mlp_forward(pt_model *m, const pt_moe_acts *a, const void *w13,
+                                  const void *w2, int F, const void *x, void *gu, void *h,
+                                  float *y, float beta, int n, float *gu32, float *h32) {
     pt_backend *be = m->be;
     int C = m->cfg.dim, bf16 = pt_is_bf16(m);
     float *g = bf16 ? gu32 : gu, *hh = bf16 ? h32 : h;
@@ -251,6 +261,7 @@ static void pt_swiglu_mlp_forward(pt_model *m, const void *w13, const void *w2, 
         be->to_bf16(be, gu, g, (size_t)n * 2 * F);
         be->from_bf16(be, g, gu, (size_t)n * 2 * F);
     }
+    pt_moe_poll(m, a);
     be->swiglu_forward(be, hh, g, n, F);
     if (bf16) be->to_bf16(be, h, hh, (size_t)n * F);
     pt_mm(m, PT_NO_TRANS, PT_TRANS, n, C, F, h, F, w2, F, beta, y, C);
@@ -260,14 +271,16 @@ static void pt_swiglu_mlp_forward(pt_model *m, const void *w13, const void *w2, 
  * fp32) = the rows' input gradient + beta·dx; dh (n,F) and dgu (n,2F) fp32 scratch. In bf16 the
  * SwiGLU's backward reads gu's values from dgu (in place), and gu's storage, which nothing reads
  * after that, takes dgu rounded to bf16 as the GEMMs' operand. */
-static void pt_swiglu_mlp_backward(pt_model *m, const void *w13, const void *w2, float *g13,
-                                   float *g2, int F, const void *x, void *gu, const void *h,
-                                   const void *dy, float *dx, float beta, int n, float *dh,
-                                   float *dgu) {
+static void pt_swiglu_mlp_backward(pt_model *m, const pt_moe_acts *a, const void *w13,
+                                   const void *w2, float *g13, float *g2, int F, const void *x,
+                                   void *gu, const void *h, const void *dy, float *dx, float beta,
+                                   int n, float *dh, float *dgu) {
     pt_backend *be = m->be;
     int C = m->cfg.dim, bf16 = pt_is_bf16(m);
     pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, n, dy, C, h, F, 1.0f, g2, F);
+    pt_moe_poll(m, a);
     pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, F, C, dy, C, w2, F, 0.0f, dh, F);
+    pt_moe_poll(m, a);
     if (bf16) be->from_bf16(be, dgu, gu, (size_t)n * 2 * F);
     be->swiglu_backward(be, dgu, dh, bf16 ? dgu : gu, n, F);
     const void *op = dgu;
@@ -276,6 +289,7 @@ static void pt_swiglu_mlp_backward(pt_model *m, const void *w13, const void *w2,
         op = gu;
     }
     pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, n, op, 2 * F, x, C, 1.0f, g13, C);
+    pt_moe_poll(m, a);
     pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * F, op, 2 * F, w13, C, beta, dx, C);
 }
 
@@ -285,49 +299,58 @@ static const void *pt_expert_w(const pt_model *m, const pt_layer_view *w, int j)
     return pt_at(m, w->experts, (size_t)j * 3 * m->loc.Fe * m->cfg.dim);
 }
 
-/* The experts' forward under expert parallelism: a->xg (sorted slots) dispatched, this rank's
- * experts run over what arrived, block by block, the outputs combined back into a->y. */
-static void pt_ep_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w) {
-    const pt_ep_ops *ep = m->par.ep_ops;
-    int Fe = a->Fe, C = m->cfg.dim;
-    const pt_ep_recv *r = a->recv = ep->dispatch(ep->ctx, a->ep, a->xg, a->off);
-    size_t at = 0;
-    for (int b = 0; b < r->n_blocks; b++) {
-        int n = (int)r->rows[b], j = b % r->el;
-        const void *w13 = pt_expert_w(m, w, j);
-        if (n)
-            pt_swiglu_mlp_forward(m, w13, pt_at(m, w13, (size_t)2 * Fe * C), Fe,
-                                  pt_at(m, r->x, at * C), pt_at(m, a->gur, at * 2 * Fe),
-                                  pt_at(m, a->hr, at * Fe), r->y + at * C, 0.0f, n,
-                                  a->dgur + at * 2 * Fe, a->dhr + at * Fe);
-        at += (size_t)n;
+/* One block of what arrived, for the exchange's compute: this rank's expert b % el over rows
+ * [at, at + n), forward (y), or with g backward (dx, the weight gradients into g). */
+typedef struct {
+    pt_model *m;
+    pt_moe_acts *a;
+    const pt_layer_view *w, *g;
+} pt_ep_work;
+
+static void pt_ep_block(void *user, int b, size_t at, int n) {
+    const pt_ep_work *k = user;
+    pt_model *m = k->m;
+    pt_moe_acts *a = k->a;
+    const pt_ep_recv *r = a->recv;
+    size_t Fe = (size_t)a->Fe, C = (size_t)m->cfg.dim;
+    int j = b % r->el;
+    const void *w13 = pt_expert_w(m, k->w, j), *w2 = pt_at(m, w13, 2 * Fe * C);
+    const void *x = pt_at(m, r->x, at * C);
+    void *gu = pt_at(m, a->gur, at * 2 * Fe), *h = pt_at(m, a->hr, at * Fe);
+    float *dgu = a->dgur + at * 2 * Fe, *dh = a->dhr + at * Fe;
+    if (!k->g) {
+        pt_swiglu_mlp_forward(m, a, w13, w2, (int)Fe, x, gu, h, r->y + at * C, 0.0f, n, dgu, dh);
+        return;
     }
-    ep->combine(ep->ctx, a->ep, a->y);
+    float *g13 = k->g->experts + (size_t)j * 3 * Fe * C;
+    pt_swiglu_mlp_backward(m, a, w13, w2, g13, g13 + 2 * Fe * C, (int)Fe, x, gu, h,
+                           pt_at(m, r->dy, at * C), r->dx + at * C, 0.0f, n, dh, dgu);
 }
 
-/* Its backward: the slots' output gradients dispatched like the inputs were, the input
- * gradients combined back into a->dxg. */
+/* The experts under expert parallelism, forward: a->xg (the sorted slots) dispatched, this
+ * rank's experts run over each block as it arrives, each block's outputs sent back as soon as
+ * computed, into a->y; pt_ep_finish waits for the last (the caller computes in between).
+ * Backward: a->dy dispatched like the inputs were, the input gradients back into a->dxg. */
+static void pt_ep_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w) {
+    const pt_ep_ops *ep = m->par.ep_ops;
+    pt_ep_work k = {m, a, w, NULL};
+    a->recv = ep->dispatch_start(ep->ctx, a->ep, a->xg, a->off, a->y);
+    a->ep_busy = 1;
+    ep->compute(ep->ctx, a->ep, pt_ep_block, &k);
+}
+
 static void pt_ep_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w,
                            const pt_layer_view *g) {
     const pt_ep_ops *ep = m->par.ep_ops;
-    const pt_ep_recv *r = a->recv;
-    int Fe = a->Fe, C = m->cfg.dim;
-    size_t e3 = (size_t)3 * Fe * C;
-    ep->dispatch_grad(ep->ctx, a->ep, a->dy);
-    size_t at = 0;
-    for (int b = 0; b < r->n_blocks; b++) {
-        int n = (int)r->rows[b], j = b % r->el;
-        const void *w13 = pt_expert_w(m, w, j);
-        float *g13 = g->experts + (size_t)j * e3;
-        if (n)
-            pt_swiglu_mlp_backward(m, w13, pt_at(m, w13, (size_t)2 * Fe * C), g13,
-                                   g13 + (size_t)2 * Fe * C, Fe, pt_at(m, r->x, at * C),
-                                   pt_at(m, a->gur, at * 2 * Fe), pt_at(m, a->hr, at * Fe),
-                                   pt_at(m, r->dy, at * C), r->dx + at * C, 0.0f, n,
-                                   a->dhr + at * Fe, a->dgur + at * 2 * Fe);
-        at += (size_t)n;
-    }
-    ep->combine_grad(ep->ctx, a->ep, a->dxg);
+    pt_ep_work k = {m, a, w, g};
+    ep->dispatch_grad_start(ep->ctx, a->ep, a->dy, a->dxg);
+    a->ep_busy = 1;
+    ep->compute(ep->ctx, a->ep, pt_ep_block, &k);
+}
+
+static void pt_ep_finish(pt_model *m, pt_moe_acts *a) {
+    m->par.ep_ops->finish(m->par.ep_ops->ctx, a->ep);
+    a->ep_busy = 0;
 }
 
 void pt_moe_a2a_rows(const pt_model *m, const pt_moe_acts *a, int64_t *sent, int64_t *recv) {
@@ -410,15 +433,21 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
         int o = a->off[e], n = a->off[e + 1] - o;
         if (n == 0) continue; /* an expert no token chose */
         const void *w13 = pt_expert_w(m, w, e);
-        pt_swiglu_mlp_forward(m, w13, pt_at(m, w13, (size_t)2 * Fe * C), Fe,
+        pt_swiglu_mlp_forward(m, a, w13, pt_at(m, w13, (size_t)2 * Fe * C), Fe,
                               pt_at(m, a->xg, (size_t)o * C), pt_at(m, a->gu, (size_t)o * 2 * Fe),
                               pt_at(m, a->h, (size_t)o * Fe), a->y + (size_t)o * C, 0.0f, n,
                               a->dgu + (size_t)o * 2 * Fe, a->dh + (size_t)o * Fe);
     }
-    be->rows_scatter_add(be, out, a->y, a->d_tok, a->d_w, S, C);
+    /* under expert parallelism the shared experts compute while the last outputs travel back:
+     * they are added first */
+    if (!m->par.ep_ops) be->rows_scatter_add(be, out, a->y, a->d_tok, a->d_w, S, C);
     if (Fs > 0)
-        pt_swiglu_mlp_forward(m, w->wgu, w->wdown, Fs, xn, a->gu_s, a->h_s, out, 1.0f, N,
+        pt_swiglu_mlp_forward(m, a, w->wgu, w->wdown, Fs, xn, a->gu_s, a->h_s, out, 1.0f, N,
                               a->dgu + (size_t)S * 2 * Fe, a->dh + (size_t)S * Fe);
+    if (m->par.ep_ops) {
+        pt_ep_finish(m, a);
+        be->rows_scatter_add(be, out, a->y, a->d_tok, a->d_w, S, C);
+    }
     /* the balancing losses of this micro-batch's sequences, in units of the objective. A
      * sequence's token-slot counts and probability sums are summed over the context ranks that
      * hold its parts (each of Tt = T·cp tokens) */
@@ -480,17 +509,21 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
         if (n == 0) continue;
         const void *w13 = pt_expert_w(m, w, e);
         float *g13 = g->experts + (size_t)e * e3;
-        pt_swiglu_mlp_backward(m, w13, pt_at(m, w13, (size_t)2 * Fe * C), g13,
+        pt_swiglu_mlp_backward(m, a, w13, pt_at(m, w13, (size_t)2 * Fe * C), g13,
                                g13 + (size_t)2 * Fe * C, Fe, pt_at(m, a->xg, (size_t)o * C),
                                pt_at(m, a->gu, (size_t)o * 2 * Fe), pt_at(m, a->h, (size_t)o * Fe),
                                pt_at(m, a->dy, (size_t)o * C), a->dxg + (size_t)o * C, 0.0f, n,
                                a->dh + (size_t)o * Fe, a->dgu + (size_t)o * 2 * Fe);
     }
-    be->rows_scatter_add(be, dxn, a->dxg, a->d_tok, NULL, S, C);
-    if (Fs > 0)
-        pt_swiglu_mlp_backward(m, w->wgu, w->wdown, g->wgu, g->wdown, Fs, xn, a->gu_s, a->h_s,
+    if (!m->par.ep_ops) be->rows_scatter_add(be, dxn, a->dxg, a->d_tok, NULL, S, C);
+    if (Fs > 0) /* under ep while the last input gradients travel back, as forward */
+        pt_swiglu_mlp_backward(m, a, w->wgu, w->wdown, g->wgu, g->wdown, Fs, xn, a->gu_s, a->h_s,
                                dout_op, dxn, 1.0f, N, a->dh + (size_t)S * Fe,
                                a->dgu + (size_t)S * 2 * Fe);
+    if (m->par.ep_ops) {
+        pt_ep_finish(m, a);
+        be->rows_scatter_add(be, dxn, a->dxg, a->d_tok, NULL, S, C);
+    }
     /* the router: the weights' gradient (dout · y of each slot), through the renormalisation, the
      * balancing losses and the softmax */
     be->rows_dot(be, a->d_dot, dout, a->d_tok, a->y, S, C);
