@@ -37,6 +37,7 @@ typedef struct {
     uint64_t calls[PT_COMM_OP_COUNT];
     uint64_t bytes[PT_COMM_OP_COUNT];
     double wait_seconds; /* time spent blocked in pt_comm_wait */
+    double wait_op[PT_COMM_OP_COUNT]; /* the same, by the operation waited for */
 } pt_comm_stats;
 
 /* Element types. PT_DTYPE_BF16 (pt_bf16 in core.h): sums add in fp32 and round each partial sum

@@ -104,7 +104,9 @@ void pt_comm_wait(pt_comm *c, pt_comm_req *r) {
                      "(parallel.timeout_s): a peer died or skipped the collective",
                      pt_comm_op_name(op), c->name, c->rank, c->size, c->timeout_s);
     }
-    c->stats.wait_seconds += pt_now() - t0;
+    double dt = pt_now() - t0;
+    c->stats.wait_seconds += dt;
+    c->stats.wait_op[op] += dt;
 }
 
 void pt_comm_poll(pt_comm *c, pt_comm_req *r) {
@@ -134,6 +136,7 @@ void pt_comm_stats_add(pt_comm_stats *to, const pt_comm_stats *from) {
     for (int i = 0; i < PT_COMM_OP_COUNT; i++) {
         to->calls[i] += from->calls[i];
         to->bytes[i] += from->bytes[i];
+        to->wait_op[i] += from->wait_op[i];
     }
     to->wait_seconds += from->wait_seconds;
 }

@@ -285,9 +285,10 @@ pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_mode
             uint64_t b = now.bytes[op] - since->bytes[op], c = now.calls[op] - since->calls[op];
             sent += b;
             if (c && used < sizeof ops)
-                used += (size_t)snprintf(ops + used, sizeof ops - used, "%s\"%s\": [%llu, %llu]",
+                used += (size_t)snprintf(ops + used, sizeof ops - used, "%s\"%s\": [%llu, %llu, %.6f]",
                                          used ? ", " : "", pt_comm_op_name((pt_comm_op)op),
-                                         (unsigned long long)c, (unsigned long long)b);
+                                         (unsigned long long)c, (unsigned long long)b,
+                                         now.wait_op[op] - since->wait_op[op]);
         }
         int64_t steps = s->step % every == 0 ? every : s->step % every;
         /* per group: {"tp": bytes, ...} */
