@@ -8,6 +8,10 @@
 #     backward does not read it, the tail is kept from the loss to its backward) and
 #     reduce-scatters: a(2Ψ + Ψ_layers)(N−1)/N;
 #   - per-rank parameter, gradient and optimizer bytes as ../shared/FORMULAS.md's table (± padding);
+#   - the end of backward overlapped (the norm summed per bucket, each bucket's update gathered
+#     while the next is updated, ZeRO-1's gathers completed by the next forward): many buckets,
+#     clipping at every step and evaluations, ZeRO 0-3 at dp 2 and 4 (and MPI progressed by a
+#     thread), losses and val losses against the single-process run;
 #   - checkpoints resume across layouts (dp 4 ZeRO-3 -> dp 2 ZeRO-1 -> dp 4 ZeRO-3 -> dp 1) with
 #     the same losses, and `pentatron export` of a dp 4 ZeRO-3 checkpoint equals the single-process
 #     one's;
@@ -40,6 +44,42 @@ for zero in 1 2 3; do
   name="dp4_z${zero}_tied"
   if run 4 "$name" --model.tied_embeddings=true --parallel.dp=4 --parallel.zero=$zero --training.micro_batch=1; then
     if compare ref_tied "$name"; then ok; else bad "$name differs from the single-process run"; fi
+  else
+    bad "$name failed: $(tail -3 "$tmp/$name.log")"
+  fi
+done
+
+# the end of backward overlapped (trainer.c, pt_trainer_reduce and pt_trainer_update): the norm
+# summed bucket by bucket as the reductions complete, each bucket's slice updated and its
+# parameters gathered while the next is updated, ZeRO-1's gathers completed as the next forward
+# acquires each unit (and before every evaluation). Many buckets (bucket_mb 0.004: ZeRO-0/1 cut
+# the 87 KB buffer into 21, ZeRO-2/3 take a unit each), clipping active at every step (grad_clip
+# 0.05, under every step's norm: a norm summed before its gradients were final, or an update
+# gathered before it was made, changes the losses) and an evaluation every 3 steps, whose losses
+# must match too.
+shard "$tmp/val_000000.bin" 3000 2 0.1
+clip=(--optimizer.grad_clip=0.05 --data.val="$tmp/val_*.bin" --eval.every=3 --eval.tokens=256)
+run 1 ref_clip "${clip[@]}" --training.micro_batch=8 ||
+  bad "clipped reference run failed: $(tail -3 "$tmp/ref_clip.log")"
+"$PY" - "$tmp/ref_clip.jsonl" <<'PY' && ok || bad "the clipped reference does not clip at every step"
+import json, sys
+sys.exit(0 if all(json.loads(l)["grad_norm"] > 0.05 for l in open(sys.argv[1])) else 1)
+PY
+same_val() { # REF NAME: the 4 evaluations' losses within 1e-4
+  "$PY" - "$tmp/$1.jsonl" "$tmp/$2.jsonl" <<'PY'
+import json, sys
+val = [[json.loads(l).get("val_loss") for l in open(f)] for f in sys.argv[1:]]
+ok = [a is not None and b is not None and abs(a - b) <= 1e-4 * abs(a) for a, b in zip(*val) if a or b]
+print("  val losses: %d, within 1e-4: %s" % (len(ok), all(ok)))
+sys.exit(0 if len(ok) == 4 and all(ok) else 1)
+PY
+}
+# dp zero micro_batch [progress]: the last, MPI progressed by a thread per rank (comm_mpi.c)
+for lay in "2 0 4" "2 1 4" "4 1 2" "2 2 2" "4 2 1" "2 3 2" "2 1 2 thread"; do
+  read -r dp zero mb progress <<< "$lay"; name="clip_dp${dp}_z${zero}${progress:+_$progress}"
+  if PT_MPI_PROGRESS=${progress:-poll} run "$dp" "$name" "${clip[@]}" --parallel.dp=$dp \
+      --parallel.zero=$zero --training.micro_batch=$mb --parallel.bucket_mb=0.004; then
+    if compare ref_clip "$name" && same_val ref_clip "$name"; then ok; else bad "$name differs from the single-process run"; fi
   else
     bad "$name failed: $(tail -3 "$tmp/$name.log")"
   fi

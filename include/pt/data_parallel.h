@@ -86,6 +86,10 @@ typedef struct {
     size_t buf_elems;
     int live_g, live_p, peak_g, peak_p;
     double comm_seconds;   /* time spent waiting on the reductions after backward */
+    double gather_seconds; /* time spent waiting on ZeRO-1/2's parameter gathers */
+    int fin;               /* pt_dp_next_final: the next bucket to report */
+    int gather_next;       /* ZeRO-1/2: the next bucket whose gather to start (descending) */
+    int gathers_pending;   /* ZeRO-1/2: gathers started and not yet completed */
     /* a region of the buffer with its own group (expert parallelism: the dense tensors over the
      * data ranks, the experts over the expert-data ranks); plain: ZeRO-0 by all-reduces */
     int plain;
@@ -126,11 +130,30 @@ void pt_dp_begin_step(pt_dp *d);
 /* Before each micro-batch's forward; last = 1 on the last one of the step. */
 void pt_dp_begin_micro(pt_dp *d, int last);
 /* After each micro-batch's backward: with zero ≥ 2, or on the last micro-batch, starts what is
- * left and waits for every bucket; after the last, the owned ranges hold the sum over the group. */
+ * left and waits for every bucket; after the last, the owned ranges hold the sum over the group.
+ * It is pt_dp_end_backward, then pt_dp_next_final until it returns 0. */
 void pt_dp_end_micro(pt_dp *d, int last);
-/* After the optimizer step: with ZeRO-1/2 all-gathers the updated parameters; with ZeRO-3 and a
- * bf16 model refreshes the bf16 copy of the owned shard. */
-void pt_dp_gather_params(pt_dp *d);
+/* The same in parts, so that the caller can use each bucket's gradients while the later ones are
+ * still on the wire: pt_dp_end_backward starts the reductions not yet started; then each
+ * pt_dp_next_final waits for the next bucket (in the order they started) and returns 1 with the
+ * range [lo, hi) of the table whose reduced gradients it made final on this rank (the bucket with
+ * ZeRO-0, this rank's slice of it with ZeRO ≥ 1), or 0 once every bucket is done. Nothing is
+ * reported after a micro-batch that reduces nothing (ZeRO-0/1 before the last). */
+void pt_dp_end_backward(pt_dp *d);
+int pt_dp_next_final(pt_dp *d, size_t *lo, size_t *hi);
+/* After the optimizer updated every owned element below upto (its ranges in ascending order):
+ * ZeRO-1/2 start the all-gathers of the buckets whose owned slices lie below it, so that a
+ * bucket's parameters travel while the next bucket is updated. */
+void pt_dp_params_updated(pt_dp *d, size_t upto);
+/* After the optimizer step: starts the gathers pt_dp_params_updated has not (all of them when it
+ * was not called) and, with ZeRO-2 or wait = 1, completes them. ZeRO-1 with wait = 0 leaves them
+ * in flight: the model's acquire of a unit's parameters (the next forward) completes the gathers
+ * of the buckets it lies in, so that they hide behind the compute before it; pt_dp_params_ready
+ * completes them all (before anything reads the parameters outside the model's passes:
+ * checkpoints, an evaluation, an export; pt_dp_get_params and pt_dp_set_params do it). With
+ * ZeRO-3 and a bf16 model refreshes the bf16 copy of the owned shard. */
+void pt_dp_gather_params(pt_dp *d, int wait);
+void pt_dp_params_ready(pt_dp *d);
 pt_dp_memory pt_dp_memory_bytes(const pt_dp *d, size_t optim_elems);
 
 #endif

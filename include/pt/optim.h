@@ -26,6 +26,15 @@ enum { PT_COOLDOWN_LINEAR = 0, PT_COOLDOWN_SQRT };
  * [0, total) without ZeRO; the rank's shard of every bucket with ZeRO. */
 typedef pt_owned_range pt_optim_range;
 
+/* A piece of the global norm: an owned range ∩ a tensor this rank owns (not a replica's), its Σ g²
+ * once every element is final (covered counts them). */
+typedef struct {
+    size_t lo, hi;
+    int range;
+    size_t covered;
+    double sumsq;
+} pt_norm_piece;
+
 typedef struct {
     pt_optim_config cfg;
     float *m, *v; /* (n) device memory: the owned ranges, one after another */
@@ -33,6 +42,8 @@ typedef struct {
     pt_optim_range *ranges;
     int n_ranges;
     int64_t step; /* optimizer steps taken */
+    pt_norm_piece *pieces; /* the norm's pieces in the order Σ g² adds them (made at set-up) */
+    int n_pieces;
 } pt_optim;
 
 /* ranges = NULL: the whole table. Otherwise the optimizer owns (and allocates moments for) just
@@ -53,8 +64,17 @@ float pt_lr_at(const pt_optim_config *c, int64_t s);
 /* Global L2 norm of the model's own gradient buffer (one process, no ZeRO). */
 double pt_grad_norm(const pt_model *model);
 /* Σ g² over the optimizer's ranges, within the table (the caller sums it over the ranks that
- * share the model; the square root of the sum is the global norm). */
-double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model);
+ * share the model; the square root of the sum is the global norm): each (owned range ∩ tensor
+ * this rank owns) piece's Σ, added in the ranges' order. */
+double pt_grad_sumsq_owned(pt_optim *o, const pt_model *model);
+/* The same Σ piece by piece while the gradients become final (the data-parallel reductions
+ * completing one bucket after another): pt_optim_norm_begin, then pt_optim_norm_final for each
+ * range of the table [lo, hi) whose gradients are final (ranges disjoint; a piece is summed once
+ * all of it was), then pt_optim_norm_sumsq sums the pieces not yet summed and adds them all in
+ * the order pt_grad_sumsq_owned does: the same bits, whatever the order they were final in. */
+void pt_optim_norm_begin(pt_optim *o);
+void pt_optim_norm_final(pt_optim *o, const pt_model *model, size_t lo, size_t hi);
+double pt_optim_norm_sumsq(pt_optim *o, const pt_model *model);
 /* The factor torch.nn.utils.clip_grad_norm_ scales gradients by: max_norm / (norm + 1e-6) when
  * that is < 1, else 1 (and 1 when max_norm = 0, clipping off). */
 float pt_clip_coef(double norm, float max_norm);
@@ -62,5 +82,10 @@ float pt_clip_coef(double norm, float max_norm);
  * clipping factor, folded into the update instead of a pass of its own), weight decay per tensor
  * from the table (the step counter advances). */
 void pt_optim_step(pt_optim *o, pt_model *model, float lr, float grad_scale);
+/* pt_optim_step in parts, so that the parameters of each range can leave (ZeRO's all-gather)
+ * while the next is updated: pt_optim_begin_step advances the step counter, then
+ * pt_optim_update_range updates range r (each range once; any order: the update is elementwise). */
+void pt_optim_begin_step(pt_optim *o);
+void pt_optim_update_range(pt_optim *o, pt_model *model, int r, float lr, float grad_scale);
 
 #endif

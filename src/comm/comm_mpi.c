@@ -12,6 +12,7 @@
  * waits for every rank's word and names those that never come. */
 #include <malloc.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,9 +70,71 @@ static MPI_Op pt_mpi_sum(pt_dtype dt) {
         }                                                                                          \
     } while (0)
 
+/* The progress thread (PT_MPI_PROGRESS=thread; pt_progress_start): MPI moves the data of a
+ * nonblocking collective only inside MPI calls, on the calling thread. By default our own calls
+ * do it: pt_comm_wait, and the model's polls between its big operations (pt_model_hooks.poll,
+ * the data-parallel and the other parallel modules' hooks, which test their pending requests).
+ * The thread instead calls MPI_Iprobe (which runs MPI's progress engine without side effects)
+ * every PT_MPI_PROGRESS_US µs (default 100) while any request of this process is pending, under
+ * MPI_THREAD_MULTIPLE; it sleeps 1 ms at a time while none is. Measured on 2 cores with one
+ * compute thread per rank (bench/progress_bench.sh, docs/benchmarks.md), it did not beat the
+ * polls, so it is an option, not the default. */
+static struct {
+    int on;
+    long interval_ns;
+    pthread_t thread;
+    int stop;    /* atomic */
+    int pending; /* atomic: requests posted and not yet seen complete */
+} pt_progress;
+
+static void *pt_progress_main(void *arg) {
+    (void)arg;
+    struct timespec busy = {0, pt_progress.interval_ns}, idle = {0, 1000000};
+    while (!__atomic_load_n(&pt_progress.stop, __ATOMIC_ACQUIRE)) {
+        int flag;
+        if (__atomic_load_n(&pt_progress.pending, __ATOMIC_RELAXED) > 0) {
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            nanosleep(&busy, NULL);
+        } else {
+            nanosleep(&idle, NULL);
+        }
+    }
+    return NULL;
+}
+
+/* PT_MPI_PROGRESS = poll (the default) or thread, read before MPI_Init (the configuration is
+ * not read yet: the thread level is fixed there). */
+static pt_status pt_progress_mode(int *thread) {
+    const char *v = getenv("PT_MPI_PROGRESS"), *us = getenv("PT_MPI_PROGRESS_US");
+    *thread = v && !strcmp(v, "thread");
+    if (v && !*thread && strcmp(v, "poll") != 0)
+        return pt_errorf(PT_ERR_CONFIG, "PT_MPI_PROGRESS = \"%s\": the choices are poll and thread", v);
+    double t = us ? atof(us) : 100.0;
+    if (!(t >= 1 && t <= 1e6))
+        return pt_errorf(PT_ERR_CONFIG, "PT_MPI_PROGRESS_US = \"%s\": microseconds between the "
+                         "progress thread's calls, 1 to 1000000", us);
+    pt_progress.interval_ns = (long)(t * 1000.0);
+    return PT_OK;
+}
+
+static void pt_progress_start(void) {
+    pt_progress.stop = 0;
+    pt_progress.on = pthread_create(&pt_progress.thread, NULL, pt_progress_main, NULL) == 0;
+    if (!pt_progress.on) pt_log_warn("PT_MPI_PROGRESS = thread: no thread could be started; "
+                                     "communication progresses from the polls");
+}
+
+static void pt_progress_stop(void) {
+    if (!pt_progress.on) return;
+    __atomic_store_n(&pt_progress.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(pt_progress.thread, NULL);
+    pt_progress.on = 0;
+}
+
 /* A request of c's pool for op (counted now; see pt_comm_req_take). */
 static pt_mpi_req *pt_req_new(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *a,
                               const void *b) {
+    if (pt_progress.on) __atomic_add_fetch(&pt_progress.pending, 1, __ATOMIC_RELAXED);
     return (pt_mpi_req *)pt_comm_req_take(c, op, bytes, a, b);
 }
 
@@ -159,6 +222,7 @@ static pt_comm_req *mpi_ibarrier(pt_comm *c) {
 static int mpi_test(pt_comm *c, pt_comm_req *r) {
     int done = 0;
     PT_MPI_CHECK(MPI_Test(&((pt_mpi_req *)r)->req, &done, MPI_STATUS_IGNORE));
+    if (done && pt_progress.on) __atomic_sub_fetch(&pt_progress.pending, 1, __ATOMIC_RELAXED);
     if (done) pt_comm_req_done(c, r);
     return done;
 }
@@ -255,6 +319,8 @@ static void pt_mpi_heap_policy(void) {
 
 pt_status pt_comm_runtime_init(int *rank, int *world) {
     *rank = 0, *world = 1;
+    int thread = 0;
+    PT_TRY(pt_progress_mode(&thread));
     pt_mpi_heap_policy();
     const char *env = getenv("PT_STARTUP_TIMEOUT"), *er = getenv("OMPI_COMM_WORLD_RANK");
     double timeout = env ? atof(env) : 300.0;
@@ -269,12 +335,19 @@ pt_status pt_comm_runtime_init(int *rank, int *world) {
         signal(SIGALRM, pt_watchdog_fire);
         alarm((unsigned)(timeout < 1 ? 1 : timeout));
     }
-    int rc = MPI_Init(NULL, NULL);
+    int provided = MPI_THREAD_SINGLE;
+    int rc = thread ? MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided)
+                    : MPI_Init(NULL, NULL);
     alarm(0);
     signal(SIGALRM, SIG_DFL);
     if (rc != MPI_SUCCESS)
         return pt_errorf(PT_ERR_RUNTIME, "MPI_Init failed: cannot start the distributed runtime");
     pt_set_abort(pt_mpi_abort);
+    if (thread && provided < MPI_THREAD_MULTIPLE)
+        pt_log_warn("PT_MPI_PROGRESS = thread: this MPI does not support MPI_THREAD_MULTIPLE; "
+                    "communication progresses from the polls");
+    else if (thread)
+        pt_progress_start();
     MPI_Op_create(pt_mpi_bf16_sum, 1, &pt_mpi_bf16_op);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, world);
@@ -282,6 +355,7 @@ pt_status pt_comm_runtime_init(int *rank, int *world) {
 }
 
 void pt_comm_runtime_finalize(void) {
+    pt_progress_stop();
     if (pt_mpi_bf16_op != MPI_OP_NULL) MPI_Op_free(&pt_mpi_bf16_op);
     MPI_Finalize();
 }

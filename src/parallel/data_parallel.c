@@ -163,12 +163,35 @@ static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
     b->gbuf = NULL;
 }
 
+/* A parameter gather of the bucket completed. ZeRO-2: the bucket's parameters, gathered through a
+ * pooled buffer, to their place (its buffer back to the pool); ZeRO-1 gathers in place; ZeRO-3's
+ * buffer stays while the unit is in use. */
+static void pt_dp_gather_done(pt_dp *d, pt_dp_bucket *b) {
+    b->preq = NULL;
+    if (d->zero == 3) return;
+    d->gathers_pending--;
+    if (d->zero == 2) {
+        pt_backend *be = d->model->be;
+        be->copy(be, d->model->params + b->lo, b->pbuf, (b->hi - b->lo) * sizeof(float));
+        pt_pool_put(d, b->pbuf, &d->live_p);
+        b->pbuf = NULL;
+    }
+}
+
+static void pt_dp_gather_wait(pt_dp *d, pt_dp_bucket *b) {
+    if (!b->preq) return;
+    double t0 = pt_now();
+    pt_comm_wait(d->comm, b->preq);
+    d->gather_seconds += pt_now() - t0;
+    pt_dp_gather_done(d, b);
+}
+
 /* MPI progresses nonblocking collectives only inside MPI calls: poke them between layers. */
 static void pt_dp_poll(pt_dp *d) {
     for (int i = 0; i < d->n_buckets; i++) {
         pt_dp_bucket *b = &d->b[i];
         if (b->req && d->comm->test(d->comm, b->req)) pt_dp_done(d, b);
-        if (b->preq && d->comm->test(d->comm, b->preq)) b->preq = NULL;
+        if (b->preq && d->comm->test(d->comm, b->preq)) pt_dp_gather_done(d, b);
     }
 }
 
@@ -256,6 +279,10 @@ static void pt_dp_acquire(void *user, int unit, int use, int backward) {
         int next = pt_next_unit(d, unit, backward);
         if (next >= 0 && d->unit_bucket[next] >= 0) pt_gather_start(d, &d->b[d->unit_bucket[next]]);
     }
+    if (d->gathers_pending && (use & PT_USE_PARAMS)) /* ZeRO-1: the last step's gathers of the
+                                                       * buckets this unit's parameters lie in */
+        for (int i = 0; i < d->n_buckets; i++)
+            if (d->b[i].preq && d->b[i].u0 <= unit && unit <= d->b[i].u1) pt_dp_gather_wait(d, &d->b[i]);
     pt_dp_poll(d);
 }
 
@@ -400,6 +427,7 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
     /* every bucket's reduction and (ZeRO-3) gather may be pending at once: twice their requests made
      * now, so that no step allocates */
     pt_comm_reserve(comm, comm->req_made + 4 * d->n_buckets + 8);
+    d->gather_next = d->n_buckets - 1;
     d->next = model->hooks;
     model->hooks.acquire = pt_dp_acquire;
     model->hooks.release = pt_dp_release;
@@ -471,6 +499,7 @@ pt_owned_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
 
 void pt_dp_set_params(pt_dp *d, const float *host) {
     pt_backend *be = d->model->be;
+    pt_dp_params_ready(d); /* (a gather still writing them) */
     if (d->zero < 3) {
         be->upload(be, d->model->params, host, d->model->table.total * sizeof(float));
         return;
@@ -485,6 +514,7 @@ void pt_dp_set_params(pt_dp *d, const float *host) {
 
 void pt_dp_get_params(pt_dp *d, float *host) {
     pt_backend *be = d->model->be;
+    pt_dp_params_ready(d);
     if (d->zero < 3) {
         be->download(be, host, d->model->params, d->model->table.total * sizeof(float));
         return;
@@ -518,64 +548,89 @@ void pt_dp_begin_micro(pt_dp *d, int last) {
     d->armed = d->zero >= 2 || (d->comm->size > 1 && last);
 }
 
-void pt_dp_end_micro(pt_dp *d, int last) {
+void pt_dp_end_backward(pt_dp *d) {
+    d->fin = 0;
+    pt_dp_params_ready(d); /* (none left: the passes acquired every unit) */
     if (!d->armed) return;
-    d->armed = 0;
-    double t0 = pt_now();
     for (int i = 0; i < d->n_buckets; i++)
         if (!d->b[i].started) pt_dp_start(d, &d->b[i]);
     if (d->zero == 0) pt_dp_second_phase(d, 1);
-    for (int i = 0; i < d->n_buckets; i++) {
-        pt_dp_bucket *b = &d->b[i];
+}
+
+int pt_dp_next_final(pt_dp *d, size_t *lo, size_t *hi) {
+    if (!d->armed) return 0;
+    /* in the order they were started (b[0] first: the end of the buffer, which backward
+     * finishes first) */
+    while (d->fin < d->n_buckets) {
+        pt_dp_bucket *b = &d->b[d->fin++];
         if (b->req) {
+            double t0 = pt_now();
             pt_comm_wait(d->comm, b->req);
+            d->comm_seconds += pt_now() - t0;
             pt_dp_done(d, b);
         }
         b->started = 0;
         b->gathered = 0;
+        /* what is final here: the whole bucket (ZeRO-0), else this rank's slice */
+        *lo = d->zero == 0 ? b->lo : pt_own_lo(d, b);
+        *hi = d->zero == 0 ? b->hi : *lo + pt_own_len(d, b);
+        if (*hi > *lo) return 1;
     }
-    (void)last;
-    d->comm_seconds += pt_now() - t0;
+    d->armed = 0;
+    return 0;
 }
 
-void pt_dp_gather_params(pt_dp *d) {
-    pt_dp_sync_shard16(d);
-    if (d->comm->size == 1) return;
-    if (d->zero == 1) {
-        float *p = d->model->params;
-        /* in place: each rank's slice already sits at its place in the bucket */
-        for (int i = 0; i < d->n_buckets; i++) {
-            pt_dp_bucket *b = &d->b[i];
-            b->req = d->comm->iallgather(d->comm, NULL, p + b->lo, b->shard, PT_DTYPE_F32);
-        }
-        for (int i = 0; i < d->n_buckets; i++) {
-            pt_comm_wait(d->comm, d->b[i].req);
-            d->b[i].req = NULL;
-        }
-    } else if (d->zero == 2) {
-        /* buckets are not padded in the model's buffer: gather each through a pooled buffer, two
-         * in flight */
-        pt_backend *be = d->model->be;
-        float *p = d->model->params;
-        int r = d->comm->rank;
-        for (int i = 0; i <= d->n_buckets; i++) {
-            if (i < d->n_buckets) {
-                pt_dp_bucket *b = &d->b[i];
-                b->pbuf = pt_pool_get(d, &d->live_p, &d->peak_p);
-                size_t len = pt_own_len(d, b);
-                if (len) be->copy(be, b->pbuf + (size_t)r * b->shard, p + pt_own_lo(d, b), len * sizeof(float));
-                b->preq = d->comm->iallgather(d->comm, NULL, b->pbuf, b->shard, PT_DTYPE_F32);
-            }
-            if (i > 0) {
-                pt_dp_bucket *b = &d->b[i - 1];
-                pt_comm_wait(d->comm, b->preq);
-                b->preq = NULL;
-                be->copy(be, p + b->lo, b->pbuf, (b->hi - b->lo) * sizeof(float));
-                pt_pool_put(d, b->pbuf, &d->live_p);
-                b->pbuf = NULL;
-            }
-        }
+void pt_dp_end_micro(pt_dp *d, int last) {
+    size_t lo, hi;
+    (void)last;
+    pt_dp_end_backward(d);
+    while (pt_dp_next_final(d, &lo, &hi)) {
     }
+}
+
+/* The gather of bucket b (ZeRO-1/2), once this rank's slice of it is updated. ZeRO-1 in place:
+ * each rank's slice already sits at its place in the bucket. ZeRO-2: buckets are not padded in
+ * the model's buffer, so through a pooled buffer, two in flight (the older one completed first). */
+static void pt_dp_gather_bucket(pt_dp *d, pt_dp_bucket *b) {
+    float *p = d->model->params;
+    PT_ASSERT(!b->preq);
+    if (d->zero == 1) {
+        b->preq = d->comm->iallgather(d->comm, NULL, p + b->lo, b->shard, PT_DTYPE_F32);
+    } else {
+        pt_backend *be = d->model->be;
+        for (int i = d->n_buckets - 1; i >= 0 && d->gathers_pending >= 2; i--)
+            pt_dp_gather_wait(d, &d->b[i]); /* (started in this order) */
+        b->pbuf = pt_pool_get(d, &d->live_p, &d->peak_p);
+        size_t len = pt_own_len(d, b);
+        if (len)
+            be->copy(be, b->pbuf + (size_t)d->comm->rank * b->shard, p + pt_own_lo(d, b),
+                     len * sizeof(float));
+        b->preq = d->comm->iallgather(d->comm, NULL, b->pbuf, b->shard, PT_DTYPE_F32);
+    }
+    d->gathers_pending++;
+}
+
+void pt_dp_params_updated(pt_dp *d, size_t upto) {
+    if ((d->zero != 1 && d->zero != 2) || d->comm->size == 1) return;
+    /* the buckets in ascending offsets, as the optimizer's ranges; a bucket where this rank owns
+     * nothing goes with the next */
+    for (; d->gather_next >= 0; d->gather_next--) {
+        pt_dp_bucket *b = &d->b[d->gather_next];
+        size_t len = pt_own_len(d, b), end = len ? pt_own_lo(d, b) + len : b->lo;
+        if (end > upto) break;
+        pt_dp_gather_bucket(d, b);
+    }
+}
+
+void pt_dp_gather_params(pt_dp *d, int wait) {
+    pt_dp_sync_shard16(d);
+    pt_dp_params_updated(d, (size_t)-1); /* what pt_dp_params_updated has not started */
+    d->gather_next = d->n_buckets - 1;   /* (the next step's) */
+    if (wait || d->zero == 2) pt_dp_params_ready(d);
+}
+
+void pt_dp_params_ready(pt_dp *d) {
+    for (int i = d->n_buckets - 1; i >= 0 && d->gathers_pending; i--) pt_dp_gather_wait(d, &d->b[i]);
 }
 
 pt_status pt_dp_reduce_bf16(pt_dp *d) {

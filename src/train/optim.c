@@ -24,6 +24,24 @@ void pt_optim_init(pt_optim *o, const pt_optim_config *cfg, const pt_model *mode
         }
         o->n += ranges[i].hi - ranges[i].lo;
     }
+    /* the norm's pieces: every (owned range ∩ tensor) of the tensors this rank owns */
+    int cap = 0;
+    o->pieces = NULL;
+    o->n_pieces = 0;
+    for (int r = 0; r < n_ranges; r++) {
+        const pt_optim_range *rg = &o->ranges[r];
+        for (int i = 0; i < model->table.n; i++) {
+            const pt_param *p = &model->table.p[i];
+            size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
+            size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
+            if (hi <= lo || !p->owner) continue;
+            if (o->n_pieces == cap) {
+                cap = cap ? 2 * cap : 64;
+                o->pieces = pt_realloc(o->pieces, (size_t)cap * sizeof *o->pieces);
+            }
+            o->pieces[o->n_pieces++] = (pt_norm_piece){lo, hi, r, 0, 0.0};
+        }
+    }
     o->m = model->be->alloc(model->be, (o->n ? o->n : 1) * sizeof(float));
     o->v = model->be->alloc(model->be, (o->n ? o->n : 1) * sizeof(float));
     o->step = 0;
@@ -33,8 +51,10 @@ void pt_optim_free(pt_optim *o, const pt_model *model) {
     model->be->free(model->be, o->m);
     model->be->free(model->be, o->v);
     free(o->ranges);
+    free(o->pieces);
     o->m = o->v = NULL;
     o->ranges = NULL;
+    o->pieces = NULL;
 }
 
 /* Warmup–stable–decay: the peak until the cooldown's first step s0, then down to the floor over
@@ -68,18 +88,38 @@ double pt_grad_norm(const pt_model *model) {
     return sqrt(model->be->sumsq(model->be, model->grads, model->table.total));
 }
 
-double pt_grad_sumsq_owned(const pt_optim *o, const pt_model *model) {
-    pt_backend *be = model->be;
+double pt_grad_sumsq_owned(pt_optim *o, const pt_model *model) {
+    pt_optim_norm_begin(o);
+    return pt_optim_norm_sumsq(o, model);
+}
+
+void pt_optim_norm_begin(pt_optim *o) {
+    for (int k = 0; k < o->n_pieces; k++) o->pieces[k].covered = 0;
+}
+
+static void pt_norm_piece_sum(const pt_optim *o, const pt_model *model, pt_norm_piece *pc) {
+    const pt_optim_range *rg = &o->ranges[pc->range];
+    size_t n = pc->hi - pc->lo;
+    pc->sumsq = model->be->sumsq(model->be, rg->grad + (pc->lo - rg->lo), n);
+    pc->covered = n + 1; /* summed */
+}
+
+void pt_optim_norm_final(pt_optim *o, const pt_model *model, size_t lo, size_t hi) {
+    for (int k = 0; k < o->n_pieces; k++) {
+        pt_norm_piece *pc = &o->pieces[k];
+        size_t a = pc->lo > lo ? pc->lo : lo, b = pc->hi < hi ? pc->hi : hi;
+        if (b <= a || pc->covered > pc->hi - pc->lo) continue;
+        pc->covered += b - a;
+        if (pc->covered == pc->hi - pc->lo) pt_norm_piece_sum(o, model, pc);
+    }
+}
+
+double pt_optim_norm_sumsq(pt_optim *o, const pt_model *model) {
     double ss = 0;
-    /* every (owned range ∩ tensor) piece of the tensors this rank owns (not a replica's) */
-    for (int r = 0; r < o->n_ranges; r++) {
-        const pt_optim_range *rg = &o->ranges[r];
-        for (int i = 0; i < model->table.n; i++) {
-            const pt_param *p = &model->table.p[i];
-            size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
-            size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
-            if (hi > lo && p->owner) ss += be->sumsq(be, rg->grad + (lo - rg->lo), hi - lo);
-        }
+    for (int k = 0; k < o->n_pieces; k++) {
+        pt_norm_piece *pc = &o->pieces[k];
+        if (pc->covered <= pc->hi - pc->lo) pt_norm_piece_sum(o, model, pc);
+        ss += pc->sumsq;
     }
     return ss;
 }
@@ -91,21 +131,25 @@ float pt_clip_coef(double norm, float max_norm) {
     return coef < 1.0f ? coef : 1.0f;
 }
 
-void pt_optim_step(pt_optim *o, pt_model *model, float lr, float grad_scale) {
+void pt_optim_begin_step(pt_optim *o) { o->step++; }
+
+void pt_optim_update_range(pt_optim *o, pt_model *model, int r, float lr, float grad_scale) {
     pt_backend *be = model->be;
-    o->step++;
+    const pt_optim_range *rg = &o->ranges[r];
     /* every (owned range ∩ tensor) piece, with that tensor's weight decay */
-    for (int r = 0; r < o->n_ranges; r++) {
-        const pt_optim_range *rg = &o->ranges[r];
-        for (int i = 0; i < model->table.n; i++) {
-            const pt_param *p = &model->table.p[i];
-            size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
-            size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
-            if (hi <= lo) continue;
-            float wd = p->decay ? o->cfg.weight_decay : 0.0f;
-            size_t at = lo - rg->lo, moff = rg->off + at;
-            be->adamw(be, rg->param + at, rg->grad + at, o->m + moff, o->v + moff, hi - lo,
-                      lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->step, grad_scale);
-        }
+    for (int i = 0; i < model->table.n; i++) {
+        const pt_param *p = &model->table.p[i];
+        size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
+        size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
+        if (hi <= lo) continue;
+        float wd = p->decay ? o->cfg.weight_decay : 0.0f;
+        size_t at = lo - rg->lo, moff = rg->off + at;
+        be->adamw(be, rg->param + at, rg->grad + at, o->m + moff, o->v + moff, hi - lo, lr,
+                  o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->step, grad_scale);
     }
+}
+
+void pt_optim_step(pt_optim *o, pt_model *model, float lr, float grad_scale) {
+    pt_optim_begin_step(o);
+    for (int r = 0; r < o->n_ranges; r++) pt_optim_update_range(o, model, r, lr, grad_scale);
 }

@@ -241,7 +241,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         PT_TRY(pt_pipe_init(&t->pipe, &t->model, t->mesh->pp, sched, cfg->parallel.pp_virtual,
                             per_rank / mb, mb, Tl));
         pt_log_info("pipeline: %d stages, schedule %s, %d micro-batches; this rank's layers %d-%d%s",
-                    pp * cfg->parallel.pp_virtual, pt_schedule_kind_name(sched), per_rank / mb,
+                    t->pipe.S, pt_schedule_kind_name(sched), per_rank / mb,
                     par->chunk[0].l0, par->chunk[0].l1 - 1, par->n_chunks > 1 ? " (first chunk)" : "");
     } else {
         t->acts = pt_acts_create(&t->model, mb, Tl);
@@ -402,10 +402,13 @@ pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank) {
     return st;
 }
 
+static void pt_trainer_params_ready(pt_trainer *t);
+
 void pt_trainer_free(pt_trainer *t) {
     pt_run_lock_release(t->lock);
     t->lock = NULL;
     pt_trainer_async_free(t); /* a save still being written is waited for, not published */
+    pt_trainer_params_ready(t); /* (no request left in flight) */
     pt_layout_free(&t->lay);
     t->mesh = NULL;
     if (!t->be) return;
@@ -438,28 +441,73 @@ static pt_status pt_dump_grads(pt_trainer *t, const char *path);
  * toward balance, up for the experts that got fewer token-slots than the mean in this step, down
  * for those that got more (the load is the whole step's, the same on every rank). Each rank moves
  * the part its optimizer owns (with ZeRO, a slice), before the parameters are gathered. */
-static void pt_trainer_bias_update(pt_trainer *t) {
+static void pt_trainer_bias_update(pt_trainer *t, int r) {
     const pt_model_config *mc = &t->cfg.model;
     float *b = t->bias_host;
-    for (int r = 0; r < t->opt.n_ranges; r++) {
-        const pt_optim_range *rg = &t->opt.ranges[r];
-        for (int i = 0; i < t->model.table.n; i++) {
-            const pt_param *p = &t->model.table.p[i];
-            size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
-            size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
-            if (p->kind != PT_KIND_ROUTER_BIAS || hi <= lo) continue;
-            const double *ld = t->model.expert_load + (size_t)p->layer * mc->n_experts;
-            double mean = 0;
-            for (int e = 0; e < mc->n_experts; e++) mean += ld[e] / mc->n_experts;
-            float *at = rg->param + (lo - rg->lo);
-            t->be->download(t->be, b, at, (hi - lo) * sizeof *b);
-            for (size_t k = 0; k < hi - lo; k++) {
-                size_t e = lo - p->offset + k;
-                b[k] += mc->bias_rate * (ld[e] < mean ? 1.0f : ld[e] > mean ? -1.0f : 0.0f);
-            }
-            t->be->upload(t->be, at, b, (hi - lo) * sizeof *b);
+    const pt_optim_range *rg = &t->opt.ranges[r];
+    for (int i = 0; i < t->model.table.n; i++) {
+        const pt_param *p = &t->model.table.p[i];
+        size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
+        size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
+        if (p->kind != PT_KIND_ROUTER_BIAS || hi <= lo) continue;
+        const double *ld = t->model.expert_load + (size_t)p->layer * mc->n_experts;
+        double mean = 0;
+        for (int e = 0; e < mc->n_experts; e++) mean += ld[e] / mc->n_experts;
+        float *at = rg->param + (lo - rg->lo);
+        t->be->download(t->be, b, at, (hi - lo) * sizeof *b);
+        for (size_t k = 0; k < hi - lo; k++) {
+            size_t e = lo - p->offset + k;
+            b[k] += mc->bias_rate * (ld[e] < mean ? 1.0f : ld[e] > mean ? -1.0f : 0.0f);
         }
+        t->be->upload(t->be, at, b, (hi - lo) * sizeof *b);
     }
+}
+
+/* The data-parallel instances of the layout (the dense and the experts' region), 0 to 2. */
+static int pt_trainer_dps(pt_trainer *t, pt_dp **ds) {
+    int n = 0;
+    if (t->lay.dpc) ds[n++] = &t->lay.dp;
+    if (t->lay.dpe.model) ds[n++] = &t->lay.dpe;
+    return n;
+}
+
+/* ZeRO-1's gathers of the last update still in flight (pt_dp_gather_params), completed: before
+ * anything reads the parameters outside the model's passes. */
+static void pt_trainer_params_ready(pt_trainer *t) {
+    pt_dp *ds[2];
+    for (int i = 0, n = pt_trainer_dps(t, ds); i < n; i++) pt_dp_params_ready(ds[i]);
+}
+
+/* After the last micro-batch's backward: Σ g² of what this rank owns. The reductions still in
+ * flight complete bucket after bucket, and each bucket's pieces of the norm are summed as soon as
+ * its gradients are final, while the later buckets are still on the wire (the embedding's, whose
+ * gradient backward finishes last); the pieces add in pt_grad_sumsq_owned's order, bit for bit. */
+static double pt_trainer_reduce(pt_trainer *t) {
+    pt_dp *ds[2];
+    int n = pt_trainer_dps(t, ds);
+    size_t lo, hi;
+    pt_optim_norm_begin(&t->opt);
+    for (int i = 0; i < n; i++) pt_dp_end_backward(ds[i]);
+    for (int i = 0; i < n; i++)
+        while (pt_dp_next_final(ds[i], &lo, &hi)) pt_optim_norm_final(&t->opt, &t->model, lo, hi);
+    return pt_optim_norm_sumsq(&t->opt, &t->model);
+}
+
+/* The update, range by range in ascending offsets: once a bucket's slice is updated its
+ * all-gather starts (ZeRO-1/2), overlapping the next ranges' updates; ZeRO-1's gathers complete
+ * in the next forward, as each unit is acquired (fp32; a bf16 model's copy is made from all the
+ * parameters now). */
+static void pt_trainer_update(pt_trainer *t, float lr, float clip) {
+    pt_dp *ds[2];
+    int n = pt_trainer_dps(t, ds);
+    pt_optim_begin_step(&t->opt);
+    for (int r = 0; r < t->opt.n_ranges; r++) {
+        pt_optim_update_range(&t->opt, &t->model, r, lr, clip);
+        if (t->cfg.model.bias_rate > 0) pt_trainer_bias_update(t, r);
+        for (int i = 0; i < n; i++) pt_dp_params_updated(ds[i], t->opt.ranges[r].hi);
+    }
+    for (int i = 0; i < n; i++) pt_dp_gather_params(ds[i], t->model.prec == PT_PREC_BF16);
+    pt_model_sync_weights(&t->model); /* bf16: the copy the next step computes with */
 }
 
 /* This rank's rows of the global batch in h_inputs / h_targets, [dp_rank·per_rank,
@@ -571,14 +619,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         if (t->lay.dpe.model) pt_dp_begin_micro(&t->lay.dpe, 0);
         loss_sum = pt_pipe_step(&t->pipe, t->d_inputs, t->d_targets, t->d_pos, loss_scale);
         pt_layout_sum_tied(lay, &t->model); /* a tied embedding's copy's gradient too */
-        if (t->lay.dpc) {
-            pt_dp_begin_micro(&t->lay.dp, 1);
-            pt_dp_end_micro(&t->lay.dp, 1);
-        }
-        if (t->lay.dpe.model) {
-            pt_dp_begin_micro(&t->lay.dpe, 1);
-            pt_dp_end_micro(&t->lay.dpe, 1);
-        }
+        if (t->lay.dpc) pt_dp_begin_micro(&t->lay.dp, 1);
+        if (t->lay.dpe.model) pt_dp_begin_micro(&t->lay.dpe, 1);
     }
     for (int k = 0; k < n_micro && !t->pipe.model; k++) {
         size_t at = (size_t)k * mb * Tl;
@@ -589,12 +631,13 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs + at, t->d_targets + at,
                                      t->d_pos, loss_scale, NULL);
         pt_model_backward(&t->model, t->acts, t->d_inputs + at);
+        if (last) break; /* its reductions: pt_trainer_reduce */
         if (t->lay.dpc) pt_dp_end_micro(&t->lay.dp, last);
         if (t->lay.dpe.model) pt_dp_end_micro(&t->lay.dpe, last);
     }
     /* Σ g² over what this rank owns (replicas counted once); with ZeRO the data ranks own
      * disjoint parts, the tp ranks always do: each sums over its group */
-    double sumsq = pt_grad_sumsq_owned(&t->opt, &t->model);
+    double sumsq = pt_trainer_reduce(t);
     if (pt_trainer_injected(t)) sumsq = NAN; /* a test's divergence: every rank's norm is NaN */
     double aux[2] = {t->model.aux_loss, t->model.z_loss};
     pt_layout_sum_step(lay, &loss_sum, &sumsq, aux, t->model.expert_load, n_load);
@@ -611,13 +654,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         t->grads_dumped = 1;
     }
     float lr = pt_lr_at(&t->opt.cfg, t->step);
-    if (finite) { /* a skipped step leaves weights, moments and AdamW's count as they were */
-        pt_optim_step(&t->opt, &t->model, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
-        if (cfg->model.bias_rate > 0) pt_trainer_bias_update(t);
-        if (t->lay.dpc) pt_dp_gather_params(&t->lay.dp);
-        if (t->lay.dpe.model) pt_dp_gather_params(&t->lay.dpe);
-        pt_model_sync_weights(&t->model); /* bf16: the copy the next step computes with */
-    }
+    if (finite) /* a skipped step leaves weights, moments and AdamW's count as they were */
+        pt_trainer_update(t, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
     be->synchronize(be);
     t->step++; /* the data and the learning-rate schedule move on either way */
     s->skipped = !finite;
@@ -665,6 +703,7 @@ pt_status pt_trainer_eval(pt_trainer *t, double *val_loss) {
     const pt_config *cfg = &t->cfg;
     pt_model *m = &t->model;
     if (!t->val.n_shards) return pt_errorf(PT_ERR_CONFIG, "evaluation needs data.val");
+    pt_trainer_params_ready(t);
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
     int n_micro = G / t->lay.dp_size / mb, Tl = t->lay.T_local;
     int64_t allocs0 = pt_alloc_count();
@@ -823,6 +862,7 @@ static pt_status pt_save_check_finite(pt_trainer *t, const pt_ckpt_piece *pieces
 pt_status pt_trainer_save(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
     PT_TRY(pt_trainer_save_wait(t)); /* a background save first: checkpoints publish in order */
+    pt_trainer_params_ready(t);
     pt_save_buf b;
     pt_save_buf_init(t, &b);
     int n_pieces = pt_save_collect(t, &b);
@@ -864,6 +904,7 @@ pt_status pt_trainer_save_start(pt_trainer *t) {
     struct pt_trainer_async *a = t->async;
     PT_ASSERTF(a, "pt_trainer_save_start without checkpoint.async");
     PT_TRY(pt_trainer_save_wait(t));
+    pt_trainer_params_ready(t);
     double t0 = pt_now();
     a->n_pieces = pt_save_collect(t, &a->buf);
     PT_TRY(pt_save_check_finite(t, a->buf.pieces, a->n_pieces));
@@ -995,5 +1036,6 @@ pt_status pt_trainer_run(pt_trainer *t) {
             mark = pt_report_mark_now(t->mesh, t->step);
         }
     }
+    pt_trainer_params_ready(t); /* the last update's gathers */
     return PT_OK;
 }
