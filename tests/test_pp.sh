@@ -8,6 +8,11 @@
 #   - checkpoints across pp degrees (pp 2 -> pp 1 × dp 2 -> pp 4) continue the same losses;
 #   - tied embeddings (the last stage holds a copy of the embedding for its head; the two
 #     gradients are summed): every schedule, with dp 2 (ZeRO-1) and tp 2 + sp, and resumed;
+#   - dualpipev (DualPipeV: 2 chunks per rank in a V, the loss on rank 0, the bottom rank's two
+#     chunks handing off locally): pp 2 and pp 4 at m = 2pp and more, with recomputation
+#     (selective, full), with dp 2 (ZeRO-1), with tied embeddings (both ends on rank 0), and in
+#     bf16 (compare_runs.py --bf16: within 0.1x / 0.5x of bf16's own distance from fp32); its
+#     validation losses (data.val) within 1e-5 of the single process's;
 #   - stage splits and schedules that cannot work fail fast with one message.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
@@ -35,6 +40,44 @@ for s in afab 1f1b zb; do
 done
 check 8 pp2_tp2_dp2_interleaved ref4 "${L4[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --parallel.pp_schedule=interleaved --parallel.pp_virtual=2 --training.micro_batch=2
 check 2 pp2_split_3_1 ref4 "${L4[@]}" --parallel.pp=2 --parallel.pp_layers=3,1 --training.micro_batch=2
+
+# dualpipev: 2·pp stages (rank r holds stages r and 2pp - 1 - r), m >= 2pp micro-batches
+DPV=(--parallel.pp_schedule=dualpipev)
+check 2 pp2_dualpipev_m4 ref4 "${L4[@]}" --parallel.pp=2 "${DPV[@]}" --training.micro_batch=2
+check 2 pp2_dualpipev_m8_sel ref4 "${L4[@]}" --parallel.pp=2 "${DPV[@]}" --training.micro_batch=1 --training.recompute=selective
+check 4 pp4_dualpipev_m8 ref8 "${L8[@]}" --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1
+check 4 pp4_dualpipev_m8_full ref8 "${L8[@]}" --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1 --training.recompute=full
+check 4 pp2_dp2_z1_dualpipev ref4 "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 "${DPV[@]}" --training.micro_batch=1
+# bf16: against the single-process bf16 run, within bf16's own distance from fp32
+B16=(--training.precision=bf16)
+for L in 4 8; do
+  run 1 "bref$L" --model.n_layers=$L "${B16[@]}" --training.micro_batch=8 || bad "bf16 $L-layer reference failed"
+done
+bf16_check() { # NP NAME LAYERS ARGS...
+  local np="$1" name="$2" layers="$3"; shift 3
+  if run "$np" "$name" --model.n_layers=$layers "${B16[@]}" "$@"; then
+    "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --bf16 "$tmp" "ref$layers" "bref$layers" "$name" "bf16 $name" && ok ||
+      bad "$name too far from the single-process bf16 run"
+  else
+    bad "$name failed: $(tail -3 "$tmp/$name.log")"
+  fi
+}
+bf16_check 2 bf_pp2_dualpipev 4 --parallel.pp=2 "${DPV[@]}" --training.micro_batch=2
+bf16_check 4 bf_pp4_dualpipev_sel 8 --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1 --training.recompute=selective
+# evaluation (data.val): the forward-only pass down the V and back up gives the single process's
+# validation losses (each within 1e-5 relative)
+shard "$tmp/val_000000.bin" 4000 7 0.2
+ev=(--data.val="$tmp/val_*.bin" --eval.every=5 --eval.tokens=256)
+run 1 ev_ref "${L4[@]}" "${ev[@]}" --training.micro_batch=8 &&
+run 2 ev_pp2_dualpipev "${L4[@]}" "${ev[@]}" --parallel.pp=2 "${DPV[@]}" --training.micro_batch=2 &&
+"$PY" - "$tmp" <<'PY' && ok || bad "dualpipev's validation losses differ from the single process's"
+import json, sys
+def val(n): return [(r["step"], r["val_loss"]) for r in map(json.loads, open("%s/%s.jsonl" % (sys.argv[1], n))) if "val_loss" in r]
+a, b = val("ev_ref"), val("ev_pp2_dualpipev")
+worst = max(abs(x[1] - y[1]) / x[1] for x, y in zip(a, b)) if a else 1
+print("dualpipev pp 2 validation losses at steps %s: worst relative difference %.1e" % ([s for s, _ in b], worst))
+sys.exit(0 if len(a) == 2 and [s for s, _ in a] == [s for s, _ in b] and worst <= 1e-5 else 1)
+PY
 
 # bytes and peak activations seen by the first stage (rank 0, which writes the metrics)
 "$PY" - "$tmp" <<'PY' && ok || bad "first-stage bytes or peak activations differ from the schedule"
@@ -71,6 +114,7 @@ run 1 tref "${T4[@]}" --training.micro_batch=8 || bad "tied reference failed: $(
 check 2 tied_pp2 tref "${T4[@]}" --parallel.pp=2 --training.micro_batch=2
 check 4 tied_pp4_zb tref "${T4[@]}" --parallel.pp=4 --parallel.pp_schedule=zb --training.micro_batch=2
 check 2 tied_pp2_interleaved tref "${T4[@]}" --parallel.pp=2 --parallel.pp_schedule=interleaved --parallel.pp_virtual=2 --training.micro_batch=2
+check 2 tied_pp2_dualpipev tref "${T4[@]}" --parallel.pp=2 --parallel.pp_schedule=dualpipev --training.micro_batch=2
 check 4 tied_pp2_dp2_z1 tref "${T4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=1
 check 4 tied_pp2_tp2_sp tref "${T4[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.sp=true --training.micro_batch=2
 # and its checkpoint (the first stage's copy saved) resumed by one process, and back
@@ -88,6 +132,9 @@ expect_fail 2 "must divide model.n_layers" "${L4[@]}" --parallel.pp=2 --parallel
 expect_fail 2 "multiple of" "${L4[@]}" --parallel.pp=2 --parallel.pp_schedule=interleaved --parallel.pp_virtual=2 --training.micro_batch=8
 expect_fail 2 "parallel.pp_layers" "${L4[@]}" --parallel.pp=2 --parallel.pp_layers=3,2 --training.micro_batch=1
 expect_fail 4 "ZeRO-2/3" "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=2 --training.micro_batch=1
+expect_fail 2 "at least 2·pp = 4" "${L4[@]}" --parallel.pp=2 "${DPV[@]}" --training.micro_batch=4
+expect_fail 2 "leave it at 1" "${L4[@]}" --parallel.pp=2 "${DPV[@]}" --parallel.pp_virtual=3 --training.micro_batch=1
+expect_fail 4 "exceed model.n_layers" "${L4[@]}" --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

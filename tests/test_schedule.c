@@ -1,5 +1,6 @@
 /* test_schedule.c: pipeline schedules: every built schedule passes the checker and has the
- * bubble and peak in-flight that the literature gives; broken schedules are rejected by name. */
+ * bubble and peak in-flight that the literature gives (dualpipev: the DualPipe README's); the
+ * stage maps (round-robin, the V); broken schedules are rejected by name. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,26 +53,28 @@ static int count_kind(const pt_schedule *s, int r, pt_act_kind k) {
 
 static void test_kind_names_round_trip(void **state) {
     (void)state;
-    const char *names[] = {"afab", "1f1b", "interleaved", "zb"};
-    for (int k = 0; k < 4; k++) {
+    const char *names[] = {"afab", "1f1b", "interleaved", "zb", "dualpipev"};
+    for (int k = 0; k < 5; k++) {
         pt_sched_kind got;
         assert_int_equal(pt_schedule_parse_kind(names[k], &got), PT_OK);
         assert_int_equal(got, k);
         assert_string_equal(pt_schedule_kind_name(got), names[k]);
     }
     pt_sched_kind got;
-    EXPECT_MESSAGE(pt_schedule_parse_kind("gpipe", &got), "gpipe", "afab, 1f1b, interleaved or zb");
+    EXPECT_MESSAGE(pt_schedule_parse_kind("gpipe", &got), "gpipe", "afab, 1f1b, interleaved, zb or dualpipev");
 }
 
 /* Every built schedule passes the checker, and each rank computes each (micro, chunk) once:
- * counted here independently of the checker. */
+ * counted here independently of the checker. zb splits every backward; dualpipev splits those of
+ * its phases 3, 6 (half) and 7: (pp − r − 1) + (r + 1) + (pp − r − 1) = 2pp − r − 1 on rank r. */
 static void check_counts(const pt_schedule *s) {
-    int mv = s->m * s->v, split = s->kind == PT_SCHED_ZB;
+    int mv = s->m * s->v;
     for (int r = 0; r < s->pp; r++) {
+        int split = s->kind == PT_SCHED_ZB ? mv : s->kind == PT_SCHED_DUALPIPEV ? 2 * s->pp - r - 1 : 0;
         assert_int_equal(count_kind(s, r, PT_ACT_FWD), mv);
-        assert_int_equal(count_kind(s, r, PT_ACT_BWD), split ? 0 : mv);
-        assert_int_equal(count_kind(s, r, PT_ACT_BWD_INPUT), split ? mv : 0);
-        assert_int_equal(count_kind(s, r, PT_ACT_BWD_WEIGHT), split ? mv : 0);
+        assert_int_equal(count_kind(s, r, PT_ACT_BWD), mv - split);
+        assert_int_equal(count_kind(s, r, PT_ACT_BWD_INPUT), split);
+        assert_int_equal(count_kind(s, r, PT_ACT_BWD_WEIGHT), split);
     }
 }
 
@@ -97,6 +100,64 @@ static void test_built_schedules_pass_the_check(void **state) {
         check_counts(&s);
         pt_schedule_free(&s);
     }
+    /* dualpipev from its least m = 2pp up, odd pp too, and one rank holding the whole V */
+    for (int pp = 1; pp <= 6; pp++) {
+        const int mm[] = {2 * pp, 2 * pp + 1, 3 * pp, 4 * pp + 3};
+        for (int i = 0; i < 4; i++) {
+            build_ok(&s, PT_SCHED_DUALPIPEV, pp, mm[i], 2);
+            check_ok(&s);
+            check_counts(&s);
+            pt_schedule_free(&s);
+        }
+    }
+}
+
+/* The stage map: round-robin for every kind but dualpipev, whose V gives rank r stages r and
+ * 2pp − 1 − r; pt_schedule_locate inverts pt_schedule_stage. */
+static void test_stage_map(void **state) {
+    (void)state;
+    for (int k = 0; k <= PT_SCHED_DUALPIPEV; k++) {
+        int pp = 4, v = pt_schedule_chunks((pt_sched_kind)k, 2);
+        assert_int_equal(v, 2);
+        for (int r = 0; r < pp; r++)
+            for (int c = 0; c < v; c++) {
+                int st = pt_schedule_stage((pt_sched_kind)k, pp, v, r, c), rr, cc;
+                int want = k == PT_SCHED_DUALPIPEV ? (c == 0 ? r : 2 * pp - 1 - r) : c * pp + r;
+                assert_int_equal(st, want);
+                pt_schedule_locate((pt_sched_kind)k, pp, v, st, &rr, &cc);
+                assert_int_equal(rr, r);
+                assert_int_equal(cc, c);
+            }
+    }
+    assert_int_equal(pt_schedule_chunks(PT_SCHED_DUALPIPEV, 1), 2);
+    assert_int_equal(pt_schedule_chunks(PT_SCHED_1F1B, 1), 1);
+}
+
+/* The V's messages: chunk 0 forwards down the ranks, chunk 1 back up; the bottom rank hands
+ * chunk 0's output to its chunk 1 locally (no message), and rank 0's chunk 1 ends the model
+ * (sends nothing forward; its input comes from rank 1). */
+static void test_dualpipev_messages(void **state) {
+    (void)state;
+    pt_schedule s;
+    int pp = 4, m = 8;
+    build_ok(&s, PT_SCHED_DUALPIPEV, pp, m, 2);
+    for (int r = 0; r < pp; r++) {
+        int fwd_down = 0, fwd_up = 0, in0 = 0, in1 = 0;
+        for (int k = 0; k < s.n[r]; k++) {
+            const pt_action *x = &s.a[r][k];
+            if (x->kind == PT_ACT_SEND_FWD) {
+                if (x->chunk == 0) assert_int_equal(x->peer, r + 1);
+                if (x->chunk == 1) assert_int_equal(x->peer, r - 1);
+                fwd_down += x->chunk == 0, fwd_up += x->chunk == 1;
+            }
+            if (x->kind == PT_ACT_RECV_FWD) in0 += x->chunk == 0, in1 += x->chunk == 1;
+        }
+        assert_int_equal(fwd_down, r < pp - 1 ? m : 0); /* the bottom: local */
+        assert_int_equal(fwd_up, r > 0 ? m : 0);         /* rank 0's chunk 1 is the last stage */
+        assert_int_equal(in0, r > 0 ? m : 0);
+        assert_int_equal(in1, r < pp - 1 ? m : 0);
+    }
+    pt_schedule_free(&s);
 }
 
 /* Messages carry the neighbouring stage's rank; with interleaving the last rank's chunk c sends
@@ -159,6 +220,56 @@ static void test_bubble_of_interleaved(void **state) {
         expect_near(what, pt_schedule_bubble_formula(&s), (double)(pp - 1) / (v * m));
         pt_sched_sim_free(&sim);
         pt_schedule_free(&s);
+    }
+}
+
+/* DualPipeV against its published figures (the DualPipe README, whose PP counts the 2pp stages of
+ * the V): idle time per rank (PP/2 − 1)(F&B + B − 3W), in the time units of the per-chunk costs,
+ * with F&B = f + b + w (our F&B unit runs its forward and its whole backward one after the other),
+ * B = b + w the whole backward and W = w; every rank computes 2m chunks' worth, so our bubble
+ * (pp·makespan − busy)/busy is that idle over 2m(f + b + w). And PP + 1 = 2pp + 1 (micro-batch,
+ * chunk) pairs in flight at the peak on every rank. The formula assumes a backward no cheaper than
+ * the forward or the weight gradient (b ≥ f, b ≥ w), as these costs are; with f > b the schedule
+ * idles more than it says. */
+static void test_bubble_of_dualpipev(void **state) {
+    (void)state;
+    const double costs[][3] = {{1, 1, 1}, {1, 2, 1}, {0.5, 1, 0.25}, {1, 1, 0}, {2, 3, 1}};
+    const int pipes[] = {1, 2, 3, 4, 6, 8};
+    for (size_t p = 0; p < sizeof pipes / sizeof *pipes; p++) {
+        int pp = pipes[p];
+        const int mm[] = {2 * pp, 2 * pp + 1, 4 * pp};
+        for (int i = 0; i < 3; i++) {
+            for (size_t c = 0; c < sizeof costs / sizeof *costs; c++) {
+                double f = costs[c][0], b = costs[c][1], w = costs[c][2];
+                pt_schedule s;
+                pt_sched_sim sim;
+                build_ok(&s, PT_SCHED_DUALPIPEV, pp, mm[i], 2);
+                simulate_ok(&s, f, b, w, &sim);
+                char what[128];
+                snprintf(what, sizeof what, "dualpipev pp=%d m=%d f=%g b=%g w=%g", pp, mm[i], f, b, w);
+                double stages = 2 * pp, fb = f + (b + w), whole_b = b + w;
+                double want_idle = (stages / 2 - 1) * (fb + whole_b - 3 * w), per_rank = 2 * mm[i] * (f + b + w);
+                expect_near(what, sim.busy, pp * per_rank);
+                expect_near(what, sim.makespan - per_rank, want_idle);
+                expect_near(what, pt_schedule_idle_formula(&s, f, b, w), want_idle);
+                expect_near(what, sim.bubble, want_idle / per_rank);
+                expect_near(what, pt_schedule_bubble_formula(&s), -1);
+                assert_int_equal(pt_schedule_peak_formula(&s), 2 * pp + 1);
+                for (int r = 0; r < pp; r++)
+                    if (sim.peak_inflight[r] != 2 * pp + 1)
+                        fail_msg("%s rank %d: peak in-flight %d, published 2pp + 1 = %d", what, r,
+                                 sim.peak_inflight[r], 2 * pp + 1);
+                pt_sched_sim_free(&sim);
+                if (pp > 1) { /* the forward dearer than the backward: more idle than published */
+                    simulate_ok(&s, 2, 1, 1, &sim);
+                    if (!(sim.makespan - 2 * mm[i] * 4.0 > (pp - 1) * (4 + 2 - 3) + 1e-9))
+                        fail_msg("%s: with f = 2 > b = 1 the idle %g is not above the formula's %d", what,
+                                 sim.makespan - 2 * mm[i] * 4.0, (pp - 1) * 3);
+                    pt_sched_sim_free(&sim);
+                }
+                pt_schedule_free(&s);
+            }
+        }
     }
 }
 
@@ -320,6 +431,9 @@ static void test_order_and_field_errors_are_named(void **state) {
 static void test_bad_shapes_are_named(void **state) {
     (void)state;
     pt_schedule s;
+    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_DUALPIPEV, 4, 7, 2), "dualpipev", "7 micro-batches",
+                   "at least 2·pp = 8");
+    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_DUALPIPEV, 2, 8, 1), "dualpipev", "v = 2");
     EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 4, 6, 2), "6 micro-batches",
                    "multiple of pp = 4", "4 or 8");
     EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 4, 3, 2), "multiple of pp = 4", "at least 4");
@@ -329,24 +443,41 @@ static void test_bad_shapes_are_named(void **state) {
     EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_ZB, 2, 0, 1), "0 micro-batches");
 }
 
-/* 1f1b, pp = 2, m = 2, f = b = 1: rank 1 answers each forward at once; rank 0 waits. */
-static void test_text_timeline(void **state) {
-    (void)state;
+/* The text timeline of a built schedule simulated with costs f, b, w holds the 4 rows given
+ * (two ranks: kinds, micro-batches). */
+static void expect_timeline(pt_sched_kind kind, int pp, int m, int v, double f, double b, double w,
+                            const char *const rows[4]) {
     pt_schedule s;
     pt_sched_sim sim;
-    build_ok(&s, PT_SCHED_1F1B, 2, 2, 1);
-    simulate_ok(&s, 1, 1, 0, &sim);
+    build_ok(&s, kind, pp, m, v);
+    simulate_ok(&s, f, b, w, &sim);
     char *text = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    pt_schedule_print(&s, &sim, f);
-    fclose(f);
-    const char *rows[] = {"|FF.B.B|", "|01 0 1|", "|.FBFB.|", "| 0011 |"};
+    FILE *out = open_memstream(&text, &len);
+    pt_schedule_print(&s, &sim, out);
+    fclose(out);
     for (int i = 0; i < 4; i++)
         if (!strstr(text, rows[i])) fail_msg("timeline lacks %s:\n%s", rows[i], text);
     free(text);
     pt_sched_sim_free(&sim);
     pt_schedule_free(&s);
+}
+
+/* 1f1b, pp = 2, m = 2, f = b = 1: rank 1 answers each forward at once; rank 0 waits. */
+static void test_text_timeline(void **state) {
+    (void)state;
+    const char *const rows[] = {"|FF.B.B|", "|01 0 1|", "|.FBFB.|", "| 0011 |"};
+    expect_timeline(PT_SCHED_1F1B, 2, 2, 1, 1, 1, 0, rows);
+}
+
+/* dualpipev, pp = 2, m = 4, unit costs: the eight phases of each rank (rank 0: F0 F0 | F0 F1 |
+ * B1 W1 F1 | F0&B1 F1&B0 | B1 F1&B0 | B1 B0 | W B0 | W; rank 1: F0 F1 F0 F1 | four F&B | B1 B0,
+ * then split: B1 B0 | W W), chunk 1 lowercase, a whole backward two columns. */
+static void test_dualpipev_timeline(void **state) {
+    (void)state;
+    const char *const rows[] = {"|FFFfbwfFbb.fBBbb.fBBbbBWBW|", "|0120001311 20022 311332233|",
+                                "|.FfFfFbbfBBFbbfBBbbBB.bBwW|", "| 00112002003113112222 3333|"};
+    expect_timeline(PT_SCHED_DUALPIPEV, 2, 4, 2, 1, 1, 1, rows);
 }
 
 static void test_svg_has_a_rect_per_computation(void **state) {
@@ -447,9 +578,12 @@ int main(void) {
         cmocka_unit_test(test_kind_names_round_trip),
         cmocka_unit_test(test_built_schedules_pass_the_check),
         cmocka_unit_test(test_interleaved_wraps_to_rank_zero),
+        cmocka_unit_test(test_stage_map),
+        cmocka_unit_test(test_dualpipev_messages),
         cmocka_unit_test(test_bubble_of_afab_and_1f1b),
         cmocka_unit_test(test_bubble_of_interleaved),
         cmocka_unit_test(test_interleaved_order_and_peak),
+        cmocka_unit_test(test_bubble_of_dualpipev),
         cmocka_unit_test(test_zb_bubble_below_1f1b),
         cmocka_unit_test(test_peak_inflight),
         cmocka_unit_test(test_dropped_recv_is_rejected),
@@ -458,6 +592,7 @@ int main(void) {
         cmocka_unit_test(test_order_and_field_errors_are_named),
         cmocka_unit_test(test_bad_shapes_are_named),
         cmocka_unit_test(test_text_timeline),
+        cmocka_unit_test(test_dualpipev_timeline),
         cmocka_unit_test(test_svg_has_a_rect_per_computation),
         cmocka_unit_test(test_balanced_split_is_optimal),
     };

@@ -2,8 +2,9 @@
  *
  * The layers are cut into S = pp·v stages (contiguous layer ranges); rank r of the pipeline
  * group holds stages r, r + pp, ..., as its chunks 0..v−1 (round-robin, as the interleaved
- * schedule wants; v = 1 otherwise). Stage 0 also holds the embedding, stage S − 1 the final
- * norm, head and loss.
+ * schedule wants; v = 1 otherwise), or under dualpipev stages r and 2pp − 1 − r (the V;
+ * pt_schedule_stage). Stage 0 also holds the embedding, stage S − 1 the final norm, head and
+ * loss. Two neighbouring stages on one rank (the V's bottom) hand off by a copy, no message.
  *
  * One engine runs every schedule (include/pt/schedule.h): it walks this rank's action list,
  * posting receives and sends nonblocking (a forward waits for its input to arrive, a backward
@@ -40,6 +41,7 @@ typedef struct {
     int rank, v, m, S, B, T;
     int zb;
     pt_pipe_slot *slot;   /* [micro · v + chunk] */
+    int *uses;            /* [micro · v + chunk]: its set's uses in a step (actions, local hand-offs) */
     pt_pipe_slot *draining; /* done sets whose sends are in flight (left: their chunk) */
     int n_draining;
     pt_acts **pool;       /* free activation sets, per chunk: pool[c · m + i] */

@@ -1,15 +1,19 @@
 /* schedule.h: pipeline-parallel schedules as explicit per-rank action lists: built, checked,
  * simulated and drawn. Pure data: no MPI, no model code.
  *
- * A pipeline of pp ranks holds v model chunks per rank (v = 1 except for the interleaved
- * schedule); chunk c on rank r is the global stage c·pp + r (layers go round-robin), so a
- * micro-batch's forward runs stages 0, 1, ..., v·pp − 1 and its backward runs them in reverse.
+ * A pipeline of pp ranks holds v model chunks per rank (v = 1 except for interleaved and
+ * dualpipev); a micro-batch's forward runs the global stages 0, 1, ..., v·pp − 1 and its backward
+ * runs them in reverse. Which rank and chunk hold a stage (pt_schedule_stage) depends on the kind:
+ * round-robin (chunk c of rank r is stage c·pp + r) for all but dualpipev, whose V gives rank r
+ * stage r as chunk 0 and stage 2pp − 1 − r as chunk 1: the forward goes down ranks 0..pp − 1 and
+ * comes back up, rank 0 holding both the first stage and the last (the loss).
  * Each rank executes its list a[r][0..n[r]) in order. Point-to-point messages follow the
  * blocking-receive model that an MPI runtime would use: a SEND is buffered (never waits), a RECV
  * waits until the matching SEND has been issued. Where two neighbouring stages share a rank
- * (pp = 1 with interleaving) the hand-off is local and carries no message.
+ * (pp = 1 with interleaving, and the bottom of dualpipev's V on rank pp − 1) the hand-off is local
+ * and carries no message.
  *
- * The four schedules (m micro-batches):
+ * The five schedules (m micro-batches):
  *   afab         GPipe: all m forwards, then all m backwards.
  *   1f1b         PipeDream-flush: rank r runs min(pp − r − 1, m) warm-up forwards, then
  *                alternates one forward and one backward, then the remaining backwards.
@@ -19,6 +23,20 @@
  *                gradient, on the critical path) and W (weight gradient); rank r delays its W's
  *                by r backwards, so the last stages pass gradients upstream sooner and the
  *                delayed W's fill the cool-down. Peak in-flight is 1F1B's.
+ *   dualpipev    DualPipeV (DeepSeek's DualPipe cut in half, Sea AI Lab's "cut-in-half"): the V
+ *                mapping, 2 chunks per rank, m ≥ 2pp. Rank r warms up with 2(pp − r − 1)
+ *                forwards of chunk 0, then r + 1 pairs (F0, F1), then pp − r − 1 of (B1 split
+ *                into B and W at once, F1); the steady phase runs "F&B" pairs: the forward of one
+ *                chunk next to the backward of the other (F0 with B1, F1 with B0); the cool-down
+ *                drains B1 and B0, splitting the later half of them and deferring their W's to
+ *                fill the end. DualPipe overlaps the F and the B of an F&B (two micro-batches, so
+ *                one's communication hides behind the other's compute); our ranks run them one
+ *                after the other, so here F&B costs F + B (f + b + w in the simulator's costs).
+ *                Published bubble (the DualPipe README, PP = 2pp stages of the V):
+ *                (PP/2 − 1)(F&B + B − 3W) = (pp − 1)(F&B + B − 3W) idle time per rank with F, B
+ *                (full backward), W the costs of one chunk; peak activations PP + 1 = 2pp + 1
+ *                (micro-batch, chunk) pairs, each 1/(2pp) of the layers; parameters 1× (2 chunks
+ *                of 1/(2pp) of the layers per rank).
  */
 #ifndef PT_SCHEDULE_H
 #define PT_SCHEDULE_H
@@ -27,7 +45,13 @@
 
 #include "pt/core.h"
 
-typedef enum { PT_SCHED_AFAB = 0, PT_SCHED_1F1B, PT_SCHED_INTERLEAVED, PT_SCHED_ZB } pt_sched_kind;
+typedef enum {
+    PT_SCHED_AFAB = 0,
+    PT_SCHED_1F1B,
+    PT_SCHED_INTERLEAVED,
+    PT_SCHED_ZB,
+    PT_SCHED_DUALPIPEV,
+} pt_sched_kind;
 
 typedef enum {
     PT_ACT_FWD = 0,
@@ -59,14 +83,28 @@ typedef struct {
     pt_action **a;   /* a[r][0..n[r]) in execution order */
 } pt_schedule;
 
-/* "afab", "1f1b", "interleaved", "zb"; PT_ERR_CONFIG naming the choices otherwise. */
+/* "afab", "1f1b", "interleaved", "zb", "dualpipev"; PT_ERR_CONFIG naming the choices otherwise. */
 pt_status pt_schedule_parse_kind(const char *s, pt_sched_kind *out);
 const char *pt_schedule_kind_name(pt_sched_kind k);
 /* The short name of an action kind ("FWD", "RECV_BWD", ...). */
 const char *pt_schedule_action_name(pt_act_kind k);
 
+/* Where the layers go: the one place that maps (rank, chunk) to global stages and back, for the
+ * builder, the checker, the engine (pipeline.c) and the layout (layout.c). */
+/* Model chunks per rank under a kind: 2 for dualpipev, v (parallel.pp_virtual) otherwise. */
+int pt_schedule_chunks(pt_sched_kind kind, int v);
+/* The global stage of chunk c on rank r of pp ranks holding v chunks each: c·pp + r, or for
+ * dualpipev r (c = 0) and 2pp − 1 − r (c = 1). */
+int pt_schedule_stage(pt_sched_kind kind, int pp, int v, int r, int c);
+/* The rank and the chunk holding global stage st (the inverse of pt_schedule_stage). */
+void pt_schedule_locate(pt_sched_kind kind, int pp, int v, int st, int *rank, int *chunk);
+/* Whether the kind splits backwards into BWD_INPUT and BWD_WEIGHT (zb, dualpipev): the engine
+ * then keeps what a deferred weight gradient needs. */
+int pt_schedule_splits_backward(pt_sched_kind kind);
+
 /* Builds the action lists. v must be 1 unless the schedule is interleaved (then v ≥ 2 and m a
- * multiple of pp). PT_ERR_CONFIG with one message naming the violated constraint. */
+ * multiple of pp) or dualpipev (then v = 2 and m ≥ 2pp). PT_ERR_CONFIG with one message naming
+ * the violated constraint. */
 pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v);
 void pt_schedule_free(pt_schedule *s);
 
@@ -101,9 +139,19 @@ pt_status pt_schedule_simulate(const pt_schedule *s, double f, double b, double 
 void pt_sched_sim_free(pt_sched_sim *r);
 
 /* The literature's bubble for this schedule's kind and shape: (pp − 1)/(v·m) for afab, 1f1b and
- * interleaved (v = 1 for the first two), whatever the costs; -1 for zb, whose bubble depends on
- * the ratio of the costs. */
+ * interleaved (v = 1 for the first two), whatever the costs; -1 for zb and dualpipev, whose
+ * bubbles depend on the ratio of the costs (pt_schedule_idle_formula). */
 double pt_schedule_bubble_formula(const pt_schedule *s);
+
+/* The published idle time per rank, in the time units of the costs f, b, w (per chunk, as
+ * pt_schedule_simulate takes them), where one is published: dualpipev's (PP/2 − 1)(F&B + B − 3W)
+ * with PP = 2pp stages, F&B = f + b + w (run one after the other here), B = b + w and W = w;
+ * -1 for the other kinds. Every rank of dualpipev computes the same 2m chunks' worth, so our bubble
+ * is pp·idle/busy = idle/(2m(f + b + w)). */
+double pt_schedule_idle_formula(const pt_schedule *s, double f, double b, double w);
+/* The published peak of (micro-batch, chunk) pairs in flight per rank, where one is published:
+ * dualpipev's PP + 1 = 2pp + 1; -1 for the other kinds. */
+int pt_schedule_peak_formula(const pt_schedule *s);
 
 /* Text timeline to f: per rank one row with one character per time unit (the shortest action's
  * duration): F forward, B backward (full or input gradient), W weight gradient, '.' idle;

@@ -22,15 +22,19 @@ static void pt_schedule_usage(FILE *f) {
             "  --pp N             pipeline ranks (default 4)\n"
             "  --microbatches M   micro-batches per step (default 8)\n"
             "  --schedule KIND    afab (GPipe), 1f1b (PipeDream-flush), interleaved (Megatron's\n"
-            "                     interleaved 1F1B) or zb (ZB-H1 zero bubble); default 1f1b\n"
+            "                     interleaved 1F1B), zb (ZB-H1 zero bubble) or dualpipev (DeepSeek's\n"
+            "                     DualPipeV: 2 chunks per rank in a V, M >= 2N); default 1f1b\n"
             "  --virtual V        model chunks per rank, interleaved only (default 2; M a multiple of N)\n"
             "  --svg FILE         also draw the timeline as an SVG file\n"
             "  --help             print this help\n"
             "\n"
-            "Costs per chunk: forward 1, backward 2; zb splits the backward into B = 1 (input gradient)\n"
-            "and W = 1 (weight gradient). Communication is free. The bubble is idle time divided by\n"
-            "compute time over all ranks, (pp·makespan − busy)/busy, which the literature gives as\n"
-            "(pp − 1)/m for afab and 1f1b and (pp − 1)/(v·m) for interleaved.\n");
+            "Costs per chunk: forward 1, backward 2; zb and dualpipev split the backward into B = 1\n"
+            "(input gradient) and W = 1 (weight gradient). Communication is free. The bubble is idle\n"
+            "time divided by compute time over all ranks, (pp·makespan − busy)/busy, which the\n"
+            "literature gives as (pp − 1)/m for afab and 1f1b and (pp − 1)/(v·m) for interleaved;\n"
+            "DualPipeV's is published as idle time per rank, (PP/2 − 1)(F&B + B − 3W) with PP = 2N\n"
+            "stages, F&B = F + B here (one after the other), B the full backward: it is printed\n"
+            "both ways.\n");
 }
 
 typedef struct {
@@ -70,13 +74,25 @@ static pt_status pt_sched_parse(int argc, char **argv, pt_sched_args *a, int *he
         else if (!strcmp(opt, "--schedule")) PT_TRY(pt_schedule_parse_kind(val, &a->kind));
         else a->svg = val;
     }
-    if (a->v == 0) a->v = a->kind == PT_SCHED_INTERLEAVED ? 2 : 1;
+    if (a->v == 0) a->v = a->kind == PT_SCHED_INTERLEAVED ? 2 : pt_schedule_chunks(a->kind, 1);
     return PT_OK;
+}
+
+/* DualPipeV's published bubble is idle time per rank: next to ours, and ours as idle per rank. */
+static void pt_print_idle(const pt_schedule *s, const pt_sched_sim *sim) {
+    double idle = sim->makespan - sim->busy / s->pp, want = pt_schedule_idle_formula(s, sim->f, sim->b, sim->w);
+    printf("   idle per rank %g; formula (PP/2-1)(F&B+B-3W), PP = %d stages, F&B = F+B = %g: %g "
+           "(as idle/busy: %.4f)\n",
+           idle, 2 * s->pp, sim->f + sim->b + sim->w, want, want * s->pp / sim->busy);
 }
 
 /* The bubble next to what to compare it with: the formula, or for zb 1F1B under the same costs. */
 static pt_status pt_print_bubble(const pt_schedule *s, const pt_sched_sim *sim) {
     printf("bubble (idle / busy over all ranks): %.4f", sim->bubble);
+    if (s->kind == PT_SCHED_DUALPIPEV) {
+        pt_print_idle(s, sim);
+        return PT_OK;
+    }
     if (s->kind != PT_SCHED_ZB) {
         printf("   formula (pp-1)/(v*m) = %d/%d = %.4f\n", s->pp - 1, s->v * s->m, pt_schedule_bubble_formula(s));
         return PT_OK;
@@ -99,12 +115,13 @@ static pt_status pt_print_bubble(const pt_schedule *s, const pt_sched_sim *sim) 
 static void pt_print_peaks(const pt_schedule *s, const pt_sched_sim *sim) {
     printf("peak in-flight %s per rank:", s->v > 1 ? "(micro-batch, chunk) pairs" : "micro-batches");
     for (int r = 0; r < s->pp; r++) printf("%s rank %d: %d", r ? "," : "", r, sim->peak_inflight[r]);
+    if (pt_schedule_peak_formula(s) > 0) printf("; published PP + 1 = %d", pt_schedule_peak_formula(s));
     printf("\n");
 }
 
 static pt_status pt_sched_report(const pt_schedule *s, const char *svg) {
     double f = 1, b = 2, w = 0;
-    if (s->kind == PT_SCHED_ZB) b = w = 1;
+    if (pt_schedule_splits_backward(s->kind)) b = w = 1;
     pt_sched_sim sim;
     PT_TRY(pt_schedule_simulate(s, f, b, w, &sim)); /* checks the schedule first */
     int actions = 0;

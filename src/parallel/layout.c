@@ -51,7 +51,11 @@ static pt_status layout_pp(pt_layout *l, const pt_layout_spec *s, const pt_model
     int pp = l->pp, v = s->pp_virtual;
     PT_TRY(pt_schedule_parse_kind(s->pp_schedule, &l->sched));
     int interleaved = l->sched == PT_SCHED_INTERLEAVED;
-    if (v > 1 && !interleaved)
+    if (l->sched == PT_SCHED_DUALPIPEV && v > 2)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_schedule = dualpipev holds 2 model chunks per "
+                         "rank (the V): parallel.pp_virtual = %d, leave it at 1 (or 2)", v);
+    v = pt_schedule_chunks(l->sched, v);
+    if (v > 1 && !interleaved && l->sched != PT_SCHED_DUALPIPEV)
         return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual = %d needs parallel.pp_schedule = "
                          "interleaved", v);
     if (interleaved && v < 2)
@@ -74,7 +78,7 @@ static pt_status layout_pp(pt_layout *l, const pt_layout_spec *s, const pt_model
         for (int i = 0; i < pp * v; i++) stages[i] = (pt_chunk){i * k, (i + 1) * k};
     }
     par->n_chunks = v;
-    for (int c = 0; c < v; c++) par->chunk[c] = stages[c * pp + l->mesh->pp_i];
+    for (int c = 0; c < v; c++) par->chunk[c] = stages[pt_schedule_stage(l->sched, pp, v, l->mesh->pp_i, c)];
     return PT_OK;
 }
 
@@ -255,6 +259,7 @@ void pt_layout_sum_loss(const pt_layout *l, double *loss) {
 
 void pt_layout_sum_tied(const pt_layout *l, pt_model *m) {
     if (!m->cfg.tied_embeddings || !l->mesh || l->mesh->emb->size <= 1) return;
+    if (l->sched == PT_SCHED_DUALPIPEV) return; /* the V's first rank holds both ends: no copy */
     for (int i = 0; i < m->table.n; i++) {
         const pt_param *p = &m->table.p[i];
         if (p->kind == PT_KIND_EMBED)

@@ -2,11 +2,12 @@
  * include/pt/pipeline.h).
  *
  * The layers are cut into stages (contiguous, minimising the largest stage's cost, or as given),
- * each rank holding one chunk (v with the interleaved schedule); the model runs a chunk
- * (pt_acts_input / output / grad carry its boundary). The engine walks this rank's action list of
- * the schedule (schedule.c: AFAB, 1F1B, interleaved, zero bubble): forward, backward (whole or
- * input then weight), and the sends and receives of activations and their gradients over the pp
- * group, nonblocking, each micro-batch's activations in a set from a pool (their peak measured). */
+ * each rank holding one chunk (v with the interleaved schedule, 2 with dualpipev); the model runs
+ * a chunk (pt_acts_input / output / grad carry its boundary). The engine walks this rank's action
+ * list of the schedule (schedule.c: AFAB, 1F1B, interleaved, zero bubble, DualPipeV): forward,
+ * backward (whole or input then weight), and the sends and receives of activations and their
+ * gradients over the pp group, nonblocking (or a copy between two stages on this rank), each
+ * micro-batch's activations in a set from a pool (their peak measured). */
 #include "pt/pipeline.h"
 
 #include <math.h>
@@ -16,8 +17,8 @@
 pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_chunk *stages) {
     int L = c->n_layers;
     if (S > L)
-        return pt_errorf(PT_ERR_CONFIG, "pipeline: pp × pp_virtual = %d stages exceed model.n_layers "
-                         "= %d (every stage needs a layer)", S, L);
+        return pt_errorf(PT_ERR_CONFIG, "pipeline: pp × chunks per rank = %d stages exceed "
+                         "model.n_layers = %d (every stage needs a layer)", S, L);
     if (spec && spec[0]) {
         const char *s = spec;
         int n = 0, sum = 0;
@@ -124,19 +125,44 @@ static void pt_pipe_give(pt_pipe *p, int c, pt_pipe_slot *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* The chunk on this rank whose result the compute action x takes without a message (the bottom
+ * of dualpipev's V: chunk 1's forward takes chunk 0's output, chunk 0's backward takes chunk 1's
+ * input gradient), or -1. */
+static int pt_pipe_local_source(const pt_pipe *p, const pt_action *x) {
+    int st = pt_schedule_stage(p->sched.kind, p->sched.pp, p->v, p->rank, x->chunk), from, rank, chunk;
+    if (x->kind == PT_ACT_FWD) from = st - 1;
+    else if (x->kind == PT_ACT_BWD || x->kind == PT_ACT_BWD_INPUT) from = st + 1;
+    else return -1;
+    if (from < 0 || from >= p->S) return -1;
+    pt_schedule_locate(p->sched.kind, p->sched.pp, p->v, from, &rank, &chunk);
+    return rank == p->rank ? chunk : -1;
+}
+
+/* Counts p->uses: of each (micro-batch, chunk)'s set in this rank's list, its actions and the
+ * actions that take its result locally (pt_pipe_local_source); the set is held until the last. */
+static void pt_pipe_count_uses(pt_pipe *p) {
+    const pt_action *acts = p->sched.a[p->rank];
+    for (int i = 0; i < p->sched.n[p->rank]; i++) {
+        int src = pt_pipe_local_source(p, &acts[i]);
+        p->uses[acts[i].micro * p->v + acts[i].chunk]++;
+        if (src >= 0) p->uses[acts[i].micro * p->v + src]++;
+    }
+}
+
 /* Makes, per chunk, the activation sets that this rank's action list holds at once (a set is
- * taken at its micro-batch's first action and given back after its last): the set-up's memory.
- * A step makes more only while sends still pending hold sets back. */
+ * taken at its micro-batch's first action and given back after its last use): the set-up's
+ * memory. A step makes more only while sends still pending hold sets back. */
 static void pt_pipe_prefill(pt_pipe *p) {
     int n = p->sched.n[p->rank], *left = pt_calloc((size_t)p->m * p->v, sizeof *left);
     int *held = pt_calloc((size_t)p->v, sizeof *held), *most = pt_calloc((size_t)p->v, sizeof *most);
     const pt_action *acts = p->sched.a[p->rank];
-    for (int i = 0; i < n; i++) left[acts[i].micro * p->v + acts[i].chunk]++;
+    memcpy(left, p->uses, (size_t)p->m * p->v * sizeof *left);
     int *seen = pt_calloc((size_t)p->m * p->v, sizeof *seen);
     for (int i = 0; i < n; i++) {
-        int c = acts[i].chunk, k = acts[i].micro * p->v + c;
+        int c = acts[i].chunk, k = acts[i].micro * p->v + c, src = pt_pipe_local_source(p, &acts[i]);
         if (!seen[k]++ && ++held[c] > most[c]) most[c] = held[c];
         if (--left[k] == 0) held[c]--;
+        if (src >= 0 && --left[acts[i].micro * p->v + src] == 0) held[src]--;
     }
     p->setup_bytes = 0;
     for (int c = 0; c < p->v; c++)
@@ -152,6 +178,7 @@ static void pt_pipe_prefill(pt_pipe *p) {
 pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,
                        int B, int T) {
     memset(p, 0, sizeof *p);
+    v = pt_schedule_chunks(kind, v);
     PT_TRY(pt_schedule_build(&p->sched, kind, pp->size, n_micro, v));
     pt_status st = pt_schedule_check(&p->sched);
     if (st != PT_OK) {
@@ -166,8 +193,10 @@ pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind,
     p->S = pp->size * v;
     p->B = B;
     p->T = T;
-    p->zb = kind == PT_SCHED_ZB;
+    p->zb = pt_schedule_splits_backward(kind);
     p->slot = pt_calloc((size_t)n_micro * v, sizeof *p->slot);
+    p->uses = pt_calloc((size_t)n_micro * v, sizeof *p->uses);
+    pt_pipe_count_uses(p);
     p->pool = pt_calloc((size_t)n_micro * v * 2, sizeof *p->pool);
     p->draining = pt_calloc((size_t)n_micro * v * 2, sizeof *p->draining);
     p->pool_n = pt_calloc((size_t)v, sizeof *p->pool_n);
@@ -190,6 +219,7 @@ void pt_pipe_free(pt_pipe *p) {
         if (p->slot[i].a) pt_acts_free(p->model, p->slot[i].a);
     pt_schedule_free(&p->sched);
     free(p->slot);
+    free(p->uses);
     free(p->pool);
     free(p->draining);
     free(p->pool_n);
@@ -237,6 +267,20 @@ static pt_dtype pt_pipe_act_dtype(const pt_pipe *p) {
     return p->model->act_size == 2 ? PT_DTYPE_BF16 : PT_DTYPE_F32;
 }
 
+/* A hand-off between two stages on this rank (dualpipev's bottom): x's forward takes the other
+ * chunk's output as its input, or x's backward the other chunk's input gradient as its output's;
+ * the source's set has then served this use (counted in its slot's `left`). */
+static void pt_pipe_hand_off(pt_pipe *p, const pt_action *x, int src) {
+    pt_pipe_slot *from = &p->slot[x->micro * p->v + src], *to = &p->slot[x->micro * p->v + x->chunk];
+    pt_backend *be = p->model->be;
+    size_t n = pt_pipe_count(p);
+    if (x->kind == PT_ACT_FWD)
+        be->copy(be, pt_acts_input(to->a), pt_acts_output(from->a), n * (size_t)p->model->act_size);
+    else
+        be->copy(be, pt_acts_grad(to->a), pt_acts_grad(from->a), n * sizeof(float));
+    if (--from->left == 0) pt_pipe_give(p, src, from);
+}
+
 double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos,
                     float loss_scale) {
     pt_model *m = p->model;
@@ -244,15 +288,17 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
     const pt_action *acts = p->sched.a[r];
     size_t rows = (size_t)p->B * p->T, count = pt_pipe_count(p);
     pt_dtype act = pt_pipe_act_dtype(p); /* the gradient is fp32 */
-    /* how many actions each (micro-batch, chunk) has here: its slot is returned after the last */
-    for (int i = 0; i < n; i++) p->slot[acts[i].micro * p->v + acts[i].chunk].left++;
+    /* how many uses each (micro-batch, chunk) has here: its slot is returned after the last */
+    for (int i = 0; i < p->m * p->v; i++) p->slot[i].left = p->uses[i];
     double loss = 0.0;
     for (int i = 0; i < n; i++) {
         const pt_action *x = &acts[i];
         pt_pipe_slot *s = &p->slot[x->micro * p->v + x->chunk];
-        int stage = x->chunk * p->pp->size + r;
+        int stage = pt_schedule_stage(p->sched.kind, p->pp->size, p->v, r, x->chunk);
+        int src = pt_pipe_local_source(p, x);
         const int32_t *tok = tokens + (size_t)x->micro * rows, *tgt = targets + (size_t)x->micro * rows;
         if (!s->a) s->a = pt_pipe_take(p, x->chunk);
+        if (src >= 0) pt_pipe_hand_off(p, x, src);
         switch (x->kind) {
         case PT_ACT_RECV_FWD:
             s->req[0] = p->pp->irecv(p->pp, pt_acts_input(s->a), count, act, x->peer,
@@ -307,19 +353,27 @@ double pt_pipe_eval(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
     /* (micro-batch, stage) in one order on every rank: a stage waits only for the one before it,
      * which its rank reaches first, so the blocking transfers cannot deadlock, and the messages
      * between two ranks match in order (the tag names the sending stage) */
+    pt_sched_kind kind = p->sched.kind;
     for (int i = 0; i < p->m; i++)
-        for (int s = r; s < p->S; s += np) {
-            int c = s / np;
+        for (int s = 0; s < p->S; s++) {
+            int owner, c, prev = -1, pc = 0, next = -1, nc = 0;
+            pt_schedule_locate(kind, np, p->v, s, &owner, &c);
+            if (owner != r) continue;
+            if (s > 0) pt_schedule_locate(kind, np, p->v, s - 1, &prev, &pc);
+            if (s < p->S - 1) pt_schedule_locate(kind, np, p->v, s + 1, &next, &nc);
             PT_ASSERTF(p->pool_n[c] > 0, "pipeline evaluation: chunk %d has no idle activations", c);
             pt_acts *a = p->pool[(size_t)c * p->m * 2];
             const int32_t *tok = tokens + (size_t)i * rows, *tgt = targets + (size_t)i * rows;
-            if (s > 0)
-                pt_comm_wait(p->pp, p->pp->irecv(p->pp, pt_acts_input(a), count, act, (s - 1) % np,
+            if (prev >= 0 && prev != r)
+                pt_comm_wait(p->pp, p->pp->irecv(p->pp, pt_acts_input(a), count, act, prev,
                                                  pt_pipe_tag(p, 0, s - 1, 0)));
+            else if (prev == r) /* the V's bottom: this rank's other chunk has just made the input */
+                p->model->be->copy(p->model->be, pt_acts_input(a), pt_acts_output(p->pool[(size_t)pc * p->m * 2]),
+                                   count * (size_t)p->model->act_size);
             pt_acts_set_documents(a, p->docs ? p->docs + (size_t)i * rows : NULL, p->docs_restart);
             loss += pt_model_eval_loss(p->model, a, tok, tgt, pos, NULL);
-            if (s < p->S - 1)
-                pt_comm_wait(p->pp, p->pp->isend(p->pp, pt_acts_output(a), count, act, (s + 1) % np,
+            if (next >= 0 && next != r)
+                pt_comm_wait(p->pp, p->pp->isend(p->pp, pt_acts_output(a), count, act, next,
                                                  pt_pipe_tag(p, 0, s, 0)));
         }
     return loss;

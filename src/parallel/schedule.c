@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const pt_sched_names[] = {"afab", "1f1b", "interleaved", "zb"};
+static const char *const pt_sched_names[] = {"afab", "1f1b", "interleaved", "zb", "dualpipev"};
+enum { PT_SCHED_KINDS = PT_SCHED_DUALPIPEV + 1 };
 static const char *const pt_act_names[] = {"FWD",      "BWD",      "BWD_INPUT", "BWD_WEIGHT",
                                            "SEND_FWD", "RECV_FWD", "SEND_BWD",  "RECV_BWD"};
 
@@ -17,18 +18,18 @@ static const char *const pt_act_names[] = {"FWD",      "BWD",      "BWD_INPUT", 
 enum { PT_SCHED_MAX_CELLS = 1 << 24, PT_SCHED_ACTS_PER_CELL = 7 };
 
 pt_status pt_schedule_parse_kind(const char *s, pt_sched_kind *out) {
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < PT_SCHED_KINDS; k++) {
         if (s && !strcmp(s, pt_sched_names[k])) {
             *out = (pt_sched_kind)k;
             return PT_OK;
         }
     }
-    return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule \"%s\" (expected afab, 1f1b, interleaved or zb)",
+    return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule \"%s\" (expected afab, 1f1b, interleaved, zb or dualpipev)",
                      s ? s : "");
 }
 
 const char *pt_schedule_kind_name(pt_sched_kind k) {
-    return (unsigned)k < 4 ? pt_sched_names[k] : "?";
+    return (unsigned)k < PT_SCHED_KINDS ? pt_sched_names[k] : "?";
 }
 
 const char *pt_schedule_action_name(pt_act_kind k) {
@@ -37,10 +38,42 @@ const char *pt_schedule_action_name(pt_act_kind k) {
 
 /* ---- stages ---------------------------------------------------------------------------- */
 
-/* Layers go round-robin: chunk c of rank r is global stage c·pp + r. */
-static int pt_stage(const pt_schedule *s, int r, int c) { return c * s->pp + r; }
-static int pt_stage_rank(const pt_schedule *s, int st) { return st % s->pp; }
-static int pt_stage_chunk(const pt_schedule *s, int st) { return st / s->pp; }
+int pt_schedule_chunks(pt_sched_kind kind, int v) { return kind == PT_SCHED_DUALPIPEV ? 2 : v; }
+
+/* Layers go round-robin (chunk c of rank r is global stage c·pp + r), or for dualpipev in a V:
+ * down the ranks with chunk 0 and back up with chunk 1. */
+int pt_schedule_stage(pt_sched_kind kind, int pp, int v, int r, int c) {
+    (void)v;
+    if (kind == PT_SCHED_DUALPIPEV) return c == 0 ? r : 2 * pp - 1 - r;
+    return c * pp + r;
+}
+
+void pt_schedule_locate(pt_sched_kind kind, int pp, int v, int st, int *rank, int *chunk) {
+    (void)v;
+    if (kind == PT_SCHED_DUALPIPEV) {
+        *chunk = st >= pp;
+        *rank = st < pp ? st : 2 * pp - 1 - st;
+        return;
+    }
+    *rank = st % pp;
+    *chunk = st / pp;
+}
+
+int pt_schedule_splits_backward(pt_sched_kind kind) {
+    return kind == PT_SCHED_ZB || kind == PT_SCHED_DUALPIPEV;
+}
+
+static int pt_stage(const pt_schedule *s, int r, int c) { return pt_schedule_stage(s->kind, s->pp, s->v, r, c); }
+static int pt_stage_rank(const pt_schedule *s, int st) {
+    int r, c;
+    pt_schedule_locate(s->kind, s->pp, s->v, st, &r, &c);
+    return r;
+}
+static int pt_stage_chunk(const pt_schedule *s, int st) {
+    int r, c;
+    pt_schedule_locate(s->kind, s->pp, s->v, st, &r, &c);
+    return c;
+}
 static int pt_last_stage(const pt_schedule *s) { return s->pp * s->v - 1; }
 
 static int pt_is_compute(pt_act_kind k) { return k <= PT_ACT_BWD_WEIGHT; }
@@ -54,18 +87,25 @@ static void pt_push(pt_schedule *s, int r, pt_act_kind k, int micro, int chunk, 
     s->a[r][s->n[r]++] = (pt_action){k, micro, chunk, peer};
 }
 
-/* One compute action with its messages: the input is received just before it (so a rank waits
- * only when it needs the data) and the output sent just after. Neighbouring stages on the same
- * rank hand off locally. */
-static void pt_emit(pt_schedule *s, int r, pt_act_kind k, int micro, int chunk) {
+/* The messages of one compute action: its input (recv) or its output (!recv), where the
+ * neighbouring stage is on another rank (on the same rank the hand-off is local). */
+static void pt_emit_msg(pt_schedule *s, int r, pt_act_kind k, int micro, int chunk, int recv) {
     int st = pt_stage(s, r, chunk);
     int prev = st > 0 ? pt_stage_rank(s, st - 1) : r;
     int next = st < pt_last_stage(s) ? pt_stage_rank(s, st + 1) : r;
-    if (k == PT_ACT_FWD && prev != r) pt_push(s, r, PT_ACT_RECV_FWD, micro, chunk, prev);
-    if (pt_is_bwd_input(k) && next != r) pt_push(s, r, PT_ACT_RECV_BWD, micro, chunk, next);
+    int peer = (k == PT_ACT_FWD) == recv ? prev : next;
+    if (peer == r || !(k == PT_ACT_FWD || pt_is_bwd_input(k))) return;
+    pt_act_kind msg = k == PT_ACT_FWD ? (recv ? PT_ACT_RECV_FWD : PT_ACT_SEND_FWD)
+                                      : (recv ? PT_ACT_RECV_BWD : PT_ACT_SEND_BWD);
+    pt_push(s, r, msg, micro, chunk, peer);
+}
+
+/* One compute action with its messages: the input is received just before it (so a rank waits
+ * only when it needs the data) and the output sent just after. */
+static void pt_emit(pt_schedule *s, int r, pt_act_kind k, int micro, int chunk) {
+    pt_emit_msg(s, r, k, micro, chunk, 1);
     pt_push(s, r, k, micro, chunk, -1);
-    if (k == PT_ACT_FWD && next != r) pt_push(s, r, PT_ACT_SEND_FWD, micro, chunk, next);
-    if (pt_is_bwd_input(k) && prev != r) pt_push(s, r, PT_ACT_SEND_BWD, micro, chunk, prev);
+    pt_emit_msg(s, r, k, micro, chunk, 0);
 }
 
 static void pt_build_afab(pt_schedule *s, int r) {
@@ -130,14 +170,99 @@ static void pt_build_interleaved(pt_schedule *s, int r) {
     for (int j = total - warm; j < total; j++) pt_emit_virtual(s, r, j, 1);
 }
 
+/* DualPipeV's state on one rank: the next micro-batch each chunk forwards and backwards, and the
+ * weight gradients deferred (in the order of their B's: a FIFO of micro·2 + chunk). */
+typedef struct {
+    pt_schedule *s;
+    int r, f[2], b[2];
+    int *wq, wq_head, wq_tail;
+} pt_dpv;
+
+static void pt_dpv_f(pt_dpv *d, int c) { pt_emit(d->s, d->r, PT_ACT_FWD, d->f[c]++, c); }
+
+/* The next backward of chunk c: whole, or split (B now, its W deferred to the queue). */
+static void pt_dpv_b(pt_dpv *d, int c, int split) {
+    int i = d->b[c]++;
+    if (!split) {
+        pt_emit(d->s, d->r, PT_ACT_BWD, i, c);
+        return;
+    }
+    pt_emit(d->s, d->r, PT_ACT_BWD_INPUT, i, c);
+    d->wq[d->wq_tail++] = i * 2 + c;
+}
+
+/* F&B: the forward of chunk cf and the (whole) backward of the other chunk as one unit, as
+ * DualPipe overlaps them: both inputs received before it, both outputs sent after it. Here the
+ * two run one after the other, so the unit takes F + B. */
+static void pt_dpv_fb(pt_dpv *d, int cf) {
+    int cb = 1 - cf, fi = d->f[cf]++, bi = d->b[cb]++;
+    pt_emit_msg(d->s, d->r, PT_ACT_FWD, fi, cf, 1);
+    pt_emit_msg(d->s, d->r, PT_ACT_BWD, bi, cb, 1);
+    pt_push(d->s, d->r, PT_ACT_FWD, fi, cf, -1);
+    pt_push(d->s, d->r, PT_ACT_BWD, bi, cb, -1);
+    pt_emit_msg(d->s, d->r, PT_ACT_FWD, fi, cf, 0);
+    pt_emit_msg(d->s, d->r, PT_ACT_BWD, bi, cb, 0);
+}
+
+static void pt_dpv_w(pt_dpv *d) {
+    int k = d->wq[d->wq_head++];
+    pt_emit(d->s, d->r, PT_ACT_BWD_WEIGHT, k / 2, k % 2);
+}
+
+/* DualPipeV (the phases of DeepSeek's DualPipeV, in our own words), rank r of P, m ≥ 2P:
+ *   1. 2(P − r − 1) forwards of chunk 0 (the farther down the V, the fewer);
+ *   2. r + 1 pairs F0 F1 (the bottom rank's F1 follows its F0 locally);
+ *   3. P − r − 1 triples B1 W1 F1: zero bubble, the W right after its B, whose gradient has
+ *      already left for the rank above;
+ *   4. m − 2P + r + 1 steady rounds of two F&B: F0 with B1, then F1 with B0;
+ *   5. P − r − 1 rounds B1, then F1 with B0 (chunk 1's last forwards);
+ *   6. r + 1 pairs B1 B0, the later half split (their W's deferred; on odd ranks the split
+ *      starts at the pair's B1, on even ranks at its B0);
+ *   7. P − r − 1 pairs W, B0 (split);
+ *   8. the r + 1 W's left. */
+static void pt_build_dualpipev(pt_schedule *s, int r) {
+    int P = s->pp;
+    pt_dpv d = {.s = s, .r = r, .wq = pt_malloc((size_t)2 * s->m * sizeof(int))};
+    for (int i = 0; i < 2 * (P - r - 1); i++) pt_dpv_f(&d, 0);
+    for (int i = 0; i < r + 1; i++) pt_dpv_f(&d, 0), pt_dpv_f(&d, 1);
+    for (int i = 0; i < P - r - 1; i++) {
+        pt_dpv_b(&d, 1, 1);
+        pt_dpv_w(&d);
+        pt_dpv_f(&d, 1);
+    }
+    for (int i = 0; i < s->m - 2 * P + r + 1; i++) pt_dpv_fb(&d, 0), pt_dpv_fb(&d, 1);
+    for (int i = 0; i < P - r - 1; i++) {
+        pt_dpv_b(&d, 1, 0);
+        pt_dpv_fb(&d, 1);
+    }
+    int half = (r + 1) / 2;
+    for (int i = 0; i < r + 1; i++) {
+        pt_dpv_b(&d, 1, i > half || (i == half && r % 2 == 1));
+        pt_dpv_b(&d, 0, i >= half);
+    }
+    for (int i = 0; i < P - r - 1; i++) {
+        pt_dpv_w(&d);
+        pt_dpv_b(&d, 0, 1);
+    }
+    while (d.wq_head < d.wq_tail) pt_dpv_w(&d);
+    free(d.wq);
+}
+
 static pt_status pt_schedule_validate(pt_sched_kind kind, int pp, int m, int v) {
-    if ((unsigned)kind > PT_SCHED_ZB) return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule %d", (int)kind);
+    if ((unsigned)kind >= PT_SCHED_KINDS) return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule %d", (int)kind);
     const char *name = pt_sched_names[kind];
     if (pp < 1) return pt_errorf(PT_ERR_CONFIG, "%s schedule: pp = %d, needs at least 1 pipeline rank", name, pp);
     if (m < 1) return pt_errorf(PT_ERR_CONFIG, "%s schedule: %d micro-batches, needs at least 1", name, m);
-    if (kind != PT_SCHED_INTERLEAVED && v != 1)
+    if (kind == PT_SCHED_DUALPIPEV && v != 2)
+        return pt_errorf(PT_ERR_CONFIG, "dualpipev schedule: v = %d, needs v = 2 model chunks per rank (the V)", v);
+    if (kind == PT_SCHED_DUALPIPEV && m < 2 * pp)
         return pt_errorf(PT_ERR_CONFIG,
-                         "%s schedule: v = %d, needs v = 1 model chunk per rank (only interleaved takes v >= 2)",
+                         "dualpipev schedule: %d micro-batches, needs at least 2·pp = %d (every rank's steady "
+                         "phase needs micro-batches in flight on both chunks)",
+                         m, 2 * pp);
+    if (kind != PT_SCHED_INTERLEAVED && kind != PT_SCHED_DUALPIPEV && v != 1)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s schedule: v = %d, needs v = 1 model chunk per rank (only interleaved and dualpipev take more)",
                          name, v);
     if (kind == PT_SCHED_INTERLEAVED && v < 2)
         return pt_errorf(PT_ERR_CONFIG, "interleaved schedule: v = %d, needs v >= 2 model chunks per rank", v);
@@ -170,6 +295,7 @@ pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, i
         case PT_SCHED_1F1B: pt_build_1f1b(s, r, 0); break;
         case PT_SCHED_ZB: pt_build_1f1b(s, r, 1); break;
         case PT_SCHED_INTERLEAVED: pt_build_interleaved(s, r); break;
+        case PT_SCHED_DUALPIPEV: pt_build_dualpipev(s, r); break;
         }
     }
     return PT_OK;
@@ -183,8 +309,18 @@ void pt_schedule_free(pt_schedule *s) {
 }
 
 double pt_schedule_bubble_formula(const pt_schedule *s) {
-    if (s->kind == PT_SCHED_ZB) return -1;
+    if (s->kind == PT_SCHED_ZB || s->kind == PT_SCHED_DUALPIPEV) return -1;
     return (double)(s->pp - 1) / ((double)s->v * s->m);
+}
+
+double pt_schedule_idle_formula(const pt_schedule *s, double f, double b, double w) {
+    if (s->kind != PT_SCHED_DUALPIPEV) return -1;
+    double stages = 2.0 * s->pp, fb = f + b + w, full_b = b + w;
+    return (stages / 2 - 1) * (fb + full_b - 3 * w);
+}
+
+int pt_schedule_peak_formula(const pt_schedule *s) {
+    return s->kind == PT_SCHED_DUALPIPEV ? 2 * s->pp + 1 : -1;
 }
 
 /* ---- symbolic execution: the checker and the simulator --------------------------------- */

@@ -182,9 +182,11 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("parallel.pp", PT_CFG_INT, parallel.pp, "1", NULL,
          "pipeline-parallel degree (stages of layers; the micro-batches of a step flow through them)"),
     PT_K("parallel.pp_schedule", PT_CFG_STR, parallel.pp_schedule, "1f1b",
-         "afab|1f1b|interleaved|zb", "pipeline schedule (zb: zero bubble ZB-H1)"),
+         "afab|1f1b|interleaved|zb|dualpipev",
+         "pipeline schedule (zb: zero bubble ZB-H1; dualpipev: DeepSeek's DualPipeV, 2 chunks per rank "
+         "in a V, micro-batches >= 2 pp)"),
     PT_K("parallel.pp_virtual", PT_CFG_INT, parallel.pp_virtual, "1", NULL,
-         "model chunks per pipeline rank (the interleaved schedule: >= 2)"),
+         "model chunks per pipeline rank (the interleaved schedule: >= 2; dualpipev always holds 2)"),
     PT_K("parallel.pp_layers", PT_CFG_STR, parallel.pp_layers, "", NULL,
          "layers per stage, e.g. \"3,4,4,3\" (\"\" = balanced, the head counting as layers)"),
     PT_K("parallel.cp", PT_CFG_INT, parallel.cp, "1", NULL,
