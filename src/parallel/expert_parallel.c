@@ -163,7 +163,7 @@ static void ep_start(pt_ep *p, pt_ep_state *s) {
     }
     for (int r = 0; r < ep; r++)
         for (int j = 0; j < el && r != me; j++) { /* receives first: the rows, the results */
-            int b = r * el + j, e = r * el + j; /* block (r, j); this rank's slots of expert e */
+            int b = r * el + j, e = b; /* block (r, j) coming; this rank's slots of expert e */
             if (s->cnt_recv[b])
                 s->req_in[b] = cc->irecv(cc, ep_row(p, s->land, s->at[b], es),
                                          (size_t)(s->cnt_recv[b] * p->C), dt, r, tag + j);
@@ -172,8 +172,10 @@ static void ep_start(pt_ep *p, pt_ep_state *s) {
                                            (size_t)(s->cnt_send[e] * p->C), PT_DTYPE_F32, r,
                                            tag + el + j);
         }
-    for (int i = 1; i < ep; i++) { /* the sends, to the next ranks first */
-        int r = (me + i) % ep;
+    /* the sends: first to rank me-1, which computes rank me's blocks first of its peers', then
+     * to me-2, ... */
+    for (int i = 1; i < ep; i++) {
+        int r = (me - i + ep) % ep;
         for (int j = 0; j < el; j++) {
             int e = r * el + j;
             if (s->cnt_send[e])
