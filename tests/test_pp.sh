@@ -10,9 +10,10 @@
 #     gradients are summed): every schedule, with dp 2 (ZeRO-1) and tp 2 + sp, and resumed;
 #   - dualpipev (DualPipeV: 2 chunks per rank in a V, the loss on rank 0, the bottom rank's two
 #     chunks handing off locally): pp 2 and pp 4 at m = 2pp and more, with recomputation
-#     (selective, full), with dp 2 (ZeRO-1), with tied embeddings (both ends on rank 0), and in
-#     bf16 (compare_runs.py --bf16: within 0.1x / 0.5x of bf16's own distance from fp32); its
-#     validation losses (data.val) within 1e-5 of the single process's;
+#     (selective, full), with dp 2 (ZeRO-1), with tp 2 + sp (the local hand-off of a tp rank's
+#     rows), with tied embeddings (both ends on rank 0), and in bf16 (compare_runs.py --bf16:
+#     within 0.1x / 0.5x of bf16's own distance from fp32); its validation losses (data.val)
+#     within 1e-5 of the single process's;
 #   - stage splits and schedules that cannot work fail fast with one message.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
@@ -48,6 +49,7 @@ check 2 pp2_dualpipev_m8_sel ref4 "${L4[@]}" --parallel.pp=2 "${DPV[@]}" --train
 check 4 pp4_dualpipev_m8 ref8 "${L8[@]}" --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1
 check 4 pp4_dualpipev_m8_full ref8 "${L8[@]}" --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1 --training.recompute=full
 check 4 pp2_dp2_z1_dualpipev ref4 "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 "${DPV[@]}" --training.micro_batch=1
+check 4 pp2_tp2_sp_dualpipev ref4 "${L4[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.sp=true "${DPV[@]}" --training.micro_batch=2
 # bf16: against the single-process bf16 run, within bf16's own distance from fp32
 B16=(--training.precision=bf16)
 for L in 4 8; do
