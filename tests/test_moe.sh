@@ -13,7 +13,7 @@
 #   - the overlapped exchange (every block point to point, computed as it lands, the shared
 #     experts while the outputs travel back) bit for bit the plain all-to-all (PT_EP_OVERLAP=0),
 #     with the same bytes: fp32 and bf16, full recomputation, tp 2 + sp, top-1 ep 4 without
-#     shared experts, and a capacity;
+#     shared experts, and a capacity; and progressed by a thread as by our polls;
 #   - expert parallelism with ZeRO-1/2/3 (dense and expert regions sharded over their own groups),
 #     and the bias update under ZeRO (each rank moves its slice);
 #   - experts that ep does not divide fail fast with one message.
@@ -112,36 +112,40 @@ sys.exit(0 if ok else 1)
 PY
 
 # the overlapped exchange against the plain one (PT_EP_OVERLAP=0: one all-to-all each way, the
-# blocks in the same order): step-1 gradients and metrics the same bits, the ep group's bytes
-# equal. Runs NAME (overlapped) and NAME_plain unless NAME ran already (moe_check)
-same_bits() { # NP NAME ARGS...
-  local np="$1" name="$2"; shift 2
+# blocks in the same order), or polled against progressed by a thread (PT_MPI_PROGRESS=thread):
+# step-1 gradients and metrics the same bits, the ep group's bytes equal. Runs NAME (overlapped,
+# polled; unless it ran already) and NAME_var_value with VAR=VALUE
+same_bits() { # NP NAME VAR=VALUE ARGS...
+  local np="$1" name="$2" env="$3"; shift 3
+  local alt; alt="${name}_$(tr 'A-Z=' 'a-z_' <<<"$env")"
   [ -f "$tmp/$name.st" ] || run "$np" "$name" "$@" || { bad "$name failed: $(tail -3 "$tmp/$name.log")"; return; }
-  PT_EP_OVERLAP=0 run "$np" "${name}_plain" "$@" || { bad "${name}_plain failed: $(tail -3 "$tmp/${name}_plain.log")"; return; }
-  "$PY" - "$tmp" "$name" <<'PY' && ok || bad "$name: the overlapped exchange differs from the plain one"
+  (export "$env"; run "$np" "$alt" "$@") || { bad "$alt failed: $(tail -3 "$tmp/$alt.log")"; return; }
+  "$PY" - "$tmp" "$name" "$alt" <<'PY' && ok || bad "$name: the overlapped exchange differs with $env"
 import json, sys
-d, n = sys.argv[1], sys.argv[2]
-st = [open("%s/%s.st" % (d, x), "rb").read() for x in (n, n + "_plain")]
+d, n, alt = sys.argv[1:4]
+st = [open("%s/%s.st" % (d, x), "rb").read() for x in (n, alt)]
 keys = ("loss", "grad_norm", "aux_loss", "z_loss")
-m = [[json.loads(l) for l in open("%s/%s.jsonl" % (d, x))] for x in (n, n + "_plain")]
+m = [[json.loads(l) for l in open("%s/%s.jsonl" % (d, x))] for x in (n, alt)]
 vals = [[[s.get(k) for k in keys] for s in x] for x in m]
 ep = [x[1]["comm_groups"]["ep"] for x in m]
 print("%s: gradients %s, %d steps' metrics %s, ep bytes per step %d / %d" % (
-    n, "equal" if st[0] == st[1] else "DIFFER", len(vals[0]),
+    alt, "equal" if st[0] == st[1] else "DIFFER", len(vals[0]),
     "equal" if vals[0] == vals[1] else "DIFFER", ep[0], ep[1]))
 sys.exit(0 if st[0] == st[1] and vals[0] == vals[1] and len(vals[0]) == 10 and ep[0] == ep[1] else 1)
 PY
 }
-same_bits 2 moe_ep2 "${moe[@]}" --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
-same_bits 4 moe_tp2_sp_ep2 "${moe[@]}" --parallel.tp=2 --parallel.sp=true --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
+same_bits 2 moe_ep2 PT_EP_OVERLAP=0 "${moe[@]}" --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
+same_bits 4 moe_tp2_sp_ep2 PT_EP_OVERLAP=0 "${moe[@]}" --parallel.tp=2 --parallel.sp=true --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
 # top-1 over ep 4 (one expert a rank), no shared experts: against one process too
 top1=(--model.n_layers=3 --model.n_experts=4 --model.top_k=1 --model.moe_ffn_dim=24
       --model.moe_first_dense=1 --model.aux_loss_coef=0.05)
 run 1 ref_top1 "${top1[@]}" --training.micro_batch=8 || bad "top-1 reference failed: $(tail -3 "$tmp/ref_top1.log")"
 check 4 moe_top1_ep4 ref_top1 "${top1[@]}" --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
-same_bits 4 moe_top1_ep4 "${top1[@]}" --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
+same_bits 4 moe_top1_ep4 PT_EP_OVERLAP=0 "${top1[@]}" --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
+# progressed by a thread (src/comm/comm_mpi.c) instead of our polls
+same_bits 4 moe_top1_ep4 PT_MPI_PROGRESS=thread "${top1[@]}" --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
 # a capacity (each rank drops its slots beyond it: blocks of fewer rows, no reference)
-same_bits 4 moe_cap_ep4 "${top1[@]}" --model.capacity_factor=0.5 --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
+same_bits 4 moe_cap_ep4 PT_EP_OVERLAP=0 "${top1[@]}" --model.capacity_factor=0.5 --parallel.dp=4 --parallel.ep=4 --training.micro_batch=2
 # bf16 with full recomputation: against the single-process bf16 run (compare_runs.py --bf16)
 bf=(--training.precision=bf16 --training.recompute=full)
 run 1 ref_bf16 "${moe[@]}" "${bf[@]}" --training.micro_batch=8 || bad "bf16 reference failed: $(tail -3 "$tmp/ref_bf16.log")"
@@ -151,7 +155,7 @@ if run 2 moe_bf16_ep2 "${moe[@]}" "${bf[@]}" --parallel.dp=2 --parallel.ep=2 --t
 else
   bad "bf16 ep 2 failed: $(tail -3 "$tmp/moe_bf16_ep2.log")"
 fi
-same_bits 2 moe_bf16_ep2 "${moe[@]}" "${bf[@]}" --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
+same_bits 2 moe_bf16_ep2 PT_EP_OVERLAP=0 "${moe[@]}" "${bf[@]}" --parallel.dp=2 --parallel.ep=2 --training.micro_batch=4
 
 expect_fail 1 "model.top_k = 5" --model.n_experts=4 --model.top_k=5 --training.micro_batch=8
 expect_fail 2 "must divide model.moe_ffn_dim" "${moe[@]}" --model.moe_ffn_dim=25 --parallel.tp=2 --training.micro_batch=8
