@@ -24,7 +24,8 @@ pt_status pt_schedule_parse_kind(const char *s, pt_sched_kind *out) {
             return PT_OK;
         }
     }
-    return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule \"%s\" (expected afab, 1f1b, interleaved, zb or dualpipev)",
+    return pt_errorf(PT_ERR_CONFIG,
+                     "unknown pipeline schedule \"%s\" (expected afab, 1f1b, interleaved, zb or dualpipev)",
                      s ? s : "");
 }
 
@@ -249,12 +250,14 @@ static void pt_build_dualpipev(pt_schedule *s, int r) {
 }
 
 static pt_status pt_schedule_validate(pt_sched_kind kind, int pp, int m, int v) {
-    if ((unsigned)kind >= PT_SCHED_KINDS) return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule %d", (int)kind);
+    if ((unsigned)kind >= PT_SCHED_KINDS)
+        return pt_errorf(PT_ERR_CONFIG, "unknown pipeline schedule %d", (int)kind);
     const char *name = pt_sched_names[kind];
     if (pp < 1) return pt_errorf(PT_ERR_CONFIG, "%s schedule: pp = %d, needs at least 1 pipeline rank", name, pp);
     if (m < 1) return pt_errorf(PT_ERR_CONFIG, "%s schedule: %d micro-batches, needs at least 1", name, m);
     if (kind == PT_SCHED_DUALPIPEV && v != 2)
-        return pt_errorf(PT_ERR_CONFIG, "dualpipev schedule: v = %d, needs v = 2 model chunks per rank (the V)", v);
+        return pt_errorf(PT_ERR_CONFIG, "dualpipev schedule: v = %d, needs v = 2 model chunks per rank (the V)",
+                         v);
     if (kind == PT_SCHED_DUALPIPEV && m < 2 * pp)
         return pt_errorf(PT_ERR_CONFIG,
                          "dualpipev schedule: %d micro-batches, needs at least 2·pp = %d (every rank's steady "
@@ -262,7 +265,8 @@ static pt_status pt_schedule_validate(pt_sched_kind kind, int pp, int m, int v) 
                          m, 2 * pp);
     if (kind != PT_SCHED_INTERLEAVED && kind != PT_SCHED_DUALPIPEV && v != 1)
         return pt_errorf(PT_ERR_CONFIG,
-                         "%s schedule: v = %d, needs v = 1 model chunk per rank (only interleaved and dualpipev take more)",
+                         "%s schedule: v = %d, needs v = 1 model chunk per rank (only interleaved and "
+                         "dualpipev take more)",
                          name, v);
     if (kind == PT_SCHED_INTERLEAVED && v < 2)
         return pt_errorf(PT_ERR_CONFIG, "interleaved schedule: v = %d, needs v >= 2 model chunks per rank", v);
