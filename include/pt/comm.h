@@ -94,7 +94,12 @@ size_t pt_dtype_size(pt_dtype dt);
  * knows how many it keeps pending at once at most (buckets, pipeline slots): then no later call
  * allocates, whatever the timing. */
 void pt_comm_reserve(pt_comm *c, int n);
-/* Waits for r (c->test until done), aborting the job after c->timeout_s seconds. */
+/* Waits for r (c->test until done), aborting the job after c->timeout_s seconds. After 1000
+ * polls a wait either keeps polling, yielding the core between polls (busy: the ranks and their
+ * threads fit the host's cores, so the core is the rank's own), or naps 20 µs between polls so
+ * that oversubscribed peers run (the default). A nap lasts far longer than asked on a virtual
+ * machine (timer slack, the hypervisor's timer): docs/benchmarks.md, "How a rank waits". */
+void pt_comm_set_busy_wait(int busy);
 void pt_comm_wait(pt_comm *c, pt_comm_req *r);
 /* Lets pending operations progress (c->progress). */
 void pt_comm_poll(pt_comm *c, pt_comm_req *r);
@@ -117,6 +122,8 @@ pt_status pt_comm_runtime_init(int *rank, int *world);
 void pt_comm_runtime_finalize(void);
 /* Ends every process of the job with exit code `code`. */
 void pt_comm_runtime_abort(int code);
+/* The processes of the job on this host (1 before the runtime starts). */
+int pt_comm_local_size(void);
 /* 1 once the runtime is started (by pt_comm_runtime_init or a test), else 0. */
 int pt_comm_distributed(void);
 /* A new communicator "world" over every process of the job (collective). */

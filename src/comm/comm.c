@@ -1,5 +1,6 @@
 /* comm.c: backend-independent parts of the communication layer: blocking wrappers, waiting,
  * counters and the request pool. Calls backends only through the table of pt_comm. */
+#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
@@ -89,6 +90,10 @@ void pt_comm_req_free_all(pt_comm *c) {
     c->req_made = c->req_pending = 0;
 }
 
+static int pt_busy_wait;
+
+void pt_comm_set_busy_wait(int busy) { pt_busy_wait = busy; }
+
 void pt_comm_wait(pt_comm *c, pt_comm_req *r) {
     if (!r) return;
     pt_comm_op op = r->op; /* r returns to the pool once done */
@@ -97,7 +102,12 @@ void pt_comm_wait(pt_comm *c, pt_comm_req *r) {
     for (long spins = 0;; spins++) {
         if (c->test(c, r)) break;
         /* spin briefly, then yield the core: oversubscribed ranks must let their peers run */
-        if (spins > 1000) nanosleep(&nap, NULL);
+        if (spins > 1000) {
+            if (pt_busy_wait)
+                sched_yield();
+            else
+                nanosleep(&nap, NULL);
+        }
         if ((spins & 1023) == 0 && c->timeout_s > 0 && pt_now() - t0 > c->timeout_s)
             pt_fatal(__FILE__, __LINE__,
                      "%s over group \"%s\" (rank %d of %d) did not complete within %.0f s "
