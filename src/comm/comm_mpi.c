@@ -89,7 +89,9 @@ static struct {
 
 static void *pt_progress_main(void *arg) {
     (void)arg;
-    struct timespec busy = {0, pt_progress.interval_ns}, idle = {0, 1000000};
+    long ns = pt_progress.interval_ns;
+    struct timespec busy = {ns / 1000000000L, ns % 1000000000L};
+    const struct timespec idle = {0, 1000000};
     while (!__atomic_load_n(&pt_progress.stop, __ATOMIC_ACQUIRE)) {
         int flag;
         if (__atomic_load_n(&pt_progress.pending, __ATOMIC_RELAXED) > 0) {
