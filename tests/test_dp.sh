@@ -109,6 +109,7 @@ run 1 r4 --training.micro_batch=8 --checkpoint.dir="$ck" --checkpoint.resume=lat
 expect_fail 3 "does not match the world size 3" --parallel.dp=2 --training.micro_batch=1
 expect_fail 2 "divisible by dp × micro_batch" --parallel.dp=2 --training.micro_batch=8
 expect_fail 2 "parallel.zero = 4" --parallel.dp=2 --parallel.zero=4 --training.micro_batch=1
+PT_COMM_WAIT=bogus expect_fail 2 'PT_COMM_WAIT = "bogus": expected spin or nap' --parallel.dp=2 --training.micro_batch=1
 expect_fail 2 "must divide model.n_experts" --parallel.dp=-1 --parallel.ep=2 --training.micro_batch=1
 
 # a rank killed mid-run, once training has started: the job ends non-zero within seconds, naming it

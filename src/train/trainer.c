@@ -112,15 +112,18 @@ static pt_status pt_trainer_resume_from(pt_trainer *t, char *dir, size_t cap) {
 /* How a rank waits for communication (pt_comm_set_busy_wait): polling without napping when the
  * host's ranks and their threads fit its cores, napping between polls when oversubscribed;
  * PT_COMM_WAIT = spin or nap forces either (measured in docs/benchmarks.md, "How a rank waits"). */
-static void pt_trainer_wait_policy(int threads) {
-    if (!pt_comm_distributed()) return;
-    int ranks = pt_comm_local_size(), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+static pt_status pt_trainer_wait_policy(int threads) {
     const char *env = getenv("PT_COMM_WAIT");
+    if (env && *env && strcmp(env, "spin") && strcmp(env, "nap"))
+        return pt_errorf(PT_ERR_CONFIG, "PT_COMM_WAIT = \"%s\": expected spin or nap", env);
+    if (!pt_comm_distributed()) return PT_OK;
+    int ranks = pt_comm_local_size(), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     int busy = env && *env ? !strcmp(env, "spin") : (int64_t)ranks * threads <= cores;
     pt_comm_set_busy_wait(busy);
     pt_log_info("comm: waits %s (%d ranks × %d thread%s on %d cores on this host%s)",
                 busy ? "poll without napping" : "nap 20 µs between polls", ranks, threads,
                 threads == 1 ? "" : "s", cores, env && *env ? ", PT_COMM_WAIT" : "");
+    return PT_OK;
 }
 
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
@@ -186,7 +189,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     cfg->parallel.dp = lay->dp_size;
     PT_TRY(pt_trainer_check_outputs(t));
     pt_log_info("backend: %s", t->be->describe(t->be));
-    pt_trainer_wait_policy(cfg->training.threads);
+    PT_TRY(pt_trainer_wait_policy(cfg->training.threads));
 
     PT_TRY(pt_trainer_agree(t, pt_mix_open(&t->data, cfg->data.train, cfg->data.sources,
                                            cfg->data.weights, cfg->training.seq_len,
