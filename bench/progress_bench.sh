@@ -35,13 +35,14 @@ for ((r = 1; r <= ${BENCH_ROUNDS:-3}; r++)); do
     done
   done
 done
-"$PY" - "$out" "${modes[@]}" <<'PY'
-import glob, json, statistics, sys
-out, modes = sys.argv[1], sys.argv[2:]
+"$PY" - "$out" "$root/bench" "${modes[@]}" <<'PY'
+import glob, statistics, sys
+out, modes = sys.argv[1], sys.argv[3:]
+sys.path.insert(0, sys.argv[2])
+import bench_metrics
 med = statistics.median
 def steps(lay, mode):  # rank 0's steps after the 2 warm-up steps, over every round
-    return [x for f in sorted(glob.glob("%s/%s.%s.r*.jsonl" % (out, lay, mode.replace(":", "_"))))
-            for x in [json.loads(l) for l in open(f)][2:]]
+    return bench_metrics.steps(out, "%s.%s" % (lay, mode.replace(":", "_")))
 print("| layout | progress | step (s) | blocked on comm (s) | of it, the data group (s) | vs polls: step / blocked |")
 print("|---|---|---|---|---|---|")
 for lay, group in (("dp", "dp"), ("cp", "dpcp"), ("ep", "dp")):

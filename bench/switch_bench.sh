@@ -44,19 +44,18 @@ for ((r = 1; r <= ${BENCH_ROUNDS:-2}; r++)); do
     done
   done
 done
-"$PY" - "$out" "${switches[@]}" <<'PY'
-import glob, json, statistics, sys
-out, switches = sys.argv[1], sys.argv[2:]
+"$PY" - "$out" "$root/bench" "${switches[@]}" <<'PY'
+import statistics, sys
+out, switches = sys.argv[1], sys.argv[3:]
+sys.path.insert(0, sys.argv[2])
+from bench_metrics import steps  # rank 0's steps after the 2 warm-up steps, over every round
 med = statistics.median
-def steps(name):  # rank 0's steps after the 2 warm-up steps, over every round
-    return [x for f in sorted(glob.glob("%s/%s.r*.jsonl" % (out, name)))
-            for x in [json.loads(l) for l in open(f)][2:]]
 print("| switch | layout | step off (s) | step on (s) | on / off | blocked off (s) | blocked on (s) |")
 print("|---|---|---|---|---|---|---|")
 for s in switches:
     name, layouts, off, on = s.split("|")
     for l in layouts.split():
-        a, b = steps("%s.%s.off" % (name, l)), steps("%s.%s.on" % (name, l))
+        a, b = steps(out, "%s.%s.off" % (name, l)), steps(out, "%s.%s.on" % (name, l))
         sa, sb = med(x["seconds"] for x in a), med(x["seconds"] for x in b)
         wa, wb = (med(x.get("comm_wait_s", 0) for x in m) for m in (a, b))
         print("| %s (off: %s) | %s 2 | %.3f | %.3f | %.2f× | %.3f | %.3f |" % (
