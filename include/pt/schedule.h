@@ -62,13 +62,22 @@ typedef enum {
     PT_ACT_RECV_FWD,   /* activations from the previous stage */
     PT_ACT_SEND_BWD,   /* input gradients to the previous stage */
     PT_ACT_RECV_BWD,   /* input gradients from the next stage */
+    PT_ACT_HEAD,       /* the head split over the pp ranks: a collective over all of them */
 } pt_act_kind;
 
 /* chunk: the model chunk on this rank, 0..v-1, that the action computes or serves (for a SEND,
  * the chunk whose result leaves; for a RECV, the chunk whose input arrives). A message from
  * rank r's chunk c therefore arrives at the rank and chunk of the neighbouring stage: with
  * interleaving the last rank's chunk c sends forward to rank 0's chunk c + 1.
- * peer: for SEND/RECV the rank of the neighbouring stage; -1 for compute actions. */
+ * peer: for SEND/RECV the rank of the neighbouring stage; -1 for compute actions.
+ *
+ * HEAD (only in a schedule built with head = 1): the final norm's output of micro-batch `micro`
+ * on the last stage goes to every pipeline rank, each computes the logits of its slice of the
+ * vocabulary and its part of the loss, its head gradient and a partial input gradient, and the
+ * partials are summed onto the last stage. It is a collective over all pp ranks: every rank runs
+ * HEAD(i) once per micro-batch i, all in the same order (0, 1, ..., m − 1), and a rank at HEAD(i)
+ * waits until every rank is at it. chunk 0, peer -1. The builder puts HEAD(i) on every rank just
+ * before that rank's backward of micro-batch i (before its RECV_BWD, where it has one). */
 typedef struct {
     pt_act_kind kind;
     int micro;
@@ -79,6 +88,7 @@ typedef struct {
 typedef struct {
     pt_sched_kind kind;
     int pp, m, v;
+    int head;        /* 1: the head is split over the pp ranks (the lists hold HEAD actions) */
     int *n;          /* n[r]: actions of rank r */
     pt_action **a;   /* a[r][0..n[r]) in execution order */
 } pt_schedule;
@@ -106,6 +116,9 @@ int pt_schedule_splits_backward(pt_sched_kind kind);
  * multiple of pp) or dualpipev (then v = 2 and m ≥ 2pp). PT_ERR_CONFIG with one message naming
  * the violated constraint. */
 pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v);
+/* The same with head = 1: a HEAD(i) on every rank before its backward of micro-batch i (afab,
+ * 1f1b and zb only: PT_ERR_CONFIG naming the kind otherwise). head = 0 is pt_schedule_build. */
+pt_status pt_schedule_build_head(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v, int head);
 void pt_schedule_free(pt_schedule *s);
 
 /* Checks that the lists are a correct pipeline step: every field in range and every peer the
@@ -113,8 +126,11 @@ void pt_schedule_free(pt_schedule *s);
  * exactly once per micro-batch and chunk, each after its inputs (a forward after the previous
  * stage's activations arrived, a backward after its own forward and the next stage's
  * gradients); every SEND received exactly once by its peer and every RECV sent; and executing
- * all ranks with blocking receives terminates. The message names the rank, the action index
- * and what is wrong (for a deadlock, every blocked rank). */
+ * all ranks with blocking receives terminates. With s->head: every rank runs HEAD(i) once per
+ * micro-batch, in the same order on every rank (a rank at HEAD(i) waits for all the others to be
+ * at HEAD(i)), the last stage's HEAD(i) after its FWD of micro-batch i and before its backward of
+ * it. The message names the rank, the action index and what is wrong (for a deadlock, every
+ * blocked rank and what it waits for). */
 pt_status pt_schedule_check(const pt_schedule *s);
 
 /* Result of a simulation. bubble is the idle time divided by the compute time, over all ranks:
@@ -129,13 +145,18 @@ typedef struct {
     int *peak_inflight;  /* per rank: most (micro-batch, chunk) pairs with the forward done and the
                             input-gradient backward (BWD or BWD_INPUT) not yet done */
     double **start;      /* start[r][k]: when rank r began action k (a RECV: when it completed) */
-    double f, b, w;      /* the costs simulated */
+    double f, b, w, h;   /* the costs simulated */
 } pt_sched_sim;
 
 /* Runs the schedule with costs FWD = f, BWD = b + w, BWD_INPUT = b, BWD_WEIGHT = w per chunk;
  * communication is free and instantaneous, each rank runs its list in order and waits at a RECV
  * for the matching SEND. Checks the schedule first (same errors as pt_schedule_check). */
 pt_status pt_schedule_simulate(const pt_schedule *s, double f, double b, double w, pt_sched_sim *out);
+/* The same with HEAD = h on every rank: a HEAD(i) starts when the last rank arrives at it (the
+ * latest clock) and ends h later on every rank; busy counts h on every rank. pt_schedule_simulate
+ * is this with h = 0. */
+pt_status pt_schedule_simulate_head(const pt_schedule *s, double f, double b, double w, double h,
+                                    pt_sched_sim *out);
 void pt_sched_sim_free(pt_sched_sim *r);
 
 /* The literature's bubble for this schedule's kind and shape: (pp − 1)/(v·m) for afab, 1f1b and
@@ -154,12 +175,12 @@ double pt_schedule_idle_formula(const pt_schedule *s, double f, double b, double
 int pt_schedule_peak_formula(const pt_schedule *s);
 
 /* Text timeline to f: per rank one row with one character per time unit (the shortest action's
- * duration): F forward, B backward (full or input gradient), W weight gradient, '.' idle;
- * lowercase for odd chunks. Beneath each row, aligned, the micro-batch number of each column
+ * duration): F forward, B backward (full or input gradient), W weight gradient, H head (the
+ * collective of the head split), '.' idle; lowercase for odd chunks. Beneath each row, aligned, the micro-batch number of each column
  * (base 36: 0-9 then a-z). */
 void pt_schedule_print(const pt_schedule *s, const pt_sched_sim *sim, FILE *f);
-/* An SVG drawing of the timeline: one rectangle per compute action, coloured by kind (lighter for
- * odd chunks), with its micro-batch number; written atomically to path. */
+/* An SVG drawing of the timeline: one rectangle per compute action (HEAD included), coloured by
+ * kind (lighter for odd chunks), with its micro-batch number; written atomically to path. */
 pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const char *path);
 
 #endif

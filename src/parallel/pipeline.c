@@ -332,6 +332,9 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
         case PT_ACT_BWD_WEIGHT:
             pt_model_backward_part(m, s->a, tok, PT_BWD_WEIGHT);
             break;
+        case PT_ACT_HEAD: /* only in schedules built with the head split, which this engine does not build */
+            PT_ASSERT(x->kind != PT_ACT_HEAD);
+            break;
         }
         if (--s->left == 0) pt_pipe_give(p, x->chunk, s);
         pt_pipe_poll(p);

@@ -11,11 +11,14 @@
 
 static const char *const pt_sched_names[] = {"afab", "1f1b", "interleaved", "zb", "dualpipev"};
 enum { PT_SCHED_KINDS = PT_SCHED_DUALPIPEV + 1 };
-static const char *const pt_act_names[] = {"FWD",      "BWD",      "BWD_INPUT", "BWD_WEIGHT",
-                                           "SEND_FWD", "RECV_FWD", "SEND_BWD",  "RECV_BWD"};
+static const char *const pt_act_names[] = {"FWD",      "BWD",      "BWD_INPUT", "BWD_WEIGHT", "SEND_FWD",
+                                           "RECV_FWD", "SEND_BWD", "RECV_BWD",  "HEAD"};
+enum { PT_ACT_KINDS = PT_ACT_HEAD + 1 };
 
-/* Generous bound on one schedule's size: the checker keeps a few bytes per (rank, micro, chunk). */
-enum { PT_SCHED_MAX_CELLS = 1 << 24, PT_SCHED_ACTS_PER_CELL = 7 };
+/* Generous bound on one schedule's size: the checker keeps a few bytes per (rank, micro, chunk).
+ * A (micro, chunk) has at most 8 actions on a rank: RECV_FWD FWD SEND_FWD HEAD RECV_BWD BWD_INPUT
+ * SEND_BWD BWD_WEIGHT. */
+enum { PT_SCHED_MAX_CELLS = 1 << 24, PT_SCHED_ACTS_PER_CELL = 8 };
 
 pt_status pt_schedule_parse_kind(const char *s, pt_sched_kind *out) {
     for (int k = 0; k < PT_SCHED_KINDS; k++) {
@@ -34,7 +37,7 @@ const char *pt_schedule_kind_name(pt_sched_kind k) {
 }
 
 const char *pt_schedule_action_name(pt_act_kind k) {
-    return (unsigned)k < 8 ? pt_act_names[k] : "?";
+    return (unsigned)k < PT_ACT_KINDS ? pt_act_names[k] : "?";
 }
 
 /* ---- stages ---------------------------------------------------------------------------- */
@@ -102,8 +105,11 @@ static void pt_emit_msg(pt_schedule *s, int r, pt_act_kind k, int micro, int chu
 }
 
 /* One compute action with its messages: the input is received just before it (so a rank waits
- * only when it needs the data) and the output sent just after. */
+ * only when it needs the data) and the output sent just after. With the head split, a backward's
+ * HEAD comes first on every rank: the last stage's gradient comes from it, and a rank upstream
+ * waits for that gradient anyway, so joining the collective there costs it nothing. */
 static void pt_emit(pt_schedule *s, int r, pt_act_kind k, int micro, int chunk) {
+    if (s->head && pt_is_bwd_input(k)) pt_push(s, r, PT_ACT_HEAD, micro, 0, -1);
     pt_emit_msg(s, r, k, micro, chunk, 1);
     pt_push(s, r, k, micro, chunk, -1);
     pt_emit_msg(s, r, k, micro, chunk, 0);
@@ -286,10 +292,15 @@ static pt_status pt_schedule_validate(pt_sched_kind kind, int pp, int m, int v) 
     return PT_OK;
 }
 
-pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v) {
+pt_status pt_schedule_build_head(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v, int head) {
     memset(s, 0, sizeof *s);
+    if (head && kind != PT_SCHED_AFAB && kind != PT_SCHED_1F1B && kind != PT_SCHED_ZB)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s schedule: the head split over the pipeline ranks needs the afab, 1f1b or zb "
+                         "schedule (one model chunk per rank, every backward of a micro-batch after its head)",
+                         pt_schedule_kind_name(kind));
     PT_TRY(pt_schedule_validate(kind, pp, m, v));
-    *s = (pt_schedule){.kind = kind, .pp = pp, .m = m, .v = v};
+    *s = (pt_schedule){.kind = kind, .pp = pp, .m = m, .v = v, .head = head != 0};
     s->n = pt_calloc((size_t)pp, sizeof *s->n);
     s->a = pt_calloc((size_t)pp, sizeof *s->a);
     for (int r = 0; r < pp; r++) {
@@ -303,6 +314,10 @@ pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, i
         }
     }
     return PT_OK;
+}
+
+pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v) {
+    return pt_schedule_build_head(s, kind, pp, m, v, 0);
 }
 
 void pt_schedule_free(pt_schedule *s) {
@@ -348,6 +363,7 @@ typedef struct {
     int *sent[2];           /* [dst r][micro][dst chunk]: 1 + the sender's action index (0: unsent); fwd, bwd */
     double *sent_t[2];      /* when it was sent */
     int *pc, *inflight, *peak;
+    unsigned char *headed;  /* [micro]: HEAD ran (on every rank at once) */
     double *t;              /* each rank's clock */
     double **start;         /* optional: start[r][k] */
 } pt_exec;
@@ -356,10 +372,12 @@ static size_t pt_cell(const pt_schedule *s, int r, int micro, int chunk) {
     return ((size_t)r * s->m + micro) * s->v + chunk;
 }
 
-/* "RECV_FWD micro 3 chunk 0 from rank 1" */
+/* "RECV_FWD micro 3 chunk 0 from rank 1", "HEAD micro 3" */
 static const char *pt_desc(const pt_action *x, char *buf, size_t len) {
     const char *dir = x->kind == PT_ACT_SEND_FWD || x->kind == PT_ACT_SEND_BWD ? " to" : " from";
-    if (pt_is_compute(x->kind))
+    if (x->kind == PT_ACT_HEAD)
+        snprintf(buf, len, "HEAD micro %d", x->micro);
+    else if (pt_is_compute(x->kind))
         snprintf(buf, len, "%s micro %d chunk %d", pt_schedule_action_name(x->kind), x->micro, x->chunk);
     else
         snprintf(buf, len, "%s micro %d chunk %d%s rank %d", pt_schedule_action_name(x->kind), x->micro,
@@ -389,10 +407,16 @@ static int pt_msg_stage(const pt_schedule *s, int r, const pt_action *x) {
 /* Fields in range, and a message's peer the rank of the neighbouring stage. */
 static pt_status pt_check_fields(const pt_schedule *s, int r, int k) {
     const pt_action *x = &s->a[r][k];
-    if ((unsigned)x->kind > PT_ACT_RECV_BWD)
+    if ((unsigned)x->kind >= PT_ACT_KINDS)
         return pt_errorf(PT_ERR_CONFIG, "schedule: rank %d action %d: unknown action kind %d", r, k, (int)x->kind);
     if (x->micro < 0 || x->micro >= s->m || x->chunk < 0 || x->chunk >= s->v)
         return pt_act_err(s, r, k, "micro-batch must be in [0, %d) and chunk in [0, %d)", s->m, s->v);
+    if (x->kind == PT_ACT_HEAD) {
+        if (!s->head) return pt_act_err(s, r, k, "a HEAD in a schedule without the head split (head = 0)");
+        if (x->chunk != 0 || x->peer != -1)
+            return pt_act_err(s, r, k, "chunk %d, peer %d: a HEAD has chunk 0 and peer -1", x->chunk, x->peer);
+        return PT_OK;
+    }
     if (pt_is_compute(x->kind))
         return x->peer == -1 ? PT_OK : pt_act_err(s, r, k, "peer %d, but computation has none (-1)", x->peer);
     int to = pt_msg_stage(s, r, x), st = pt_stage(s, r, x->chunk);
@@ -437,6 +461,58 @@ static pt_status pt_exec_send(pt_exec *e, int r, int k) {
     return PT_OK;
 }
 
+/* What rank q's next action, a HEAD, needs of the rank itself: on the last stage's rank, the
+ * forward of that micro-batch (its output is the head's input). */
+static pt_status pt_head_arrive(const pt_exec *e, int q) {
+    const pt_schedule *s = e->s;
+    int k = e->pc[q], last = pt_last_stage(s);
+    PT_TRY(pt_check_fields(s, q, k));
+    const pt_action *x = &s->a[q][k];
+    if (q == pt_stage_rank(s, last) && !(e->did[pt_cell(s, q, x->micro, pt_stage_chunk(s, last))] & PT_DID_FWD))
+        return pt_act_err(s, q, k, "runs before this rank's FWD of micro %d (the last stage's output is the head's input)",
+                          x->micro);
+    if (e->headed[x->micro]) return pt_act_err(s, q, k, "runs a second time (HEAD micro %d ran already)", x->micro);
+    return PT_OK;
+}
+
+/* HEAD(i), a collective over all ranks: waits until every rank's next action is HEAD(i), then
+ * runs on all of them at once, from the latest of their clocks. Another rank waiting at another
+ * HEAD can never meet this one: the order of the collectives differs. Rank r's own clock, start
+ * and pc are advanced by the caller. */
+static pt_status pt_exec_head(pt_exec *e, int r, int k, int *advanced) {
+    const pt_schedule *s = e->s;
+    int micro = s->a[r][k].micro, all = 1;
+    PT_TRY(pt_head_arrive(e, r));
+    for (int q = 0; q < s->pp; q++) {
+        const pt_action *y = e->pc[q] < s->n[q] ? &s->a[q][e->pc[q]] : NULL;
+        if (!y || y->kind != PT_ACT_HEAD) {
+            all = 0;
+            continue;
+        }
+        if (y->micro != micro)
+            return pt_act_err(s, r, k,
+                              "collective order: rank %d waits at HEAD micro %d (action %d); every rank must "
+                              "run the HEADs in the same order",
+                              q, y->micro, e->pc[q]);
+    }
+    if (!all) return PT_OK; /* blocks until every rank is here */
+    double t0 = 0;
+    for (int q = 0; q < s->pp; q++) {
+        PT_TRY(pt_head_arrive(e, q));
+        if (e->t[q] > t0) t0 = e->t[q];
+    }
+    for (int q = 0; q < s->pp; q++) {
+        e->t[q] = t0;
+        if (q == r) continue;
+        if (e->start) e->start[q][e->pc[q]] = t0;
+        if (e->cost) e->t[q] += e->cost[PT_ACT_HEAD];
+        e->pc[q]++;
+    }
+    e->headed[micro] = 1;
+    *advanced = 1;
+    return PT_OK;
+}
+
 /* A forward needs the previous stage's activations: received, or computed here (local hand-off). */
 static pt_status pt_exec_fwd(pt_exec *e, int r, int k) {
     const pt_schedule *s = e->s;
@@ -464,6 +540,9 @@ static pt_status pt_exec_bwd(pt_exec *e, int r, int k) {
     int st = pt_stage(s, r, x->chunk);
     if (e->did[c] & PT_DID_BIN) return pt_act_err(s, r, k, "the backward of this micro-batch ran already");
     if (!(e->did[c] & PT_DID_FWD)) return pt_act_err(s, r, k, "runs before its forward");
+    if (s->head && st == pt_last_stage(s) && !e->headed[x->micro])
+        return pt_act_err(s, r, k, "runs before HEAD micro %d (with the head split its gradient comes from the head)",
+                          x->micro);
     if (st < pt_last_stage(s)) {
         int nr = pt_stage_rank(s, st + 1), nc = pt_stage_chunk(s, st + 1);
         if (nr != r && !(e->did[c] & PT_DID_RECV_BWD))
@@ -503,6 +582,7 @@ static pt_status pt_exec_step(pt_exec *e, int r, int *advanced) {
     case PT_ACT_BWD:
     case PT_ACT_BWD_INPUT: PT_TRY(pt_exec_bwd(e, r, k)); break;
     case PT_ACT_BWD_WEIGHT: PT_TRY(pt_exec_weight(e, r, k)); break;
+    case PT_ACT_HEAD: PT_TRY(pt_exec_head(e, r, k, advanced)); break;
     }
     if (pt_is_compute(x->kind) || x->kind == PT_ACT_SEND_FWD || x->kind == PT_ACT_SEND_BWD) *advanced = 1;
     if (!*advanced) return PT_OK;
@@ -523,8 +603,27 @@ static int pt_find_send(const pt_schedule *s, int r, const pt_action *x) {
     return -1;
 }
 
-/* Every rank that did not finish waits at a RECV. A RECV whose SEND exists nowhere is the cause;
- * otherwise the ranks wait on each other in a cycle: name the first and list them all. */
+/* A rank that a HEAD of this micro-batch waits for: one without such a HEAD left in its list
+ * (finished, or the HEAD missing) if there is one (*missing = 1), else one not at it (-1: none). */
+static int pt_head_waits_for(const pt_exec *e, int micro, int *missing) {
+    const pt_schedule *s = e->s;
+    int late = -1;
+    for (int q = 0; q < s->pp; q++) {
+        int j = e->pc[q];
+        while (j < s->n[q] && !(s->a[q][j].kind == PT_ACT_HEAD && s->a[q][j].micro == micro)) j++;
+        if (j == s->n[q]) {
+            *missing = 1;
+            return q;
+        }
+        if (j > e->pc[q] && late < 0) late = q;
+    }
+    *missing = 0;
+    return late;
+}
+
+/* Every rank that did not finish waits at a RECV or a HEAD. A RECV whose SEND exists nowhere, or a
+ * HEAD that some rank will never reach, is the cause; otherwise the ranks wait on each other in a
+ * cycle: name the first and list them all. */
 static pt_status pt_report_deadlock(const pt_exec *e) {
     const pt_schedule *s = e->s;
     char blocked[600] = "", d[96];
@@ -533,7 +632,13 @@ static pt_status pt_report_deadlock(const pt_exec *e) {
     for (int r = 0; r < s->pp; r++) {
         if (e->pc[r] >= s->n[r]) continue;
         const pt_action *x = &s->a[r][e->pc[r]];
-        if (pt_find_send(s, r, x) < 0)
+        int missing, q = x->kind == PT_ACT_HEAD ? pt_head_waits_for(e, x->micro, &missing) : -1;
+        if (x->kind == PT_ACT_HEAD && missing)
+            return pt_act_err(s, r, e->pc[r],
+                              "rank %d has no HEAD of micro %d left to run (from its action %d on; the head is "
+                              "a collective over all %d pipeline ranks)",
+                              q, x->micro, e->pc[q], s->pp);
+        if (x->kind != PT_ACT_HEAD && pt_find_send(s, r, x) < 0)
             return pt_act_err(s, r, e->pc[r], "rank %d has no matching %s (micro %d chunk %d to rank %d)", x->peer,
                               x->kind == PT_ACT_RECV_FWD ? "SEND_FWD" : "SEND_BWD", x->micro,
                               pt_stage_chunk(s, pt_msg_stage(s, r, x)), r);
@@ -543,6 +648,14 @@ static pt_status pt_report_deadlock(const pt_exec *e) {
                                     len ? ", " : "", r, e->pc[r], pt_desc(x, d, sizeof d));
     }
     const pt_action *x = &s->a[first][e->pc[first]];
+    if (x->kind == PT_ACT_HEAD) {
+        int missing, q = pt_head_waits_for(e, x->micro, &missing);
+        PT_ASSERT(q >= 0 && !missing);
+        return pt_act_err(s, first, e->pc[first],
+                          "deadlock: the collective HEAD micro %d waits for rank %d, blocked at its action %d "
+                          "(%s); blocked: %s",
+                          x->micro, q, e->pc[q], pt_desc(&s->a[q][e->pc[q]], d, sizeof d), blocked);
+    }
     return pt_act_err(s, first, e->pc[first],
                       "deadlock: waits for rank %d action %d (%s), which rank %d never reaches; blocked: %s",
                       x->peer, pt_find_send(s, first, x), x->kind == PT_ACT_RECV_FWD ? "SEND_FWD" : "SEND_BWD",
@@ -577,6 +690,12 @@ static pt_status pt_check_complete(const pt_exec *e) {
             }
         }
     }
+    for (int i = 0; s->head && i < s->m; i++)
+        if (!e->headed[i])
+            return pt_errorf(PT_ERR_CONFIG,
+                             "schedule: HEAD of micro %d never runs (the head split needs one per micro-batch on "
+                             "every rank)",
+                             i);
     return PT_OK;
 }
 
@@ -589,6 +708,7 @@ static void pt_exec_free(pt_exec *e) {
     free(e->pc);
     free(e->inflight);
     free(e->peak);
+    free(e->headed);
     free(e->t);
 }
 
@@ -607,6 +727,7 @@ static pt_status pt_exec_run(pt_exec *e) {
     e->pc = pt_calloc((size_t)s->pp, sizeof(int));
     e->inflight = pt_calloc((size_t)s->pp, sizeof(int));
     e->peak = pt_calloc((size_t)s->pp, sizeof(int));
+    e->headed = pt_calloc((size_t)s->m, 1);
     e->t = pt_calloc((size_t)s->pp, sizeof(double));
     for (int progress = 1; progress;) {
         progress = 0;
@@ -630,10 +751,16 @@ pt_status pt_schedule_check(const pt_schedule *s) {
 }
 
 pt_status pt_schedule_simulate(const pt_schedule *s, double f, double b, double w, pt_sched_sim *out) {
+    return pt_schedule_simulate_head(s, f, b, w, 0, out);
+}
+
+pt_status pt_schedule_simulate_head(const pt_schedule *s, double f, double b, double w, double h,
+                                    pt_sched_sim *out) {
     memset(out, 0, sizeof *out);
-    if (!(f >= 0 && b >= 0 && w >= 0))
-        return pt_errorf(PT_ERR_CONFIG, "schedule: costs f = %g, b = %g, w = %g must be >= 0", f, b, w);
-    const double cost[8] = {[PT_ACT_FWD] = f, [PT_ACT_BWD] = b + w, [PT_ACT_BWD_INPUT] = b, [PT_ACT_BWD_WEIGHT] = w};
+    if (!(f >= 0 && b >= 0 && w >= 0 && h >= 0))
+        return pt_errorf(PT_ERR_CONFIG, "schedule: costs f = %g, b = %g, w = %g, h = %g must be >= 0", f, b, w, h);
+    const double cost[PT_ACT_KINDS] = {[PT_ACT_FWD] = f, [PT_ACT_BWD] = b + w, [PT_ACT_BWD_INPUT] = b,
+                                       [PT_ACT_BWD_WEIGHT] = w, [PT_ACT_HEAD] = h};
     pt_exec e = {.s = s, .cost = cost};
     if (s && s->pp >= 1 && s->n) {
         e.start = pt_calloc((size_t)s->pp, sizeof *e.start);
@@ -641,7 +768,8 @@ pt_status pt_schedule_simulate(const pt_schedule *s, double f, double b, double 
     }
     pt_status st = pt_exec_run(&e);
     if (st == PT_OK) {
-        *out = (pt_sched_sim){.pp = s->pp, .peak_inflight = e.peak, .start = e.start, .f = f, .b = b, .w = w};
+        *out = (pt_sched_sim){
+            .pp = s->pp, .peak_inflight = e.peak, .start = e.start, .f = f, .b = b, .w = w, .h = h};
         e.peak = NULL;
         for (int r = 0; r < s->pp; r++) {
             if (e.t[r] > out->makespan) out->makespan = e.t[r];
@@ -671,6 +799,7 @@ static double pt_duration(const pt_sched_sim *sim, pt_act_kind k) {
     case PT_ACT_BWD: return sim->b + sim->w;
     case PT_ACT_BWD_INPUT: return sim->b;
     case PT_ACT_BWD_WEIGHT: return sim->w;
+    case PT_ACT_HEAD: return sim->h;
     default: return 0;
     }
 }
@@ -688,7 +817,7 @@ static double pt_quantum(const pt_schedule *s, const pt_sched_sim *sim) {
 }
 
 static char pt_kind_char(const pt_action *x) {
-    char c = x->kind == PT_ACT_FWD ? 'F' : x->kind == PT_ACT_BWD_WEIGHT ? 'W' : 'B';
+    char c = x->kind == PT_ACT_FWD ? 'F' : x->kind == PT_ACT_BWD_WEIGHT ? 'W' : x->kind == PT_ACT_HEAD ? 'H' : 'B';
     return x->chunk % 2 ? (char)tolower(c) : c;
 }
 
@@ -701,8 +830,10 @@ void pt_schedule_print(const pt_schedule *s, const pt_sched_sim *sim, FILE *f) {
     double q = pt_quantum(s, sim);
     int cols = (int)ceil(sim->makespan / q - 1e-9);
     char *kinds = pt_malloc((size_t)cols + 1), *micros = pt_malloc((size_t)cols + 1);
-    fprintf(f, "%s, pp=%d, m=%d, v=%d; costs F=%g B=%g W=%g; one column = %g time unit%s\n",
-            pt_schedule_kind_name(s->kind), s->pp, s->m, s->v, sim->f, sim->b, sim->w, q, q == 1 ? "" : "s");
+    char head[96] = "";
+    if (s->head) snprintf(head, sizeof head, " H=%g (the head split over the %d ranks)", sim->h, s->pp);
+    fprintf(f, "%s, pp=%d, m=%d, v=%d; costs F=%g B=%g W=%g%s; one column = %g time unit%s\n",
+            pt_schedule_kind_name(s->kind), s->pp, s->m, s->v, sim->f, sim->b, sim->w, head, q, q == 1 ? "" : "s");
     for (int r = 0; r < s->pp; r++) {
         memset(kinds, '.', (size_t)cols);
         memset(micros, ' ', (size_t)cols);
@@ -727,16 +858,18 @@ static const char *pt_svg_colour(pt_act_kind k) {
     case PT_ACT_FWD: return "#4e79a7";
     case PT_ACT_BWD: return "#e15759";
     case PT_ACT_BWD_INPUT: return "#f28e2b";
+    case PT_ACT_HEAD: return "#b07aa1";
     default: return "#59a14f";
     }
 }
 
-enum { PT_SVG_LEFT = 70, PT_SVG_TOP = 34, PT_SVG_ROW = 28, PT_SVG_COL = 22 };
+enum { PT_SVG_LEFT = 70, PT_SVG_TOP = 34, PT_SVG_ROW = 28, PT_SVG_COL = 22, PT_SVG_LEGEND = 130 };
 
-static void pt_svg_legend(FILE *f, int y) {
-    static const pt_act_kind kinds[] = {PT_ACT_FWD, PT_ACT_BWD, PT_ACT_BWD_INPUT, PT_ACT_BWD_WEIGHT};
-    for (int i = 0; i < 4; i++) {
-        int x = PT_SVG_LEFT + i * 130;
+/* One entry per kind of computation, HEAD where the schedule has it. */
+static void pt_svg_legend(FILE *f, int y, int head) {
+    static const pt_act_kind kinds[] = {PT_ACT_FWD, PT_ACT_BWD, PT_ACT_BWD_INPUT, PT_ACT_BWD_WEIGHT, PT_ACT_HEAD};
+    for (int i = 0; i < 4 + (head != 0); i++) {
+        int x = PT_SVG_LEFT + i * PT_SVG_LEGEND;
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", x, y,
                 pt_svg_colour(kinds[i]));
         fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", x + 20, y + 12, pt_schedule_action_name(kinds[i]));
@@ -746,6 +879,8 @@ static void pt_svg_legend(FILE *f, int y) {
 pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const char *path) {
     double q = pt_quantum(s, sim), sx = PT_SVG_COL / q;
     int width = PT_SVG_LEFT + (int)ceil(sim->makespan * sx) + 20, height = PT_SVG_TOP + s->pp * PT_SVG_ROW + 40;
+    int legend = PT_SVG_LEFT + PT_SVG_LEGEND * (4 + (s->head != 0));
+    if (width < legend) width = legend;
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -753,8 +888,10 @@ pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const c
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "font-family=\"sans-serif\" font-size=\"12\">\n",
             width, height);
-    fprintf(f, "<text x=\"10\" y=\"20\">%s: pp=%d, m=%d, v=%d; F=%g B=%g W=%g; bubble (idle/busy) %.4f</text>\n",
-            pt_schedule_kind_name(s->kind), s->pp, s->m, s->v, sim->f, sim->b, sim->w, sim->bubble);
+    char head[64] = "";
+    if (s->head) snprintf(head, sizeof head, " H=%g (head split)", sim->h);
+    fprintf(f, "<text x=\"10\" y=\"20\">%s: pp=%d, m=%d, v=%d; F=%g B=%g W=%g%s; bubble (idle/busy) %.4f</text>\n",
+            pt_schedule_kind_name(s->kind), s->pp, s->m, s->v, sim->f, sim->b, sim->w, head, sim->bubble);
     for (int r = 0; r < s->pp; r++) {
         double y = PT_SVG_TOP + r * PT_SVG_ROW;
         fprintf(f, "<text x=\"10\" y=\"%.1f\">rank %d</text>\n", y + 18, r);
@@ -771,7 +908,7 @@ pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const c
                     x0 + d * sx / 2, y + 17, x->micro);
         }
     }
-    pt_svg_legend(f, PT_SVG_TOP + s->pp * PT_SVG_ROW + 10);
+    pt_svg_legend(f, PT_SVG_TOP + s->pp * PT_SVG_ROW + 10, s->head);
     fprintf(f, "</svg>\n");
     fclose(f);
     pt_status st = pt_write_file_atomic(path, buf, len);
