@@ -1,11 +1,15 @@
 /* test_schedule.c: pipeline schedules: every built schedule passes the checker and has the
  * bubble and peak in-flight that the literature gives (dualpipev: the DualPipe README's); the
- * stage maps (round-robin, the V); broken schedules are rejected by name. */
+ * stage maps (round-robin, the V); broken schedules are rejected by name; the head split's HEAD
+ * collectives (placement, checker rules, simulated time, drawing, `pentatron schedule`). */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cli/commands.h"
 #include "pt/pipeline.h"
 #include "pt/schedule.h"
 #include "testutil.h"
@@ -480,22 +484,33 @@ static void test_dualpipev_timeline(void **state) {
     expect_timeline(PT_SCHED_DUALPIPEV, 2, 4, 2, 1, 1, 1, rows);
 }
 
+/* The SVG of a simulated schedule, written to the test's directory under name and read back. */
+static char *draw_svg(const pt_schedule *s, const pt_sched_sim *sim, const char *name) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", tu_tmpdir(), name);
+    assert_int_equal(pt_schedule_svg(s, sim, path), PT_OK);
+    char *svg = NULL;
+    size_t len = 0;
+    assert_int_equal(pt_read_file(path, &svg, &len), PT_OK);
+    assert_non_null(strstr(svg, "</svg>"));
+    return svg;
+}
+
+static int occurrences(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
 static void test_svg_has_a_rect_per_computation(void **state) {
     (void)state;
     pt_schedule s;
     pt_sched_sim sim;
     build_ok(&s, PT_SCHED_ZB, 4, 8, 1);
     simulate_ok(&s, 1, 1, 1, &sim);
-    char path[600];
-    snprintf(path, sizeof path, "%s/zb.svg", tu_tmpdir());
-    assert_int_equal(pt_schedule_svg(&s, &sim, path), PT_OK);
-    char *svg = NULL;
-    size_t len = 0;
-    assert_int_equal(pt_read_file(path, &svg, &len), PT_OK);
-    int rects = 0;
-    for (const char *p = svg; (p = strstr(p, "<rect")); p++) rects++;
-    assert_int_equal(rects, 4 * 8 * 3 + 4); /* F, B, W per micro-batch and rank, and the legend */
-    assert_non_null(strstr(svg, "</svg>"));
+    char *svg = draw_svg(&s, &sim, "zb.svg");
+    /* F, B, W per micro-batch and rank, and the legend */
+    assert_int_equal(occurrences(svg, "<rect"), 4 * 8 * 3 + 4);
     free(svg);
     pt_sched_sim_free(&sim);
     pt_schedule_free(&s);
@@ -573,6 +588,293 @@ static void test_balanced_split_is_optimal(void **state) {
         }
 }
 
+/* ---- the head split over the pipeline ranks: HEAD actions ------------------------------- */
+
+static void build_head_ok(pt_schedule *s, pt_sched_kind kind, int pp, int m) {
+    if (pt_schedule_build_head(s, kind, pp, m, 1, 1) != PT_OK)
+        fail_msg("build %s pp=%d m=%d with the head split: %s", pt_schedule_kind_name(kind), pp, m, pt_last_error());
+}
+
+/* Moves rank r's action at index `from` so that it ends at index `to` (indices of the list as it
+ * is after the action's removal). */
+static void move(pt_schedule *s, int r, int from, int to) {
+    pt_action x = s->a[r][from];
+    drop(s, r, from);
+    memmove(&s->a[r][to + 1], &s->a[r][to], (size_t)(s->n[r] - to) * sizeof x);
+    s->a[r][to] = x;
+    s->n[r]++;
+}
+
+/* head = 0 through pt_schedule_build_head is pt_schedule_build, action for action, for every kind,
+ * with no HEAD anywhere (the other tests hold those lists to the formulas as before). */
+static void test_head_zero_builds_the_same_lists(void **state) {
+    (void)state;
+    const int shapes[][4] = {{PT_SCHED_AFAB, 4, 3, 1},        {PT_SCHED_1F1B, 4, 8, 1},
+                             {PT_SCHED_ZB, 2, 5, 1},          {PT_SCHED_INTERLEAVED, 4, 8, 2},
+                             {PT_SCHED_DUALPIPEV, 3, 7, 2},   {PT_SCHED_1F1B, 1, 2, 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        pt_schedule a, b;
+        build_ok(&a, (pt_sched_kind)shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
+        assert_int_equal(pt_schedule_build_head(&b, (pt_sched_kind)shapes[i][0], shapes[i][1], shapes[i][2],
+                                                shapes[i][3], 0),
+                         PT_OK);
+        assert_int_equal(a.head, 0);
+        assert_int_equal(b.head, 0);
+        for (int r = 0; r < a.pp; r++) {
+            assert_int_equal(a.n[r], b.n[r]);
+            assert_memory_equal(a.a[r], b.a[r], (size_t)a.n[r] * sizeof(pt_action));
+            assert_int_equal(count_kind(&a, r, PT_ACT_HEAD), 0);
+        }
+        pt_schedule_free(&a);
+        pt_schedule_free(&b);
+    }
+    assert_string_equal(pt_schedule_action_name(PT_ACT_HEAD), "HEAD");
+    assert_int_equal(PT_ACT_HEAD, 8);
+}
+
+/* Every rank has exactly m HEADs, in micro-batch order, each the first action of the rank's
+ * backward of that micro-batch: followed by its RECV_BWD and then its BWD (or BWD_INPUT), or on
+ * the last rank by the BWD itself; with the HEADs taken out the lists are the unsplit ones. */
+static void check_head_placement(const pt_schedule *s) {
+    pt_schedule plain;
+    build_ok(&plain, s->kind, s->pp, s->m, 1);
+    for (int r = 0; r < s->pp; r++) {
+        int heads = 0, j = 0;
+        for (int k = 0; k < s->n[r]; k++) {
+            const pt_action *x = &s->a[r][k];
+            if (x->kind != PT_ACT_HEAD) {
+                if (j >= plain.n[r] || memcmp(x, &plain.a[r][j], sizeof *x))
+                    fail_msg("%s pp=%d m=%d rank %d action %d: not the unsplit list's action %d",
+                             pt_schedule_kind_name(s->kind), s->pp, s->m, r, k, j);
+                j++;
+                continue;
+            }
+            if (x->micro != heads || x->chunk != 0 || x->peer != -1)
+                fail_msg("%s pp=%d m=%d rank %d action %d: HEAD micro %d chunk %d peer %d, expected micro %d "
+                         "chunk 0 peer -1",
+                         pt_schedule_kind_name(s->kind), s->pp, s->m, r, k, x->micro, x->chunk, x->peer, heads);
+            int b = k + 1 + (r < s->pp - 1);
+            if (r < s->pp - 1 && (s->a[r][k + 1].kind != PT_ACT_RECV_BWD || s->a[r][k + 1].micro != heads))
+                fail_msg("%s pp=%d m=%d rank %d: HEAD micro %d is not followed by its RECV_BWD",
+                         pt_schedule_kind_name(s->kind), s->pp, s->m, r, heads);
+            pt_act_kind want = s->kind == PT_SCHED_ZB ? PT_ACT_BWD_INPUT : PT_ACT_BWD;
+            if (b >= s->n[r] || s->a[r][b].kind != want || s->a[r][b].micro != heads)
+                fail_msg("%s pp=%d m=%d rank %d: HEAD micro %d is not right before its %s",
+                         pt_schedule_kind_name(s->kind), s->pp, s->m, r, heads, pt_schedule_action_name(want));
+            heads++;
+        }
+        assert_int_equal(heads, s->m);
+        assert_int_equal(j, plain.n[r]);
+    }
+    pt_schedule_free(&plain);
+}
+
+/* afab, 1f1b and zb with the head split at pp 1..8 and m below, at and above pp: built, placed as
+ * above, checked, and simulated to a finite end in which every rank spent m·h in HEADs. */
+static void test_head_split_schedules(void **state) {
+    (void)state;
+    const pt_sched_kind kinds[] = {PT_SCHED_AFAB, PT_SCHED_1F1B, PT_SCHED_ZB};
+    for (int pp = 1; pp <= 8; pp++) {
+        const int mm[] = {1, 2, pp > 1 ? pp - 1 : 3, pp, pp + 1, 2 * pp, 3 * pp + 1};
+        for (int k = 0; k < 3; k++) {
+            for (size_t i = 0; i < sizeof mm / sizeof *mm; i++) {
+                pt_schedule s;
+                pt_sched_sim sim;
+                build_head_ok(&s, kinds[k], pp, mm[i]);
+                assert_int_equal(s.head, 1);
+                check_head_placement(&s);
+                check_ok(&s);
+                check_counts(&s);
+                double w = kinds[k] == PT_SCHED_ZB ? 1 : 0, h = 0.5;
+                if (pt_schedule_simulate_head(&s, 1, 1, w, h, &sim) != PT_OK)
+                    fail_msg("simulate %s pp=%d m=%d: %s", pt_schedule_kind_name(kinds[k]), pp, mm[i],
+                             pt_last_error());
+                if (!isfinite(sim.makespan) || sim.makespan < mm[i] * (2 + w + h))
+                    fail_msg("%s pp=%d m=%d: makespan %g", pt_schedule_kind_name(kinds[k]), pp, mm[i], sim.makespan);
+                expect_near("busy", sim.busy, pp * mm[i] * (2 + w + h));
+                expect_near("h", sim.h, h);
+                pt_sched_sim_free(&sim);
+                pt_schedule_free(&s);
+            }
+        }
+    }
+}
+
+static void test_head_split_refused_kinds(void **state) {
+    (void)state;
+    pt_schedule s;
+    EXPECT_MESSAGE(pt_schedule_build_head(&s, PT_SCHED_INTERLEAVED, 4, 8, 2, 1), "interleaved",
+                   "head split over the pipeline ranks", "afab, 1f1b or zb");
+    EXPECT_MESSAGE(pt_schedule_build_head(&s, PT_SCHED_DUALPIPEV, 2, 4, 2, 1), "dualpipev",
+                   "head split over the pipeline ranks", "afab, 1f1b or zb");
+}
+
+/* The simulated time of the split head, by hand: 1f1b, pp = 2, m = 2, f = b = 1, h = 1.
+ *   rank 0: F0 [0,1], F1 [1,2]; rank 1: F0 [1,2] (its input sent at 1).
+ *   HEAD0: both ranks there at 2, [2,3]. rank 1: B0 [3,4] (its gradient from HEAD0), sends it;
+ *   rank 0: B0 [4,5]. rank 1: F1 [4,5] (its input sent at 2); both at HEAD1 at 5: [5,6].
+ *   rank 1: B1 [6,7]; rank 0: B1 [7,8]. Makespan 8, where the unsplit 1f1b takes
+ *   (m + pp − 1)(f + b) = 6: each HEAD here stops both ranks for h = 1.
+ * With h = 0 the HEADs take no time and the makespan is the unsplit 6. */
+static void test_head_split_simulated_by_hand(void **state) {
+    (void)state;
+    pt_schedule s;
+    pt_sched_sim sim;
+    build_head_ok(&s, PT_SCHED_1F1B, 2, 2);
+    assert_int_equal(pt_schedule_simulate_head(&s, 1, 1, 0, 1, &sim), PT_OK);
+    expect_near("makespan, h = 1", sim.makespan, 8);
+    expect_near("busy", sim.busy, 2 * 2 * 3);
+    expect_near("HEAD0 on rank 0", sim.start[0][find(&s, 0, PT_ACT_HEAD, 0)], 2);
+    expect_near("HEAD1 on rank 1", sim.start[1][find(&s, 1, PT_ACT_HEAD, 1)], 5);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    pt_schedule_print(&s, &sim, out);
+    fclose(out);
+    const char *const rows[] = {"|FFH.BH.B|", "|010 01 1|", "|.FHBFHB.|", "| 000111 |", "H=1"};
+    for (int i = 0; i < 5; i++)
+        if (!strstr(text, rows[i])) fail_msg("timeline lacks %s:\n%s", rows[i], text);
+    free(text);
+    pt_sched_sim_free(&sim);
+    assert_int_equal(pt_schedule_simulate(&s, 1, 1, 0, &sim), PT_OK);
+    expect_near("makespan, h = 0", sim.makespan, 6);
+    pt_sched_sim_free(&sim);
+    pt_schedule_free(&s);
+
+    /* afab, same costs: the ranks reach the HEADs at different times and the collective starts
+     * with the later one. rank 0: F0 [0,1], F1 [1,2], at HEAD0 at 2; rank 1: F0 [1,2], F1 [2,3],
+     * at HEAD0 at 3: HEAD0 [3,4] on both. rank 1: B0 [4,5], at HEAD1 at 5; rank 0: B0 [5,6], at
+     * HEAD1 at 6: HEAD1 [6,7]. rank 1: B1 [7,8]; rank 0: B1 [8,9]. Makespan 9. */
+    build_head_ok(&s, PT_SCHED_AFAB, 2, 2);
+    assert_int_equal(pt_schedule_simulate_head(&s, 1, 1, 0, 1, &sim), PT_OK);
+    expect_near("afab makespan", sim.makespan, 9);
+    expect_near("afab HEAD0 on rank 0", sim.start[0][find(&s, 0, PT_ACT_HEAD, 0)], 3);
+    expect_near("afab HEAD1 on rank 1", sim.start[1][find(&s, 1, PT_ACT_HEAD, 1)], 6);
+    pt_sched_sim_free(&sim);
+    pt_schedule_free(&s);
+}
+
+/* Broken HEAD placements, each rejected by name (1f1b, pp = 4, m = 8 unless said). */
+static void test_head_split_errors_are_named(void **state) {
+    (void)state;
+    pt_schedule s;
+    /* two HEADs swapped on one rank: the ranks meet different collectives */
+    build_head_ok(&s, PT_SCHED_1F1B, 4, 8);
+    swap(&s, 1, find(&s, 1, PT_ACT_HEAD, 2), find(&s, 1, PT_ACT_HEAD, 3));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 1", "(HEAD micro 3)", "collective order", "waits at HEAD micro 2");
+    pt_schedule_free(&s);
+
+    /* the last rank's HEAD before its forward of that micro-batch */
+    build_head_ok(&s, PT_SCHED_1F1B, 4, 8);
+    move(&s, 3, find(&s, 3, PT_ACT_HEAD, 4), find(&s, 3, PT_ACT_RECV_FWD, 4));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 3", "HEAD micro 4", "before this rank's FWD of micro 4");
+    pt_schedule_free(&s);
+
+    /* the last rank's backward before its HEAD */
+    build_head_ok(&s, PT_SCHED_ZB, 4, 8);
+    swap(&s, 3, find(&s, 3, PT_ACT_HEAD, 5), find(&s, 3, PT_ACT_BWD_INPUT, 5));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 3", "BWD_INPUT micro 5", "before HEAD micro 5");
+    pt_schedule_free(&s);
+
+    /* a HEAD deleted on a rank upstream: the others wait at it for a rank that has none left */
+    build_head_ok(&s, PT_SCHED_1F1B, 4, 8);
+    drop(&s, 0, find(&s, 0, PT_ACT_HEAD, 6));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "HEAD micro 6", "rank 0 has no HEAD of micro 6 left to run");
+    pt_schedule_free(&s);
+
+    /* the last HEAD deleted on the last rank: its backward has no gradient */
+    build_head_ok(&s, PT_SCHED_AFAB, 2, 3);
+    drop(&s, 1, find(&s, 1, PT_ACT_HEAD, 2));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 1", "BWD micro 2", "before HEAD micro 2");
+    pt_schedule_free(&s);
+
+    /* HEAD 1 run twice on every rank (and HEAD 2 never) */
+    build_head_ok(&s, PT_SCHED_1F1B, 2, 4);
+    for (int r = 0; r < 2; r++) s.a[r][find(&s, r, PT_ACT_HEAD, 2)].micro = 1;
+    EXPECT_MESSAGE(pt_schedule_check(&s), "HEAD micro 1", "runs a second time");
+    pt_schedule_free(&s);
+
+    /* a rank upstream joins HEAD 2 only after its backward of micro 2, whose gradient comes from
+     * the last rank's backward, which waits for HEAD 2: a deadlock, named at the HEAD */
+    build_head_ok(&s, PT_SCHED_1F1B, 4, 8);
+    move(&s, 1, find(&s, 1, PT_ACT_HEAD, 2), find(&s, 1, PT_ACT_BWD, 2));
+    EXPECT_MESSAGE(pt_schedule_check(&s), "deadlock", "the collective HEAD micro 2 waits for rank 1",
+                   "RECV_BWD micro 2 chunk 0 from rank 2", "rank 3 at action");
+    pt_sched_sim sim;
+    EXPECT_MESSAGE(pt_schedule_simulate_head(&s, 1, 1, 0, 1, &sim), "deadlock");
+    pt_schedule_free(&s);
+
+    /* HEADs in a schedule that says it has no head split, or with a peer */
+    build_head_ok(&s, PT_SCHED_1F1B, 2, 2);
+    s.head = 0;
+    EXPECT_MESSAGE(pt_schedule_check(&s), "HEAD micro 0", "without the head split");
+    s.head = 1;
+    s.a[0][find(&s, 0, PT_ACT_HEAD, 1)].peer = 1;
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 0", "a HEAD has chunk 0 and peer -1");
+    pt_schedule_free(&s);
+}
+
+/* The SVG draws every HEAD as a rectangle of its own colour, with a legend entry. */
+static void test_svg_draws_the_heads(void **state) {
+    (void)state;
+    pt_schedule s;
+    pt_sched_sim sim;
+    build_head_ok(&s, PT_SCHED_ZB, 4, 8);
+    assert_int_equal(pt_schedule_simulate_head(&s, 1, 1, 1, 0.5, &sim), PT_OK);
+    char *svg = draw_svg(&s, &sim, "zb_head.svg");
+    /* F, B, W, H per micro-batch and rank; 5 legend entries */
+    assert_int_equal(occurrences(svg, "<rect"), 4 * 8 * 4 + 5);
+    assert_int_equal(occurrences(svg, "<title>HEAD micro"), 4 * 8);
+    assert_non_null(strstr(svg, ">HEAD</text>"));
+    free(svg);
+    pt_sched_sim_free(&sim);
+    pt_schedule_free(&s);
+}
+
+/* Runs `pentatron schedule` with argv, its stdout into *text; returns the exit code. */
+static int run_schedule_cmd(int argc, char **argv, char **text) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/schedule_cmd.txt", tu_tmpdir());
+    fflush(stdout);
+    int saved = dup(1), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 1);
+    close(fd);
+    int rc = pt_cmd_schedule(argc, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    size_t len;
+    assert_int_equal(pt_read_file(path, text, &len), PT_OK);
+    return rc;
+}
+
+/* --head-split draws the HEADs and says the formulas do not apply; --head-cost sets their time;
+ * --head-cost alone and a refused kind are errors. */
+static void test_schedule_command_head_split(void **state) {
+    (void)state;
+    char *text;
+    char *split[] = {"--pp", "2", "--microbatches", "2", "--head-split"};
+    assert_int_equal(run_schedule_cmd(5, split, &text), 0);
+    /* f = 1, b = 2 (the command's costs), h = 1: the hand-derived run above with b = 2 */
+    const char *const want[] = {"H=1", "|FFH..BBH..BB|", "|.FHBBF.HBB..|", "makespan 12", "n/a (head split"};
+    for (int i = 0; i < 5; i++)
+        if (!strstr(text, want[i])) fail_msg("schedule --head-split lacks %s:\n%s", want[i], text);
+    free(text);
+    char *cost[] = {"--pp", "2", "--microbatches", "2", "--head-split", "--head-cost", "2"};
+    assert_int_equal(run_schedule_cmd(7, cost, &text), 0);
+    if (!strstr(text, "makespan 14")) fail_msg("--head-cost 2 should add 2 to the makespan:\n%s", text);
+    free(text);
+    char *alone[] = {"--head-cost", "2"};
+    assert_int_equal(run_schedule_cmd(2, alone, &text), 2);
+    assert_non_null(strstr(pt_last_error(), "--head-cost needs --head-split"));
+    free(text);
+    char *refused[] = {"--schedule", "dualpipev", "--head-split"};
+    assert_int_equal(run_schedule_cmd(3, refused, &text), 2);
+    assert_non_null(strstr(pt_last_error(), "afab, 1f1b or zb"));
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_names_round_trip),
@@ -595,6 +897,13 @@ int main(void) {
         cmocka_unit_test(test_dualpipev_timeline),
         cmocka_unit_test(test_svg_has_a_rect_per_computation),
         cmocka_unit_test(test_balanced_split_is_optimal),
+        cmocka_unit_test(test_head_zero_builds_the_same_lists),
+        cmocka_unit_test(test_head_split_schedules),
+        cmocka_unit_test(test_head_split_refused_kinds),
+        cmocka_unit_test(test_head_split_simulated_by_hand),
+        cmocka_unit_test(test_head_split_errors_are_named),
+        cmocka_unit_test(test_svg_draws_the_heads),
+        cmocka_unit_test(test_schedule_command_head_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,7 @@
 static void pt_schedule_usage(FILE *f) {
     fprintf(f,
             "usage: pentatron schedule [--pp N] [--microbatches M] [--schedule KIND] [--virtual V]\n"
-            "                          [--svg FILE]\n"
+            "                          [--head-split [--head-cost H]] [--svg FILE]\n"
             "\n"
             "Builds the per-rank action lists (forward, backward, send, receive) of a pipeline-parallel\n"
             "step, checks them (every send received, every stage computed once per micro-batch in a\n"
@@ -25,6 +25,10 @@ static void pt_schedule_usage(FILE *f) {
             "                     interleaved 1F1B), zb (ZB-H1 zero bubble) or dualpipev (DeepSeek's\n"
             "                     DualPipeV: 2 chunks per rank in a V, M >= 2N); default 1f1b\n"
             "  --virtual V        model chunks per rank, interleaved only (default 2; M a multiple of N)\n"
+            "  --head-split       the head and loss split over the N ranks (afab, 1f1b or zb): every\n"
+            "                     rank runs HEAD(i), a collective over all of them, before its\n"
+            "                     backward of micro-batch i; drawn as H\n"
+            "  --head-cost H      the time of one HEAD on each rank (default 1, a forward's cost)\n"
             "  --svg FILE         also draw the timeline as an SVG file\n"
             "  --help             print this help\n"
             "\n"
@@ -34,11 +38,14 @@ static void pt_schedule_usage(FILE *f) {
             "literature gives as (pp − 1)/m for afab and 1f1b and (pp − 1)/(v·m) for interleaved;\n"
             "DualPipeV's is published as idle time per rank, (PP/2 − 1)(F&B + B − 3W) with PP = 2N\n"
             "stages, F&B = F + B here (one after the other), B the full backward: it is printed\n"
-            "both ways.\n");
+            "both ways. With --head-split the HEADs count as compute (H on every rank) and these\n"
+            "formulas, which have no head collective, are not printed (n/a).\n");
 }
 
 typedef struct {
-    int pp, m, v;
+    int pp, m, v, head;
+    double head_cost;
+    int head_cost_set;
     pt_sched_kind kind;
     const char *svg;
 } pt_sched_args;
@@ -53,9 +60,19 @@ static pt_status pt_parse_int(const char *opt, const char *s, int *out) {
     return PT_OK;
 }
 
+static pt_status pt_parse_cost(const char *opt, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || end == s || *end || !(x >= 0) || x > 1e12)
+        return pt_errorf(PT_ERR_CONFIG, "schedule: %s needs a time >= 0, got \"%s\"", opt, s);
+    *out = x;
+    return PT_OK;
+}
+
 /* Fills a (or sets *help for --help); PT_ERR_CONFIG naming the bad argument. */
 static pt_status pt_sched_parse(int argc, char **argv, pt_sched_args *a, int *help) {
-    *a = (pt_sched_args){.pp = 4, .m = 8, .v = 0, .kind = PT_SCHED_1F1B};
+    *a = (pt_sched_args){.pp = 4, .m = 8, .v = 0, .head_cost = 1, .kind = PT_SCHED_1F1B};
     *help = 0;
     for (int i = 0; i < argc; i++) {
         const char *opt = argv[i];
@@ -63,8 +80,12 @@ static pt_status pt_sched_parse(int argc, char **argv, pt_sched_args *a, int *he
             *help = 1;
             return PT_OK;
         }
+        if (!strcmp(opt, "--head-split")) {
+            a->head = 1;
+            continue;
+        }
         int known = !strcmp(opt, "--pp") || !strcmp(opt, "--microbatches") || !strcmp(opt, "--schedule") ||
-                    !strcmp(opt, "--virtual") || !strcmp(opt, "--svg");
+                    !strcmp(opt, "--virtual") || !strcmp(opt, "--svg") || !strcmp(opt, "--head-cost");
         if (!known) return pt_errorf(PT_ERR_CONFIG, "schedule: %s is not an option (see --help)", opt);
         if (i + 1 >= argc) return pt_errorf(PT_ERR_CONFIG, "schedule: %s needs a value", opt);
         const char *val = argv[++i];
@@ -72,8 +93,14 @@ static pt_status pt_sched_parse(int argc, char **argv, pt_sched_args *a, int *he
         else if (!strcmp(opt, "--microbatches")) PT_TRY(pt_parse_int(opt, val, &a->m));
         else if (!strcmp(opt, "--virtual")) PT_TRY(pt_parse_int(opt, val, &a->v));
         else if (!strcmp(opt, "--schedule")) PT_TRY(pt_schedule_parse_kind(val, &a->kind));
-        else a->svg = val;
+        else if (!strcmp(opt, "--head-cost")) {
+            PT_TRY(pt_parse_cost(opt, val, &a->head_cost));
+            a->head_cost_set = 1;
+        } else a->svg = val;
     }
+    if (a->head_cost_set && !a->head)
+        return pt_errorf(PT_ERR_CONFIG, "schedule: --head-cost needs --head-split (without it the head is "
+                                        "part of the last stage's forward and backward)");
     if (a->v == 0) a->v = a->kind == PT_SCHED_INTERLEAVED ? 2 : pt_schedule_chunks(a->kind, 1);
     return PT_OK;
 }
@@ -89,6 +116,10 @@ static void pt_print_idle(const pt_schedule *s, const pt_sched_sim *sim) {
 /* The bubble next to what to compare it with: the formula, or for zb 1F1B under the same costs. */
 static pt_status pt_print_bubble(const pt_schedule *s, const pt_sched_sim *sim) {
     printf("bubble (idle / busy over all ranks): %.4f", sim->bubble);
+    if (s->head) {
+        printf("   formula n/a (head split: %d HEADs of %g on every rank, busy included)\n", s->m, sim->h);
+        return PT_OK;
+    }
     if (s->kind == PT_SCHED_DUALPIPEV) {
         pt_print_idle(s, sim);
         return PT_OK;
@@ -119,16 +150,16 @@ static void pt_print_peaks(const pt_schedule *s, const pt_sched_sim *sim) {
     printf("\n");
 }
 
-static pt_status pt_sched_report(const pt_schedule *s, const char *svg) {
+static pt_status pt_sched_report(const pt_schedule *s, double h, const char *svg) {
     double f = 1, b = 2, w = 0;
     if (pt_schedule_splits_backward(s->kind)) b = w = 1;
     pt_sched_sim sim;
-    PT_TRY(pt_schedule_simulate(s, f, b, w, &sim)); /* checks the schedule first */
+    PT_TRY(pt_schedule_simulate_head(s, f, b, w, h, &sim)); /* checks the schedule first */
     int actions = 0;
     for (int r = 0; r < s->pp; r++) actions += s->n[r];
     pt_schedule_print(s, &sim, stdout);
-    printf("checked: %d actions on %d ranks, every send received, no deadlock; makespan %g\n", actions, s->pp,
-           sim.makespan);
+    printf("checked: %d actions on %d ranks, every send received%s, no deadlock; makespan %g\n", actions, s->pp,
+           s->head ? ", every HEAD met by all ranks in order" : "", sim.makespan);
     pt_status st = pt_print_bubble(s, &sim);
     pt_print_peaks(s, &sim);
     if (st == PT_OK && svg) {
@@ -148,12 +179,12 @@ int pt_cmd_schedule(int argc, char **argv) {
         pt_schedule_usage(stdout);
         return 0;
     }
-    if (st == PT_OK) st = pt_schedule_build(&s, a.kind, a.pp, a.m, a.v);
+    if (st == PT_OK) st = pt_schedule_build_head(&s, a.kind, a.pp, a.m, a.v, a.head);
     if (st != PT_OK) {
         pt_log_error("%s", pt_last_error());
         return 2;
     }
-    st = pt_sched_report(&s, a.svg);
+    st = pt_sched_report(&s, a.head ? a.head_cost : 0, a.svg);
     pt_schedule_free(&s);
     if (st != PT_OK) pt_log_error("%s", pt_last_error());
     return st == PT_OK ? 0 : 1;
