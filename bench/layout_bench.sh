@@ -4,7 +4,8 @@
 # first dense, ffn 688; then 4 experts top-2, expert ffn 344), 8 heads / 2 kv heads, vocab 8192
 # untied, 8 × 256 tokens per step in micro-batches of 2 (pp gets m = 4). The baseline is 1 rank ×
 # 2 threads; against it, 2 ranks × 1 thread for dp 2 (ZeRO-1), tp 2 (sp), pp 2 (zb), cp 2
-# (zigzag) and ep 2 (over dp 2, ZeRO-1: it differs from the dp row by ep alone). The layouts run
+# (zigzag), pp 2 (zb) with the head split over the stages (parallel.pp_head = split) and ep 2
+# (over dp 2, ZeRO-1: it differs from the dp row by ep alone). The layouts run
 # in BENCH_ROUNDS rounds (default 2), each round all of them in turn, then the baseline once more,
 # so that a burst of other work spoils a part of each layout's steps, not one layout. Prints a
 # markdown table: tokens/s (median of all rounds' steps after 2 warm-up steps per run), the ratio
@@ -15,12 +16,13 @@
 # (default 0.15); during each run it counts the CPU time not spent by the bench (from /proc/stat
 # and the bench's children), and runs it again (up to BENCH_RETRY times, default 1) when that was
 # over BENCH_BUSY. The column shows the worst kept run's: a row above ~0.1 core is noisy. About 1.5
-# min on a quiet 2-core machine (13 runs); on a busy one the waits and retries can stretch it to
+# min on a quiet 2-core machine (15 runs); on a busy one the waits and retries can stretch it to
 # ~10 min (BENCH_WAIT=0 BENCH_RETRY=0: none).
 # BENCH_OLD_BIN=PATH: another build (the "before" of a change) measured in the same run, each
 # layout (the baseline included) run with it right before the same layout with $bin; the table
 # then has both, each layout's ratio against its own build's baseline, and the blocked shares
-# before -> after. Twice the time.
+# before -> after (the head split's row: the old build's pp row before, which an old build without
+# parallel.pp_head can run). Twice the time.
 set -euo pipefail
 steps="${1:-12}"
 source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" layout
@@ -87,6 +89,8 @@ for ((r = 1; r <= ${BENCH_ROUNDS:-2}; r++)); do
   run dp.r$r 2 --parallel.dp=2 --parallel.zero=1
   run tp.r$r 2 --parallel.tp=2 --parallel.sp=true
   run pp.r$r 2 --parallel.pp=2 --parallel.pp_schedule=zb
+  # the head split over the stages: the new build alone (its "before" is the old build's pp row)
+  run_bin "$bin" pph.r$r 2 --parallel.pp=2 --parallel.pp_schedule=zb --parallel.pp_head=split
   run cp.r$r 2 --parallel.cp=2
   run ep.r$r 2 --parallel.dp=2 --parallel.ep=2 --parallel.zero=1
 done
@@ -108,7 +112,8 @@ def load(n):
                 idle=[med(x["pp_idle"][i] for x in m) for i in range(len(m[0].get("pp_idle", [])))],
                 other="%s / %s" % tuple(max(o[i] for o in other) for i in (0, 1)))
 names = [("base", "1 rank × 2 threads (baseline)"), ("dp", "dp 2, ZeRO-1"), ("tp", "tp 2, sp"),
-         ("pp", "pp 2, zb (m = 4)"), ("cp", "cp 2, zigzag"), ("ep", "ep 2 over dp 2, ZeRO-1")]
+         ("pp", "pp 2, zb (m = 4)"), ("pph", "pp 2, zb, head split over the stages"), ("cp", "cp 2, zigzag"),
+         ("ep", "ep 2 over dp 2, ZeRO-1")]
 def groups(r):
     return ", ".join("%s %.1f%%" % (g, 100 * s) for g, s in sorted(r["share"].items(), key=lambda kv: -kv[1])
                      if s >= 0.0005) or "–"
@@ -118,7 +123,7 @@ if two:  # before (old build) and after, each against its own baseline
           "on comm before -> after (rank 0) | by group before | by group after |")
     print("|---|---|---|---|---|---|---|---|")
     for n, title in names:
-        o, r = load("old-" + n), load(n)
+        o, r = load("old-" + n if glob.glob("%s/old-%s.r*.jsonl" % (out, n)) else "old-pp"), load(n)
         print("| %s | %.0f | %.2f× | %.0f | %.2f× | %.1f%% -> %.1f%% | %s | %s |" % (
             title, o["tok"], o["tok"] / ob["tok"], r["tok"], r["tok"] / nb["tok"], 100 * o["wait"],
             100 * r["wait"], groups(o), groups(r)))

@@ -572,7 +572,7 @@ static void test_balanced_split_is_optimal(void **state) {
                                  .moe_ffn_dim = cases[i].Fe, .moe_first_dense = cases[i].first,
                                  .moe_every = cases[i].every, .n_shared_experts = cases[i].shared};
             pt_chunk st[4];
-            assert_int_equal(pt_pipe_split(&c, S, "", st), PT_OK);
+            assert_int_equal(pt_pipe_split(&c, S, "", 0, st), PT_OK);
             int got[5], all[5] = {0};
             for (int s = 0; s < S; s++) {
                 assert_true(st[s].l1 > st[s].l0);
@@ -632,12 +632,14 @@ static void test_head_zero_builds_the_same_lists(void **state) {
     assert_int_equal(PT_ACT_HEAD, 8);
 }
 
-/* Every rank has exactly m HEADs, in micro-batch order, each the first action of the rank's
- * backward of that micro-batch: followed by its RECV_BWD and then its BWD (or BWD_INPUT), or on
- * the last rank by the BWD itself; with the HEADs taken out the lists are the unsplit ones. */
+/* Every rank has exactly m HEADs, in micro-batch order, each within the places it may take: on
+ * the last rank right before its backward of that micro-batch; on another, after its forward of
+ * it (and that forward's send) and before its backward of it (and that backward's receive), never
+ * between a computation and its send; with the HEADs taken out the lists are the unsplit ones. */
 static void check_head_placement(const pt_schedule *s) {
     pt_schedule plain;
     build_ok(&plain, s->kind, s->pp, s->m, 1);
+    pt_act_kind bwd = s->kind == PT_SCHED_ZB ? PT_ACT_BWD_INPUT : PT_ACT_BWD;
     for (int r = 0; r < s->pp; r++) {
         int heads = 0, j = 0;
         for (int k = 0; k < s->n[r]; k++) {
@@ -649,24 +651,87 @@ static void check_head_placement(const pt_schedule *s) {
                 j++;
                 continue;
             }
+            const char *kind = pt_schedule_kind_name(s->kind);
             if (x->micro != heads || x->chunk != 0 || x->peer != -1)
                 fail_msg("%s pp=%d m=%d rank %d action %d: HEAD micro %d chunk %d peer %d, expected micro %d "
-                         "chunk 0 peer -1",
-                         pt_schedule_kind_name(s->kind), s->pp, s->m, r, k, x->micro, x->chunk, x->peer, heads);
-            int b = k + 1 + (r < s->pp - 1);
-            if (r < s->pp - 1 && (s->a[r][k + 1].kind != PT_ACT_RECV_BWD || s->a[r][k + 1].micro != heads))
-                fail_msg("%s pp=%d m=%d rank %d: HEAD micro %d is not followed by its RECV_BWD",
-                         pt_schedule_kind_name(s->kind), s->pp, s->m, r, heads);
-            pt_act_kind want = s->kind == PT_SCHED_ZB ? PT_ACT_BWD_INPUT : PT_ACT_BWD;
-            if (b >= s->n[r] || s->a[r][b].kind != want || s->a[r][b].micro != heads)
-                fail_msg("%s pp=%d m=%d rank %d: HEAD micro %d is not right before its %s",
-                         pt_schedule_kind_name(s->kind), s->pp, s->m, r, heads, pt_schedule_action_name(want));
+                         "chunk 0 peer -1", kind, s->pp, s->m, r, k, x->micro, x->chunk, x->peer, heads);
+            int f = find(s, r, PT_ACT_FWD, heads), b = find(s, r, bwd, heads);
+            if (r == s->pp - 1 && b != k + 1)
+                fail_msg("%s pp=%d m=%d: the last rank's HEAD micro %d is not right before its %s", kind, s->pp,
+                         s->m, heads, pt_schedule_action_name(bwd));
+            if (k < f || k > b || (k > 0 && k == f + 1 && s->a[r][k + 1].kind == PT_ACT_SEND_FWD))
+                fail_msg("%s pp=%d m=%d rank %d: HEAD micro %d at %d, outside its forward (%d) .. backward (%d)",
+                         kind, s->pp, s->m, r, heads, k, f, b);
+            if (s->a[r][k + 1].kind == PT_ACT_SEND_FWD || s->a[r][k + 1].kind == PT_ACT_SEND_BWD)
+                fail_msg("%s pp=%d m=%d rank %d: HEAD micro %d between a computation and its send", kind, s->pp,
+                         s->m, r, heads);
             heads++;
         }
         assert_int_equal(heads, s->m);
         assert_int_equal(j, plain.n[r]);
     }
     pt_schedule_free(&plain);
+}
+
+/* The lists with every HEAD moved to its latest place: right before the rank's backward of its
+ * micro-batch (and that backward's receive). */
+static void latest_heads(pt_schedule *s) {
+    pt_act_kind bwd = s->kind == PT_SCHED_ZB ? PT_ACT_BWD_INPUT : PT_ACT_BWD;
+    for (int r = 0; r < s->pp; r++) {
+        for (int i = 0; i < s->m; i++) drop(s, r, find(s, r, PT_ACT_HEAD, i));
+        for (int i = 0; i < s->m; i++) {
+            int b = find(s, r, bwd, i);
+            if (b > 0 && s->a[r][b - 1].kind == PT_ACT_RECV_BWD) b--;
+            memmove(&s->a[r][b + 1], &s->a[r][b], (size_t)(s->n[r] - b) * sizeof **s->a);
+            s->a[r][b] = (pt_action){PT_ACT_HEAD, i, 0, -1};
+            s->n[r]++;
+        }
+    }
+}
+
+static double makespan_of(const pt_schedule *s, double h) {
+    int zb = s->kind == PT_SCHED_ZB;
+    pt_sched_sim sim;
+    if (pt_schedule_simulate_head(s, 1, zb ? 1 : 2, zb ? 1 : 0, h, &sim) != PT_OK)
+        fail_msg("simulate: %s", pt_last_error());
+    double t = sim.makespan;
+    pt_sched_sim_free(&sim);
+    return t;
+}
+
+/* Where the HEADs go matters: at their latest places an upstream rank joins HEAD(i + 1) only after
+ * the gradient of i has come back up the pipeline, one micro-batch at a time. The builder's
+ * placement (unit costs f = 1, b = 2, or B = W = 1 for zb; h = 0.5; m = 8) is never longer and at
+ * these shapes as short as worked out: zb pp 2: 36 -> 29 (the step without a head 25, plus m·h =
+ * 4); zb pp 4: 52 -> 31 (27 + 4); zb pp 8 m 64: 199 + 32 = 231, every HEAD hidden in no idle;
+ * 1f1b pp 2: 44 -> 37; pp 4: 76 -> 48. */
+static void test_head_placement_shortens_the_step(void **state) {
+    (void)state;
+    const struct { pt_sched_kind kind; int pp, m; double latest, placed; } cases[] = {
+        {PT_SCHED_ZB, 2, 8, 36, 29}, {PT_SCHED_ZB, 4, 8, 52, 31},  {PT_SCHED_ZB, 8, 64, -1, 231},
+        {PT_SCHED_1F1B, 2, 8, 44, 37}, {PT_SCHED_1F1B, 4, 8, 76, 48},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        pt_schedule s, plain;
+        if (pt_schedule_build_head(&s, cases[i].kind, cases[i].pp, cases[i].m, 1, 0.5) != PT_OK)
+            fail_msg("build: %s", pt_last_error());
+        check_head_placement(&s);
+        double placed = makespan_of(&s, 0.5);
+        latest_heads(&s);
+        check_ok(&s);
+        double latest = makespan_of(&s, 0.5);
+        build_ok(&plain, cases[i].kind, cases[i].pp, cases[i].m, 1);
+        double none = makespan_of(&plain, 0);
+        print_message("%s pp %d m %d: HEADs at their latest places %g, placed %g; no head %g (+ m·h = %g)\n",
+                      pt_schedule_kind_name(cases[i].kind), cases[i].pp, cases[i].m, latest, placed, none,
+                      none + cases[i].m * 0.5);
+        expect_near("placed", placed, cases[i].placed);
+        if (cases[i].latest > 0) expect_near("latest", latest, cases[i].latest);
+        if (placed > latest + 1e-9) fail_msg("the placement is longer than the latest places");
+        if (placed < none + cases[i].m * 0.5 - 1e-9) fail_msg("shorter than its compute");
+        pt_schedule_free(&s);
+        pt_schedule_free(&plain);
+    }
 }
 
 /* afab, 1f1b and zb with the head split at pp 1..8 and m below, at and above pp: built, placed as
@@ -709,12 +774,13 @@ static void test_head_split_refused_kinds(void **state) {
                    "head split over the pipeline ranks", "afab, 1f1b or zb");
 }
 
-/* The simulated time of the split head, by hand: 1f1b, pp = 2, m = 2, f = b = 1, h = 1.
+/* The simulated time of the split head, by hand: 1f1b, pp = 2, m = 2, f = b = 1, h = 1, the HEADs
+ * as placed (rank 0 joins HEAD1 right after HEAD0, before its backward of micro 0):
  *   rank 0: F0 [0,1], F1 [1,2]; rank 1: F0 [1,2] (its input sent at 1).
- *   HEAD0: both ranks there at 2, [2,3]. rank 1: B0 [3,4] (its gradient from HEAD0), sends it;
- *   rank 0: B0 [4,5]. rank 1: F1 [4,5] (its input sent at 2); both at HEAD1 at 5: [5,6].
- *   rank 1: B1 [6,7]; rank 0: B1 [7,8]. Makespan 8, where the unsplit 1f1b takes
- *   (m + pp − 1)(f + b) = 6: each HEAD here stops both ranks for h = 1.
+ *   HEAD0: both ranks there at 2, [2,3]. rank 0 waits at HEAD1; rank 1: B0 [3,4] (its gradient
+ *   from HEAD0), sends it; F1 [4,5] (its input sent at 2); at HEAD1 at 5: [5,6].
+ *   rank 0: B0 [6,7], B1 [7,8] (rank 1's B1 [6,7]). Makespan 8, where the unsplit 1f1b takes
+ *   (m + pp − 1)(f + b) = 6: the HEADs stop both ranks for h = 1 each.
  * With h = 0 the HEADs take no time and the makespan is the unsplit 6. */
 static void test_head_split_simulated_by_hand(void **state) {
     (void)state;
@@ -725,31 +791,20 @@ static void test_head_split_simulated_by_hand(void **state) {
     expect_near("makespan, h = 1", sim.makespan, 8);
     expect_near("busy", sim.busy, 2 * 2 * 3);
     expect_near("HEAD0 on rank 0", sim.start[0][find(&s, 0, PT_ACT_HEAD, 0)], 2);
+    expect_near("HEAD1 on rank 0", sim.start[0][find(&s, 0, PT_ACT_HEAD, 1)], 5);
     expect_near("HEAD1 on rank 1", sim.start[1][find(&s, 1, PT_ACT_HEAD, 1)], 5);
     char *text = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
     pt_schedule_print(&s, &sim, out);
     fclose(out);
-    const char *const rows[] = {"|FFH.BH.B|", "|010 01 1|", "|.FHBFHB.|", "| 000111 |", "H=1"};
+    const char *const rows[] = {"|FFH..HBB|", "|010  101|", "|.FHBFHB.|", "| 000111 |", "H=1"};
     for (int i = 0; i < 5; i++)
         if (!strstr(text, rows[i])) fail_msg("timeline lacks %s:\n%s", rows[i], text);
     free(text);
     pt_sched_sim_free(&sim);
     assert_int_equal(pt_schedule_simulate(&s, 1, 1, 0, &sim), PT_OK);
     expect_near("makespan, h = 0", sim.makespan, 6);
-    pt_sched_sim_free(&sim);
-    pt_schedule_free(&s);
-
-    /* afab, same costs: the ranks reach the HEADs at different times and the collective starts
-     * with the later one. rank 0: F0 [0,1], F1 [1,2], at HEAD0 at 2; rank 1: F0 [1,2], F1 [2,3],
-     * at HEAD0 at 3: HEAD0 [3,4] on both. rank 1: B0 [4,5], at HEAD1 at 5; rank 0: B0 [5,6], at
-     * HEAD1 at 6: HEAD1 [6,7]. rank 1: B1 [7,8]; rank 0: B1 [8,9]. Makespan 9. */
-    build_head_ok(&s, PT_SCHED_AFAB, 2, 2);
-    assert_int_equal(pt_schedule_simulate_head(&s, 1, 1, 0, 1, &sim), PT_OK);
-    expect_near("afab makespan", sim.makespan, 9);
-    expect_near("afab HEAD0 on rank 0", sim.start[0][find(&s, 0, PT_ACT_HEAD, 0)], 3);
-    expect_near("afab HEAD1 on rank 1", sim.start[1][find(&s, 1, PT_ACT_HEAD, 1)], 6);
     pt_sched_sim_free(&sim);
     pt_schedule_free(&s);
 }
@@ -761,7 +816,7 @@ static void test_head_split_errors_are_named(void **state) {
     /* two HEADs swapped on one rank: the ranks meet different collectives */
     build_head_ok(&s, PT_SCHED_1F1B, 4, 8);
     swap(&s, 1, find(&s, 1, PT_ACT_HEAD, 2), find(&s, 1, PT_ACT_HEAD, 3));
-    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 1", "(HEAD micro 3)", "collective order", "waits at HEAD micro 2");
+    EXPECT_MESSAGE(pt_schedule_check(&s), "rank 1", "HEAD micro 3", "collective order", "HEAD micro 2");
     pt_schedule_free(&s);
 
     /* the last rank's HEAD before its forward of that micro-batch */
@@ -797,6 +852,7 @@ static void test_head_split_errors_are_named(void **state) {
     /* a rank upstream joins HEAD 2 only after its backward of micro 2, whose gradient comes from
      * the last rank's backward, which waits for HEAD 2: a deadlock, named at the HEAD */
     build_head_ok(&s, PT_SCHED_1F1B, 4, 8);
+    latest_heads(&s); /* (the builder's places would meet HEAD 3 first: a collective order error) */
     move(&s, 1, find(&s, 1, PT_ACT_HEAD, 2), find(&s, 1, PT_ACT_BWD, 2));
     EXPECT_MESSAGE(pt_schedule_check(&s), "deadlock", "the collective HEAD micro 2 waits for rank 1",
                    "RECV_BWD micro 2 chunk 0 from rank 2", "rank 3 at action");
@@ -856,14 +912,15 @@ static void test_schedule_command_head_split(void **state) {
     char *text;
     char *split[] = {"--pp", "2", "--microbatches", "2", "--head-split"};
     assert_int_equal(run_schedule_cmd(5, split, &text), 0);
-    /* f = 1, b = 2 (the command's costs), h = 1: the hand-derived run above with b = 2 */
-    const char *const want[] = {"H=1", "|FFH..BBH..BB|", "|.FHBBF.HBB..|", "makespan 12", "n/a (head split"};
+    /* f = 1, b = 2 (the command's costs), h = 1: the run above with b = 2 (rank 0's backwards at
+     * 7 and 9 after HEAD1 at [6, 7]) */
+    const char *const want[] = {"H=1", "|FFH...HBBBB|", "|.FHBBFHBB..|", "makespan 11", "n/a (head split"};
     for (int i = 0; i < 5; i++)
         if (!strstr(text, want[i])) fail_msg("schedule --head-split lacks %s:\n%s", want[i], text);
     free(text);
     char *cost[] = {"--pp", "2", "--microbatches", "2", "--head-split", "--head-cost", "2"};
     assert_int_equal(run_schedule_cmd(7, cost, &text), 0);
-    if (!strstr(text, "makespan 14")) fail_msg("--head-cost 2 should add 2 to the makespan:\n%s", text);
+    if (!strstr(text, "makespan 13")) fail_msg("--head-cost 2 should add 2 to the makespan:\n%s", text);
     free(text);
     char *alone[] = {"--head-cost", "2"};
     assert_int_equal(run_schedule_cmd(2, alone, &text), 2);
@@ -901,6 +958,7 @@ int main(void) {
         cmocka_unit_test(test_head_split_schedules),
         cmocka_unit_test(test_head_split_refused_kinds),
         cmocka_unit_test(test_head_split_simulated_by_hand),
+        cmocka_unit_test(test_head_placement_shortens_the_step),
         cmocka_unit_test(test_head_split_errors_are_named),
         cmocka_unit_test(test_svg_draws_the_heads),
         cmocka_unit_test(test_schedule_command_head_split),

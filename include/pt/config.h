@@ -65,6 +65,9 @@ typedef struct {
         int pp_virtual;         /* chunks per pipeline rank */
         char cp_layout[16];     /* zigzag | contiguous */
         char pp_layers[256];    /* layers per stage, "" = balanced */
+        char pp_head[8];        /* last | split: the head and loss on the last stage, or split
+                                   over the pipeline ranks by vocabulary rows */
+        char pp_head_rows[256]; /* split: vocabulary rows per stage, "" = balanced */
         int zero;               /* ZeRO stage over the data-parallel group */
         float bucket_mb;        /* gradient bucket size */
         char grad_reduce[8];    /* fp32 | bf16: the data-parallel reduction's element type */

@@ -27,6 +27,8 @@ typedef struct {
     const char *pp_schedule; /* afab, 1f1b, interleaved, zb */
     int pp_virtual;
     const char *pp_layers; /* layers per stage, "" for balanced */
+    const char *pp_head;   /* "last" (or NULL) | "split": the head over the pipeline ranks */
+    const char *pp_head_rows; /* split: vocabulary rows per stage, "" for balanced */
 } pt_layout_spec;
 
 typedef struct {
@@ -40,6 +42,7 @@ typedef struct {
     int32_t *pos;            /* (T_local) their global positions (host) */
     int pp;                  /* pipeline stages (ranks) */
     pt_sched_kind sched;
+    int *head_rows;          /* the head split over the stages: each stage's vocabulary rows */
     size_t dense;            /* where the experts' region starts in the table */
     size_t alloc;            /* elements of the model's buffers (padded for even shards) */
     pt_dp dp, dpe;           /* the data-parallel instances: dense region, experts' region */
@@ -84,6 +87,8 @@ int pt_layout_writes(const pt_layout *l);
 /* The parameters from / into a host array of the local table, wherever ZeRO keeps them. */
 void pt_layout_set_params(pt_layout *l, pt_model *m, const float *local);
 void pt_layout_get_params(pt_layout *l, pt_model *m, float *local);
+/* The head split over the pipeline stages: each stage's vocabulary rows (pp of them). */
+void pt_layout_head_rows(const pt_layout *l, int *rows);
 /* Model-state bytes per rank (parameters, gradients, optimizer of optim_elems). */
 pt_dp_memory pt_layout_memory(const pt_layout *l, const pt_model *m, size_t optim_elems);
 

@@ -29,6 +29,8 @@ typedef struct {
     pt_comm *kv; /* tp ranks holding the same key/value head (tp > n_kv_heads), else NULL */
     pt_comm *emb; /* the first and last pipeline stage of the same (dp, cp, tp) coordinates: the
                    * tied embedding's two copies (one rank alone on the other stages) */
+    pt_comm *head; /* the pp × tp ranks of the same (dp, cp) coordinates, pp-major: the head split
+                    * over the pipeline ranks (parallel.pp_head = split), else NULL */
 } pt_mesh;
 
 /* Fills in -1 degrees ("the rest of the world") and checks the layout; PT_ERR_CONFIG with one
@@ -39,10 +41,12 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *d, double timeout_s);
 void pt_mesh_free(pt_mesh *m);
 /* The kv group: consecutive blocks of `shared` tp ranks (collective over the world). */
 void pt_mesh_make_kv(pt_mesh *m, int shared);
+/* The head group (collective over the world). */
+void pt_mesh_make_head(pt_mesh *m);
 /* Sums every group's counters. */
 void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total);
 /* The groups one after another (NULL-free), for per-group reports: returns the count. */
-enum { PT_MESH_MAX_GROUPS = 10 };
+enum { PT_MESH_MAX_GROUPS = 11 };
 int pt_mesh_groups(const pt_mesh *m, const pt_comm **out);
 
 #endif

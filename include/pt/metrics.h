@@ -22,6 +22,9 @@ typedef struct {
     double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
     int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */
     double idle[64];   /* pipeline: each stage's time blocked on its transfers / step time */
+    double busy[64];   /* pipeline: each stage's seconds in its forwards and backwards */
+    int head_split;    /* the head split over the stages: each stage's seconds computing its rows */
+    double head_busy[64];
     int n_cp;          /* context parallelism: ranks of the cp group (0 without) */
     double attn_pairs[64]; /* each cp rank's visible attention (query, key) pairs computed */
     int64_t allocs;    /* allocations this rank's code made during the step (0 after the first) */

@@ -163,6 +163,13 @@ typedef struct {
     const pt_tp_ops *tp_ops; /* tensor (and sequence) parallelism */
     const pt_cp_ops *cp_ops; /* context parallelism */
     const pt_ep_ops *ep_ops; /* expert parallelism */
+    /* The head and loss split over the pipeline ranks (parallel.pp_head = split): this rank holds
+     * the head's global vocabulary rows [head_v0, head_v0 + head_valid) in head_V rows (padding
+     * zero) on every stage, and computes their part of each micro-batch's loss from the last
+     * stage's final-norm output (pt_model_head); head_ops combines the loss's row statistics
+     * over the pp × tp ranks. 0 / NULL: the last stage's head, split over tp like the embedding. */
+    int head_split, head_V, head_v0, head_valid;
+    const pt_tp_ops *head_ops;
 } pt_model_parallel;
 
 /* The per-rank sizes under tensor parallelism: query heads, key/value heads (a replicated one
@@ -388,6 +395,25 @@ void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens);
  * chunk's input and keeps what the weight gradients need; PT_BWD_WEIGHT then computes those. */
 enum { PT_BWD_ALL = 0, PT_BWD_INPUT, PT_BWD_WEIGHT };
 void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int part);
+/* The head split over the pipeline ranks (par.head_split): a rank's head of one micro-batch of N
+ * rows, in a workspace made once (its logits chunk; on a rank without the last stage also room
+ * for xf and this rank's part of its gradient, pt_head_ws_xf / _dxf). xf (N, C): the final
+ * norm's output (activation elements; pt_acts_xf of the last chunk's activations there); dxf
+ * (R, C): this rank's part of xf's gradient (R: the residual rows, summed over the tp ranks like
+ * the unsplit head's), which the pipeline sums over the pp ranks into the last chunk's
+ * pt_acts_dxf before its backward. Returns Σ token losses (every rank computes all N rows' losses
+ * from the combined statistics); eval: no gradient, the hooks see an evaluation. */
+typedef struct pt_head_ws pt_head_ws;
+pt_head_ws *pt_head_ws_create(const pt_model *m, int N, int io);
+void pt_head_ws_free(const pt_model *m, pt_head_ws *w);
+void *pt_head_ws_xf(pt_head_ws *w);
+float *pt_head_ws_dxf(pt_head_ws *w);
+size_t pt_head_ws_bytes(const pt_head_ws *w);
+void *pt_acts_xf(pt_acts *a);
+float *pt_acts_dxf(pt_acts *a);
+double pt_model_head(pt_model *m, pt_head_ws *w, const void *xf, float *dxf, const int32_t *targets,
+                     int N, float loss_scale, int eval);
+
 /* Logits (B, T, V) on the host, for generation and tests. */
 void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *pos,
                      float *host_logits);

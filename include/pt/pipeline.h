@@ -23,10 +23,21 @@
 /* The stages of a model: explicit (spec "3,4,4,3": S layer counts) or balanced: contiguous runs
  * of layers that minimise the largest stage's cost, a layer costing the matrix parameters a token
  * passes through (a MoE layer: router, top_k experts, shared experts), the last stage also the
- * head's V·C (the embedding lookup costs nothing), so the last stage gets fewer layers.
+ * head's V·C (the embedding lookup costs nothing), so the last stage gets fewer layers; with
+ * head_split the head is left out (its rows are spread by pt_pipe_head_rows).
  * PT_ERR_CONFIG when S exceeds the layers or the spec does not have S positive counts summing to
  * n_layers. */
-pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_chunk *stages);
+pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, int head_split,
+                        pt_chunk *stages);
+/* The head split over the S stages (parallel.pp_head = split): the vocabulary rows of each stage,
+ * as given in spec (parallel.pp_head_rows) or balancing the stages' costs with the layers of
+ * `stages` (the cost model of pt_pipe_split), each at least one row, summing to vocab_size. */
+pt_status pt_pipe_head_rows(const pt_model_config *c, int S, const pt_chunk *stages,
+                            const char *spec, int *rows);
+/* The rows that would balance S stages measured to spend layers_s[s] seconds on their layers and
+ * head_s[s] on their rows[s] rows of the head (a row's time taken as the stages' mean). */
+void pt_pipe_head_balance(int S, const double *layers_s, const double *head_s, const int *rows,
+                          int *out);
 
 typedef struct {
     pt_acts *a;
@@ -50,6 +61,14 @@ typedef struct {
     size_t setup_bytes;   /* the sets made at set-up: those the schedule holds at once */
     const int32_t *docs;  /* documents (pt_pipe_set_documents) or NULL */
     int docs_restart;
+    /* the head split over the pipeline ranks (model->par.head_split): its workspace, and on the
+     * last rank the other ranks' parts of xf's gradient as received (pp − 1 of (R, C)) */
+    pt_head_ws *head;
+    float *head_parts;
+    pt_comm_req **head_req; /* (pp) */
+    /* seconds (counters) of this rank's training compute: forwards and backwards (with the
+     * communication inside them: tp, cp, ep), and the split head's (with its statistics' exchange) */
+    double busy_s, head_s;
 } pt_pipe;
 
 pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,

@@ -116,9 +116,12 @@ int pt_schedule_splits_backward(pt_sched_kind kind);
  * multiple of pp) or dualpipev (then v = 2 and m ≥ 2pp). PT_ERR_CONFIG with one message naming
  * the violated constraint. */
 pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v);
-/* The same with head = 1: a HEAD(i) on every rank before its backward of micro-batch i (afab,
- * 1f1b and zb only: PT_ERR_CONFIG naming the kind otherwise). head = 0 is pt_schedule_build. */
-pt_status pt_schedule_build_head(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v, int head);
+/* The same with the head split over the ranks (head > 0: HEAD's cost, a forward costing 1): a
+ * HEAD(i) on every rank, the last one's right after its forward of micro-batch i, every other's
+ * between its forward and its backward of i where a simulation at unit costs says it is when the
+ * last rank arrives (schedule.c, pt_place_heads); afab, 1f1b and zb only (PT_ERR_CONFIG naming the
+ * kind otherwise). head = 0 is pt_schedule_build. */
+pt_status pt_schedule_build_head(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v, double head);
 void pt_schedule_free(pt_schedule *s);
 
 /* Checks that the lists are a correct pipeline step: every field in range and every peer the

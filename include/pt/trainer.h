@@ -52,6 +52,10 @@ typedef struct {
     float *bias_host;              /* (n_experts) host scratch of the balancing bias update */
     double peak_flops;             /* measured sgemm FLOP/s of this process */
     double flops_per_token;
+    /* the head split over the pipeline stages: each stage's layer and head seconds summed over
+     * the steps after the first two, for the measured balance logged at the end of a run */
+    double pp_layers_s[64], pp_head_s[64];
+    int64_t pp_timed;
 } pt_trainer;
 
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg);

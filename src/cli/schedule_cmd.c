@@ -64,8 +64,8 @@ static pt_status pt_parse_cost(const char *opt, const char *s, double *out) {
     char *end;
     errno = 0;
     double x = strtod(s, &end);
-    if (errno || end == s || *end || !(x >= 0) || x > 1e12)
-        return pt_errorf(PT_ERR_CONFIG, "schedule: %s needs a time >= 0, got \"%s\"", opt, s);
+    if (errno || end == s || *end || !(x > 0) || x > 1e12)
+        return pt_errorf(PT_ERR_CONFIG, "schedule: %s needs a time > 0, got \"%s\"", opt, s);
     *out = x;
     return PT_OK;
 }
@@ -179,7 +179,7 @@ int pt_cmd_schedule(int argc, char **argv) {
         pt_schedule_usage(stdout);
         return 0;
     }
-    if (st == PT_OK) st = pt_schedule_build_head(&s, a.kind, a.pp, a.m, a.v, a.head);
+    if (st == PT_OK) st = pt_schedule_build_head(&s, a.kind, a.pp, a.m, a.v, a.head ? a.head_cost : 0);
     if (st != PT_OK) {
         pt_log_error("%s", pt_last_error());
         return 2;

@@ -285,7 +285,10 @@ void pt_param_table_build_local(pt_param_table *t, const pt_model_config *c,
             int copy = c->tied_embeddings && p->kind == PT_KIND_EMBED && n_chunks &&
                        !pt_in_chunks(par->chunk, n_chunks, -1, L) &&
                        pt_in_chunks(par->chunk, n_chunks, L, L);
-            if (!copy && !pt_in_chunks(n_chunks ? par->chunk : NULL, n_chunks, where, L)) continue;
+            /* the head split over the pipeline ranks: every stage's block of its rows */
+            int split = par && par->head_split && p->kind == PT_KIND_HEAD;
+            if (!copy && !split && !pt_in_chunks(n_chunks ? par->chunk : NULL, n_chunks, where, L))
+                continue;
             if (ep > 1 && (p->expert >= 0) != pass) continue;
             if (ep > 1 && p->expert >= 0 && p->expert / el != er) continue;
             t->p[t->n] = *p;
@@ -293,7 +296,14 @@ void pt_param_table_build_local(pt_param_table *t, const pt_model_config *c,
             if (ep > 1 && p->expert < 0 && !par->ep_zero_group)
                 t->p[t->n].owner &= er == 0; /* replicated over ep */
             if (copy) t->p[t->n].owner = 0;
-            t->total += p->numel;
+            if (split) {
+                pt_param *h = &t->p[t->n];
+                h->shape[0] = par->head_V;
+                h->numel = (size_t)par->head_V * (size_t)h->shape[1];
+                h->grow0 = par->head_v0;
+                h->grows = par->head_valid;
+            }
+            t->total += t->p[t->n].numel;
             t->n++;
         }
         if (pass == 0 && ep > 1 && par->ep_zero_group > 1) { /* the dense region, padded */
@@ -710,6 +720,13 @@ static int pt_res_rows(const pt_model *m, int N) {
     return m->par.sp && m->par.tp > 1 ? N / m->par.tp : N;
 }
 
+/* The head's vocabulary rows on this rank: its block of the split over the pipeline ranks, or
+ * (unsplit) its tensor-parallel block. */
+static int pt_head_V(const pt_model *m) { return m->par.head_split ? m->par.head_V : m->loc.V; }
+static const pt_tp_ops *pt_head_ops(const pt_model *m) {
+    return m->par.head_split ? m->par.head_ops : m->par.tp_ops;
+}
+
 pt_acts *pt_acts_create(const pt_model *m, int B, int T) {
     return pt_acts_create_chunk(m, B, T, 0, 0);
 }
@@ -818,7 +835,7 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     pt_chunk ch = m->par.chunk[k];
     int nl = ch.l1 - ch.l0, last = ch.l1 == c->n_layers;
     int hd = pt_head_dim(c);
-    size_t N = (size_t)B * T, C = c->dim, F = (size_t)d->F, V = (size_t)d->V;
+    size_t N = (size_t)B * T, C = c->dim, F = (size_t)d->F, V = (size_t)pt_head_V(m);
     PT_ASSERTF(!(m->par.sp && m->par.tp > 1) || N % (size_t)m->par.tp == 0,
                "sequence parallelism: micro_batch × seq_len = %zu rows must be divisible by tp = %d",
                N, m->par.tp);
@@ -830,7 +847,7 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     PT_ASSERTF(!m->ws || ((size_t)m->ws->B * m->ws->T >= N && m->ws->T >= T && m->ws->zb == zb),
                "the recomputation workspace was made for (%d,%d%s)", m->ws->B, m->ws->T,
                m->ws->zb ? ", zero bubble" : "");
-    size_t HR = last ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
+    size_t HR = last && !m->par.head_split ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
     size_t E = (size_t)m->act_size, f = sizeof(float), n[PT_A_COUNT];
     int bf = m->prec == PT_PREC_BF16;
     size_t wA = C > qkv ? C : qkv, wB = C > q ? C : q;
@@ -1335,64 +1352,110 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     pt_norm_gather(m, a, a->xf, a->rstdf, a->xout, pt_wc(m)->final_norm, N, NULL);
 }
 
+/* What the head and loss use: xf (N,C) and dxf, the scratch of a chunk of rows (logits, their
+ * losses, the bf16 copy of their gradient, host targets and losses): the last chunk's activations
+ * (pt_acts_head_io), or a pt_head_ws when the head is split over the pipeline ranks. */
+typedef struct {
+    const void *xf;
+    float *dxf, *logits, *losses;
+    void *g16;
+    int32_t *h_tg;
+    float *h_losses;
+    int rows; /* rows per chunk */
+} pt_head_io;
+
+struct pt_head_ws {
+    pt_head_io io;
+    void *xf;     /* (N,C) activation elements: the last stage's xf received (io = 1) */
+    float *dxf;   /* (N,C) this rank's part of its gradient, (R,C) at the start once summed over tp (io = 1) */
+    void *block;
+    size_t bytes;
+    int N;
+};
+
+static pt_head_io pt_acts_head_io(pt_acts *a) {
+    return (pt_head_io){a->xf, a->dxf, a->logits, a->losses, a->g16, a->h_tg, a->h_losses, a->head_rows};
+}
+
 /* The head and loss of rows [r0, r0 + n): logits (n,V) = xf (n,C) · Headᵀ, each row's loss added
  * to *loss (and the valid targets to *valid), and in place of the logits the gradient of
- * loss_scale · Σ losses. Under tensor parallelism V is this rank's vocabulary block: the loss
- * combines the blocks' statistics. */
-static void pt_head_loss(pt_model *m, pt_acts *a, const int32_t *targets, int r0, int n,
+ * loss_scale · Σ losses. Under tensor parallelism (or the head split over the pipeline) V is this
+ * rank's vocabulary block: the loss combines the blocks' statistics. */
+static void pt_head_loss(pt_model *m, const pt_head_io *io, const int32_t *targets, int r0, int n,
                          float loss_scale, double *loss, int64_t *valid) {
     pt_backend *be = m->be;
-    int C = m->cfg.dim, V = m->loc.V;
-    const pt_tp_ops *tp = m->par.tp_ops;
-    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, V, C, pt_at(m, a->xf, (size_t)r0 * C), C, pt_wc(m)->head,
-          C, 0.0f, a->logits, V);
+    int C = m->cfg.dim, V = pt_head_V(m);
+    const pt_tp_ops *tp = pt_head_ops(m);
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, V, C, pt_at(m, io->xf, (size_t)r0 * C), C, pt_wc(m)->head,
+          C, 0.0f, io->logits, V);
     if (tp) {
-        tp->xent(tp->ctx, a->logits, targets + r0, n, loss_scale, a->h_losses);
+        tp->xent(tp->ctx, io->logits, targets + r0, n, loss_scale, io->h_losses);
     } else {
-        be->softmax_xent(be, a->logits, a->losses, targets + r0, n, V, V, loss_scale);
-        be->download(be, a->h_losses, a->losses, (size_t)n * sizeof(float));
+        be->softmax_xent(be, io->logits, io->losses, targets + r0, n, V, V, loss_scale);
+        be->download(be, io->h_losses, io->losses, (size_t)n * sizeof(float));
     }
-    be->download(be, a->h_tg, targets + r0, (size_t)n * sizeof *a->h_tg);
+    be->download(be, io->h_tg, targets + r0, (size_t)n * sizeof *io->h_tg);
     for (int i = 0; i < n; i++) {
-        *loss += a->h_losses[i];
-        *valid += a->h_tg[i] >= 0;
+        *loss += io->h_losses[i];
+        *valid += io->h_tg[i] >= 0;
     }
 }
 
-double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
-                        const int32_t *pos, float loss_scale, int64_t *n_valid) {
-    const pt_model_config *c = &m->cfg;
-    int N = a->B * a->T, C = c->dim, V = m->loc.V;
-    pt_forward_trunk(m, a, tokens, pos);
-    a->has_targets = targets != NULL;
-    if (!targets || !a->last) return 0.0; /* not the last chunk: the output is in a->xout */
-
-    /* Fused head + loss + head backward, a chunk of rows at a time:
-     * logits (n,V) = xf (n,C) · Headᵀ; logits -> dlogits in place;
-     * dxf (n,C) = dlogits · Head; dHead (V,C) += dlogitsᵀ · xf.
-     * Under tensor parallelism dxf is summed over the ranks. */
+/* Fused head + loss + head backward of N rows, a chunk of rows at a time:
+ * logits (n,V) = xf (n,C) · Headᵀ; logits -> dlogits in place;
+ * dxf (n,C) = dlogits · Head; dHead (V,C) += dlogitsᵀ · xf.
+ * Under tensor parallelism dxf is summed over the ranks. */
+static double pt_head_train(pt_model *m, const pt_head_io *io, const int32_t *targets, int N,
+                            float loss_scale, int64_t *n_valid) {
+    int C = m->cfg.dim, V = pt_head_V(m), HR = io->rows, head = pt_model_head_unit(m);
     double loss = 0.0;
     int64_t valid = 0;
-    int HR = a->head_rows, head = pt_model_head_unit(m);
     pt_acquire(m, head, PT_USE_PARAMS | PT_USE_GRADS, 0);
     const void *wh = pt_wc(m)->head;
     for (int r0 = 0; r0 < N; r0 += HR) {
         int n = N - r0 < HR ? N - r0 : HR;
-        pt_head_loss(m, a, targets, r0, n, loss_scale, &loss, &valid);
-        const void *dl = pt_gop(m, a, a->logits, (size_t)n * V);
-        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, V, dl, V, wh, C, 0.0f, a->dxf + (size_t)r0 * C, C);
+        pt_head_loss(m, io, targets, r0, n, loss_scale, &loss, &valid);
+        const void *dl = io->logits;
+        if (pt_is_bf16(m)) m->be->to_bf16(m->be, io->g16, io->logits, (size_t)n * V), dl = io->g16;
+        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, V, dl, V, wh, C, 0.0f, io->dxf + (size_t)r0 * C, C);
         /* dxf whole: summed over the tp ranks (with sequence parallelism, this rank's rows, at
          * the start) while the last block's head gradient computes */
-        if (r0 + n == N) pt_tp_reduce_begin(m, a->dxf, N, C);
-        pt_mm(m, PT_TRANS, PT_NO_TRANS, V, C, n, dl, V, pt_at(m, a->xf, (size_t)r0 * C), C, 1.0f,
+        if (r0 + n == N) pt_tp_reduce_begin(m, io->dxf, N, C);
+        pt_mm(m, PT_TRANS, PT_NO_TRANS, V, C, n, dl, V, pt_at(m, io->xf, (size_t)r0 * C), C, 1.0f,
               m->g.head, C);
+        pt_poll(m);
     }
     pt_tp_reduce_end(m);
     /* the head's gradient is final here, unless it is the embedding's (tied) */
-    pt_release(m, head, c->tied_embeddings ? PT_USE_PARAMS : PT_USE_PARAMS | PT_USE_GRADS, 0);
-    /* the final norm's parameters stay for its backward */
+    pt_release(m, head, m->cfg.tied_embeddings ? PT_USE_PARAMS : PT_USE_PARAMS | PT_USE_GRADS, 0);
     if (n_valid) *n_valid = valid;
     return loss;
+}
+
+/* The head and loss as training computes them (the gradient left in the logits unused). */
+static double pt_head_eval(pt_model *m, const pt_head_io *io, const int32_t *targets, int N,
+                           int64_t *n_valid) {
+    double loss = 0.0;
+    int64_t valid = 0;
+    int HR = io->rows, head = pt_model_head_unit(m);
+    pt_acquire(m, head, PT_USE_PARAMS, PT_PASS_EVAL);
+    for (int r0 = 0; r0 < N; r0 += HR)
+        pt_head_loss(m, io, targets, r0, N - r0 < HR ? N - r0 : HR, 0.0f, &loss, &valid);
+    pt_release(m, head, PT_USE_PARAMS, PT_PASS_EVAL);
+    if (n_valid) *n_valid = valid;
+    return loss;
+}
+
+double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
+                        const int32_t *pos, float loss_scale, int64_t *n_valid) {
+    pt_forward_trunk(m, a, tokens, pos);
+    a->has_targets = targets != NULL;
+    if (n_valid) *n_valid = 0;
+    /* not the last chunk: the output is in a->xout; the head split: xf goes to the pipeline */
+    if (!targets || !a->last || m->par.head_split) return 0.0;
+    pt_head_io io = pt_acts_head_io(a);
+    return pt_head_train(m, &io, targets, a->B * a->T, loss_scale, n_valid);
+    /* the final norm's parameters stay for its backward */
 }
 
 double pt_model_eval_loss(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
@@ -1401,17 +1464,58 @@ double pt_model_eval_loss(pt_model *m, pt_acts *a, const int32_t *tokens, const 
     a->has_targets = 0; /* no backward may follow */
     if (n_valid) *n_valid = 0;
     if (!a->last) return 0.0;
-    /* the head and loss as training computes them (the gradient left in the logits unused) */
-    double loss = 0.0;
-    int64_t valid = 0;
-    int N = a->B * a->T, HR = a->head_rows, head = pt_model_head_unit(m);
-    pt_acquire(m, head, PT_USE_PARAMS, PT_PASS_EVAL);
-    for (int r0 = 0; r0 < N; r0 += HR) pt_head_loss(m, a, targets, r0, N - r0 < HR ? N - r0 : HR,
-                                                    0.0f, &loss, &valid);
-    pt_release(m, head, PT_USE_PARAMS, PT_PASS_EVAL);
+    pt_head_io io = pt_acts_head_io(a);
+    double loss = m->par.head_split ? 0.0 : pt_head_eval(m, &io, targets, a->B * a->T, n_valid);
     pt_release(m, m->cfg.n_layers + 1, PT_USE_PARAMS, PT_PASS_EVAL); /* the trunk kept it */
-    if (n_valid) *n_valid = valid;
     return loss;
+}
+
+pt_head_ws *pt_head_ws_create(const pt_model *m, int N, int with_io) {
+    size_t C = (size_t)m->cfg.dim, V = (size_t)pt_head_V(m), f = sizeof(float);
+    size_t HR = (size_t)pt_head_chunk_rows((int)V, N);
+    int bf = m->prec == PT_PREC_BF16;
+    pt_head_ws *w = pt_calloc(1, sizeof *w);
+    char *p = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t used = 0;
+        w->io.logits = pt_take(&p, &used, HR * V * f);
+        w->io.losses = pt_take(&p, &used, HR * f);
+        w->io.g16 = pt_take(&p, &used, bf ? HR * V * sizeof(pt_bf16) : 0);
+        w->xf = pt_take(&p, &used, with_io ? (size_t)N * C * (size_t)m->act_size : 0);
+        w->dxf = pt_take(&p, &used, with_io ? (size_t)N * C * f : 0); /* (R,C) after the tp sum */
+        if (!pass) p = w->block = m->be->alloc(m->be, used);
+        w->bytes = used;
+    }
+    if (!bf) w->io.g16 = NULL;
+    if (!with_io) w->xf = NULL, w->dxf = NULL;
+    w->io.rows = (int)HR;
+    w->N = N;
+    w->io.h_tg = pt_calloc(HR, sizeof *w->io.h_tg);
+    w->io.h_losses = pt_calloc(HR, sizeof *w->io.h_losses);
+    return w;
+}
+
+void pt_head_ws_free(const pt_model *m, pt_head_ws *w) {
+    if (!w) return;
+    m->be->free(m->be, w->block);
+    free(w->io.h_tg), free(w->io.h_losses);
+    free(w);
+}
+
+void *pt_head_ws_xf(pt_head_ws *w) { return w->xf; }
+float *pt_head_ws_dxf(pt_head_ws *w) { return w->dxf; }
+size_t pt_head_ws_bytes(const pt_head_ws *w) { return w ? w->bytes : 0; }
+void *pt_acts_xf(pt_acts *a) { return a->xf; }
+float *pt_acts_dxf(pt_acts *a) { return a->dxf; }
+
+double pt_model_head(pt_model *m, pt_head_ws *w, const void *xf, float *dxf, const int32_t *targets,
+                     int N, float loss_scale, int eval) {
+    PT_ASSERTF(m->par.head_split && N <= w->N, "the head's workspace was made for %d rows", w->N);
+    pt_head_io io = w->io;
+    io.xf = xf;
+    io.dxf = dxf;
+    return eval ? pt_head_eval(m, &io, targets, N, NULL)
+                : pt_head_train(m, &io, targets, N, loss_scale, NULL);
 }
 
 /* A norm's weight gradient with sequence parallelism: each rank's rows give a part; summed over

@@ -45,8 +45,51 @@ static pt_status layout_tp(pt_layout *l, const pt_layout_spec *s, const pt_model
     return PT_OK;
 }
 
+/* The head split over the pipeline ranks: each stage's vocabulary rows (pipeline.c balances
+ * them), within a stage split over its tp ranks like the unsplit head; the loss's statistics
+ * combined over the pp × tp ranks (the head group) by a vocabulary-parallel cross-entropy of
+ * tensor_parallel.c's over that group. */
+static pt_status layout_pp_head(pt_layout *l, const pt_layout_spec *s, const pt_model_config *mc,
+                                pt_backend *be, const pt_chunk *stages) {
+    pt_mesh *mesh = l->mesh;
+    pt_model_parallel *par = &l->par;
+    int pp = l->pp, tp = mesh->deg.tp, *rows = pt_malloc((size_t)pp * sizeof *rows);
+    pt_status st = pt_pipe_head_rows(mc, pp, stages, s->pp_head_rows, rows);
+    if (st != PT_OK) {
+        free(rows);
+        return st;
+    }
+    l->head_rows = pt_malloc((size_t)pp * sizeof *l->head_rows);
+    memcpy(l->head_rows, rows, (size_t)pp * sizeof *rows);
+    int start = 0, least = 0;
+    for (int i = 0; i < mesh->pp_i; i++) start += rows[i];
+    for (int i = 1; i < pp; i++) least = rows[i] < rows[least] ? i : least;
+    int mine = rows[mesh->pp_i], fewest = rows[least];
+    char shares[256];
+    size_t len = 0;
+    for (int i = 0; i < pp && len < sizeof shares; i++)
+        len += (size_t)snprintf(shares + len, sizeof shares - len, "%s%d", i ? "," : "", rows[i]);
+    free(rows);
+    if (fewest < tp) /* every rank sees it, and stops */
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split: stage %d's %d vocabulary rows "
+                         "are fewer than parallel.tp = %d", least, fewest, tp);
+    par->head_split = 1;
+    par->head_V = (mine + tp - 1) / tp;
+    par->head_v0 = start + mesh->tp_i * par->head_V;
+    par->head_valid = start + mine - par->head_v0;
+    if (par->head_valid > par->head_V) par->head_valid = par->head_V;
+    if (par->head_valid < 0) par->head_valid = 0;
+    pt_mesh_make_head(mesh);
+    par->head_ops = pt_tp_create(be, mesh->head, NULL, 0, par->head_V, par->head_v0,
+                                 par->head_valid, s->micro_batch * (s->seq_len / mesh->deg.cp),
+                                 mc->dim);
+    pt_log_info("pipeline: the head split over the stages, vocabulary rows %s", shares);
+    return PT_OK;
+}
+
 /* Pipeline parallelism: the stages, this rank's chunks. */
-static pt_status layout_pp(pt_layout *l, const pt_layout_spec *s, const pt_model_config *mc) {
+static pt_status layout_pp(pt_layout *l, const pt_layout_spec *s, const pt_model_config *mc,
+                           pt_backend *be) {
     pt_model_parallel *par = &l->par;
     int pp = l->pp, v = s->pp_virtual;
     PT_TRY(pt_schedule_parse_kind(s->pp_schedule, &l->sched));
@@ -72,14 +115,23 @@ static pt_status layout_pp(pt_layout *l, const pt_layout_spec *s, const pt_model
         return pt_errorf(PT_ERR_CONFIG, "pipeline: too many stages (%d)", pp * v);
     if (v > PT_MAX_CHUNKS)
         return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual = %d exceeds %d", v, PT_MAX_CHUNKS);
-    PT_TRY(pt_pipe_split(mc, pp * v, interleaved && !s->pp_layers[0] ? "" : s->pp_layers, stages));
+    int split = s->pp_head && !strcmp(s->pp_head, "split");
+    if (split && (v > 1 || l->sched == PT_SCHED_DUALPIPEV))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs the afab, 1f1b or zb "
+                         "schedule (parallel.pp_schedule = %s)", s->pp_schedule);
+    if (split && mc->tied_embeddings)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs untied embeddings "
+                         "(model.tied_embeddings = true: the head is the embedding, on the first "
+                         "stage)");
+    PT_TRY(pt_pipe_split(mc, pp * v, interleaved && !s->pp_layers[0] ? "" : s->pp_layers, split,
+                         stages));
     if (interleaved && !s->pp_layers[0]) {
         int k = mc->n_layers / (pp * v); /* chunks of equal layers */
         for (int i = 0; i < pp * v; i++) stages[i] = (pt_chunk){i * k, (i + 1) * k};
     }
     par->n_chunks = v;
     for (int c = 0; c < v; c++) par->chunk[c] = stages[pt_schedule_stage(l->sched, pp, v, l->mesh->pp_i, c)];
-    return PT_OK;
+    return split ? layout_pp_head(l, s, mc, be, stages) : PT_OK;
 }
 
 pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_config *mc,
@@ -151,7 +203,9 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
     pt_cp_positions(l->cp, s->cp_zigzag, l->cp_rank, l->T_local, l->pos);
     /* pipeline parallelism: this rank's stages, as model chunks */
     l->pp = mesh ? mesh->deg.pp : 1;
-    if (l->pp > 1) PT_TRY(layout_pp(l, s, mc));
+    if (l->pp > 1) PT_TRY(layout_pp(l, s, mc, be));
+    else if (s->pp_head && !strcmp(s->pp_head, "split"))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs parallel.pp > 1");
     /* the data-parallel regions: the dense tensors, then (expert parallelism) the experts */
     pt_param_table local;
     pt_param_table_build_local(&local, mc, par);
@@ -211,15 +265,17 @@ void pt_layout_free(pt_layout *l) {
         free(l->mesh);
     }
     free(l->pos);
-    l->mesh = NULL, l->pos = NULL;
+    free(l->head_rows);
+    l->mesh = NULL, l->pos = NULL, l->head_rows = NULL;
 }
 
 /* The tables outlive the activations that hold their states: freed after them. */
 void pt_layout_free_tables(pt_layout *l) {
     pt_tp_free((pt_tp_ops *)l->par.tp_ops);
+    pt_tp_free((pt_tp_ops *)l->par.head_ops);
     pt_cp_free((pt_cp_ops *)l->par.cp_ops);
     pt_ep_free((pt_ep_ops *)l->par.ep_ops);
-    l->par.tp_ops = NULL, l->par.cp_ops = NULL, l->par.ep_ops = NULL;
+    l->par.tp_ops = NULL, l->par.head_ops = NULL, l->par.cp_ops = NULL, l->par.ep_ops = NULL;
 }
 
 void pt_layout_sum_step(const pt_layout *l, double *loss, double *sumsq, double aux[2],
@@ -331,4 +387,8 @@ pt_dp_memory pt_layout_memory(const pt_layout *l, const pt_model *m, size_t opti
     }
     size_t full = m->alloc_total * sizeof(float);
     return (pt_dp_memory){full, full, 2 * optim_elems * sizeof(float), 0, 0};
+}
+
+void pt_layout_head_rows(const pt_layout *l, int *rows) {
+    memcpy(rows, l->head_rows, (size_t)l->pp * sizeof *rows);
 }

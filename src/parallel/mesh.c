@@ -75,15 +75,20 @@ void pt_mesh_make_kv(pt_mesh *m, int shared) {
     m->kv = m->tp->split(m->tp, m->tp_i / shared, m->tp_i, "kv");
 }
 
+void pt_mesh_make_head(pt_mesh *m) {
+    const pt_degrees *d = &m->deg;
+    m->head = m->world->split(m->world, m->dp_i * d->cp + m->cp_i, m->pp_i * d->tp + m->tp_i, "head");
+}
+
 void pt_mesh_free(pt_mesh *m) {
-    pt_comm *groups[] = {m->kv, m->emb, m->edp, m->ep, m->dpcp, m->pp, m->dp, m->cp, m->tp, m->world};
+    pt_comm *groups[] = {m->head, m->kv, m->emb, m->edp, m->ep, m->dpcp, m->pp, m->dp, m->cp, m->tp, m->world};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (groups[i]) groups[i]->free(groups[i]);
     memset(m, 0, sizeof *m);
 }
 
 int pt_mesh_groups(const pt_mesh *m, const pt_comm **out) {
-    const pt_comm *all[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->emb, m->kv};
+    const pt_comm *all[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->emb, m->kv, m->head};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) out[n++] = all[i];
@@ -92,7 +97,7 @@ int pt_mesh_groups(const pt_mesh *m, const pt_comm **out) {
 
 void pt_mesh_stats(const pt_mesh *m, pt_comm_stats *total) {
     memset(total, 0, sizeof *total);
-    const pt_comm *groups[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->emb, m->kv};
+    const pt_comm *groups[] = {m->world, m->dp, m->tp, m->pp, m->cp, m->dpcp, m->ep, m->edp, m->emb, m->kv, m->head};
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
         if (groups[i]) pt_comm_stats_add(total, &groups[i]->stats);
 }

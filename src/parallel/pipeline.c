@@ -14,49 +14,62 @@
 #include <stdlib.h>
 #include <string.h>
 
-pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_chunk *stages) {
+/* The cost model of the balanced split: a layer costs its matrices' parameters that a token
+ * passes through (a MoE layer: its router, top_k experts and the shared ones), the head V·C per
+ * token (its share of the vocabulary when split), the embedding lookup nothing. */
+static double pt_pipe_layer_cost(const pt_model_config *c, int l) {
+    int hd = pt_model_head_dim(c);
+    double attn = (double)c->dim * (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) +
+                  (double)c->n_heads * hd * c->dim;
+    double mlp = pt_layer_is_moe(c, l)
+                     ? (double)c->dim * c->n_experts +
+                           3.0 * c->dim * c->moe_ffn_dim * (c->top_k + c->n_shared_experts)
+                     : 3.0 * c->dim * c->ffn_dim;
+    return attn + mlp;
+}
+
+/* A list of S positive integers separated by commas into out, summing to `sum`. */
+static pt_status pt_pipe_parse_counts(const char *key, const char *spec, int S, const char *what,
+                                      int sum, int *out) {
+    const char *s = spec;
+    int n = 0, total = 0;
+    while (*s) {
+        char *end;
+        long k = strtol(s, &end, 10);
+        if (end == s || k < 1 || k > sum || n == S)
+            return pt_errorf(PT_ERR_CONFIG, "%s = \"%s\": expected %d positive counts separated by "
+                             "commas", key, spec, S);
+        if (*end && *end != ',')
+            return pt_errorf(PT_ERR_CONFIG, "%s = \"%s\": not a list of numbers", key, spec);
+        out[n++] = (int)k;
+        total += (int)k;
+        s = *end == ',' ? end + 1 : end;
+    }
+    if (n != S || total != sum)
+        return pt_errorf(PT_ERR_CONFIG, "%s = \"%s\": %d counts summing to %d; the layout needs %d "
+                         "summing to %s = %d", key, spec, n, total, S, what, sum);
+    return PT_OK;
+}
+
+pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, int head_split,
+                        pt_chunk *stages) {
     int L = c->n_layers;
     if (S > L)
         return pt_errorf(PT_ERR_CONFIG, "pipeline: pp × chunks per rank = %d stages exceed "
                          "model.n_layers = %d (every stage needs a layer)", S, L);
     if (spec && spec[0]) {
-        const char *s = spec;
-        int n = 0, sum = 0;
-        while (*s) {
-            char *end;
-            long k = strtol(s, &end, 10);
-            if (end == s || k < 1 || n == S)
-                return pt_errorf(PT_ERR_CONFIG, "parallel.pp_layers = \"%s\": expected %d positive "
-                                 "layer counts separated by commas", spec, S);
-            stages[n] = (pt_chunk){sum, sum + (int)k};
-            sum += (int)k;
-            n++;
-            s = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',')
-                return pt_errorf(PT_ERR_CONFIG, "parallel.pp_layers = \"%s\": not a list of "
-                                 "numbers", spec);
-        }
-        if (n != S || sum != L)
-            return pt_errorf(PT_ERR_CONFIG, "parallel.pp_layers = \"%s\": %d counts summing to %d; "
-                             "the layout needs %d summing to model.n_layers = %d", spec, n, sum, S, L);
-        return PT_OK;
+        int *k = pt_malloc((size_t)S * sizeof *k);
+        pt_status st = pt_pipe_parse_counts("parallel.pp_layers", spec, S, "model.n_layers", L, k);
+        for (int i = 0, sum = 0; st == PT_OK && i < S; sum += k[i], i++) stages[i] = (pt_chunk){sum, sum + k[i]};
+        free(k);
+        return st;
     }
-    /* balanced: contiguous runs of layers minimising the largest stage's cost, a layer costing
-     * its matrices' parameters that a token passes through (a MoE layer: its router, top_k
-     * experts and the shared ones), the last stage also the head's V·C (the embedding lookup
-     * costs nothing). best[s][i]: the least largest cost of stages 0..s over layers [0, i). */
-    int hd = pt_model_head_dim(c);
-    double attn = (double)c->dim * (c->n_heads * hd + 2.0 * c->n_kv_heads * hd) +
-                  (double)c->n_heads * hd * c->dim;
+    /* balanced: contiguous runs of layers minimising the largest stage's cost, the last stage
+     * also the head's (unless it is split over the stages, pt_pipe_head_rows). best[s][i]: the
+     * least largest cost of stages 0..s over layers [0, i). */
     double *cum = pt_calloc((size_t)L + 1, sizeof *cum);
-    for (int l = 0; l < L; l++) {
-        double mlp = pt_layer_is_moe(c, l)
-                         ? (double)c->dim * c->n_experts +
-                               3.0 * c->dim * c->moe_ffn_dim * (c->top_k + c->n_shared_experts)
-                         : 3.0 * c->dim * c->ffn_dim;
-        cum[l + 1] = cum[l] + attn + mlp;
-    }
-    double head = (double)c->vocab_size * c->dim;
+    for (int l = 0; l < L; l++) cum[l + 1] = cum[l] + pt_pipe_layer_cost(c, l);
+    double head = head_split ? 0.0 : (double)c->vocab_size * c->dim;
     double *best = pt_malloc((size_t)S * (L + 1) * sizeof *best);
     int *cut = pt_malloc((size_t)S * (L + 1) * sizeof *cut);
     for (int s = 0; s < S; s++)
@@ -81,6 +94,55 @@ pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, pt_ch
     free(best);
     free(cut);
     return PT_OK;
+}
+
+/* Spreads V rows over S stages whose other work costs cost[s], a row costing unit: each stage
+ * gets rows up to a common level λ (water-filling: Σ max(0, λ − cost[s]) = V·unit), at least one,
+ * what rounding leaves (or takes) going to (or from) the last stages first. */
+static void pt_water_fill(const double *cost, int S, double unit, int V, int *rows) {
+    double lo = 0, hi = 0, total = (double)V * unit;
+    for (int s = 0; s < S; s++) hi = fmax(hi, cost[s]);
+    hi += total;
+    for (int it = 0; it < 200; it++) {
+        double lam = 0.5 * (lo + hi), got = 0;
+        for (int s = 0; s < S; s++) got += fmax(0.0, lam - cost[s]);
+        if (got < total) lo = lam;
+        else hi = lam;
+    }
+    int given = 0;
+    for (int s = 0; s < S; s++) {
+        double r = unit > 0 ? floor(fmax(0.0, hi - cost[s]) / unit) : (double)V / S;
+        rows[s] = r < 1 ? 1 : r > V ? V : (int)r;
+        given += rows[s];
+    }
+    for (int s = S - 1; given != V; s = s > 0 ? s - 1 : S - 1) {
+        if (given < V) rows[s]++, given++;
+        else if (rows[s] > 1) rows[s]--, given--;
+    }
+}
+
+pt_status pt_pipe_head_rows(const pt_model_config *c, int S, const pt_chunk *stages,
+                            const char *spec, int *rows) {
+    int V = c->vocab_size;
+    if (S > V)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split: %d stages exceed "
+                         "model.vocab_size = %d rows of the head", S, V);
+    if (spec && spec[0]) return pt_pipe_parse_counts("parallel.pp_head_rows", spec, S, "model.vocab_size", V, rows);
+    /* the cost model's: each stage's layers, a row of the head C */
+    double *cost = pt_calloc((size_t)S, sizeof *cost);
+    for (int s = 0; s < S; s++)
+        for (int l = stages[s].l0; l < stages[s].l1; l++) cost[s] += pt_pipe_layer_cost(c, l);
+    pt_water_fill(cost, S, c->dim, V, rows);
+    free(cost);
+    return PT_OK;
+}
+
+void pt_pipe_head_balance(int S, const double *layers_s, const double *head_s, const int *rows,
+                          int *out) {
+    double hs = 0;
+    int V = 0;
+    for (int s = 0; s < S; s++) hs += head_s[s], V += rows[s];
+    pt_water_fill(layers_s, S, V > 0 ? hs / V : 0, V, out);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -175,11 +237,17 @@ static void pt_pipe_prefill(pt_pipe *p) {
     free(left), free(held), free(most), free(seen);
 }
 
+static size_t pt_pipe_count(const pt_pipe *p);
 pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind, int v, int n_micro,
                        int B, int T) {
     memset(p, 0, sizeof *p);
     v = pt_schedule_chunks(kind, v);
-    PT_TRY(pt_schedule_build(&p->sched, kind, pp->size, n_micro, v));
+    /* the head split: a HEAD's cost against a stage's forward, in the cost model's terms (its
+     * forward and backward, 3·V·C/pp, against the layers' forwards, Σ/pp), to place the HEADs */
+    double layers = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) layers += pt_pipe_layer_cost(&m->cfg, l);
+    double head = m->par.head_split ? 3.0 * m->cfg.vocab_size * m->cfg.dim / layers : 0;
+    PT_TRY(pt_schedule_build_head(&p->sched, kind, pp->size, n_micro, v, head));
     pt_status st = pt_schedule_check(&p->sched);
     if (st != PT_OK) {
         pt_schedule_free(&p->sched);
@@ -205,8 +273,17 @@ pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind,
     p->set_bytes = pt_calloc((size_t)v, sizeof *p->set_bytes);
     /* up to four transfers per activation set in flight: twice their requests made now (the pool
      * grows when half of it is pending) */
-    pt_comm_reserve(pp, 2 * (4 * n_micro * v * 2) + 4);
+    pt_comm_reserve(pp, 2 * (4 * n_micro * v * 2) + 4 + 2 * pp->size);
     pt_pipe_prefill(p);
+    if (m->par.head_split) {
+        int last = p->rank == pp->size - 1;
+        p->head = pt_head_ws_create(m, B * T, !last);
+        p->head_req = pt_calloc((size_t)pp->size, sizeof *p->head_req);
+        if (last)
+            p->head_parts = m->be->alloc(m->be, (size_t)(pp->size - 1) * pt_pipe_count(p) * sizeof(float));
+        p->setup_bytes += pt_head_ws_bytes(p->head) +
+                          (last ? (size_t)(pp->size - 1) * pt_pipe_count(p) * sizeof(float) : 0);
+    }
     return PT_OK;
 }
 
@@ -218,6 +295,9 @@ void pt_pipe_free(pt_pipe *p) {
     for (int i = 0; i < p->m * p->v; i++)
         if (p->slot[i].a) pt_acts_free(p->model, p->slot[i].a);
     pt_schedule_free(&p->sched);
+    pt_head_ws_free(p->model, p->head);
+    if (p->head_parts) p->model->be->free(p->model->be, p->head_parts);
+    free(p->head_req);
     free(p->slot);
     free(p->uses);
     free(p->pool);
@@ -281,6 +361,52 @@ static void pt_pipe_hand_off(pt_pipe *p, const pt_action *x, int src) {
     if (--from->left == 0) pt_pipe_give(p, src, from);
 }
 
+/* The tags of the head's messages: past every stage-to-stage tag (pt_pipe_tag). */
+static int pt_pipe_head_tag(const pt_pipe *p, int micro, int grad) {
+    return (p->m * p->S + micro) * 2 + grad;
+}
+
+/* HEAD of a micro-batch, the head split over the pipeline ranks (every rank at once): the last
+ * rank's final-norm output xf (in `a` there) sent to every rank, each rank's head and loss over
+ * its vocabulary rows (the row statistics combined inside pt_model_head), and without eval each
+ * rank's part of xf's gradient summed onto the last rank, in rank order after its own, into a's
+ * dxf, which the last stage's backward takes. Returns the loss on the last rank (0 elsewhere: the
+ * other ranks compute the same). */
+static double pt_pipe_head(pt_pipe *p, pt_acts *a, int micro, const int32_t *targets,
+                           float loss_scale, int eval) {
+    pt_model *m = p->model;
+    int np = p->pp->size, last = np - 1, N = p->B * p->T;
+    size_t nxf = (size_t)N * m->cfg.dim, ng = pt_pipe_count(p);
+    pt_dtype act = pt_pipe_act_dtype(p);
+    void *xf;
+    float *dxf;
+    if (p->rank == last) {
+        xf = pt_acts_xf(a), dxf = pt_acts_dxf(a);
+        for (int r = 0; r < last; r++)
+            p->head_req[r] = p->pp->isend(p->pp, xf, nxf, act, r, pt_pipe_head_tag(p, micro, 0));
+        for (int r = 0; r < last; r++) pt_comm_wait(p->pp, p->head_req[r]);
+    } else {
+        xf = pt_head_ws_xf(p->head), dxf = pt_head_ws_dxf(p->head);
+        pt_comm_wait(p->pp, p->pp->irecv(p->pp, xf, nxf, act, last, pt_pipe_head_tag(p, micro, 0)));
+    }
+    double t0 = pt_now();
+    double loss = pt_model_head(m, p->head, xf, dxf, targets, N, loss_scale, eval);
+    if (!eval) p->head_s += pt_now() - t0;
+    if (eval) return p->rank == last ? loss : 0.0;
+    if (p->rank != last) {
+        pt_comm_wait(p->pp, p->pp->isend(p->pp, dxf, ng, PT_DTYPE_F32, last, pt_pipe_head_tag(p, micro, 1)));
+        return 0.0;
+    }
+    for (int r = 0; r < last; r++)
+        p->head_req[r] = p->pp->irecv(p->pp, p->head_parts + (size_t)r * ng, ng, PT_DTYPE_F32, r,
+                                      pt_pipe_head_tag(p, micro, 1));
+    for (int r = 0; r < last; r++) {
+        pt_comm_wait(p->pp, p->head_req[r]);
+        m->be->add(m->be, dxf, p->head_parts + (size_t)r * ng, ng);
+    }
+    return loss;
+}
+
 double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, const int32_t *pos,
                     float loss_scale) {
     pt_model *m = p->model;
@@ -290,7 +416,7 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
     pt_dtype act = pt_pipe_act_dtype(p); /* the gradient is fp32 */
     /* how many uses each (micro-batch, chunk) has here: its slot is returned after the last */
     for (int i = 0; i < p->m * p->v; i++) p->slot[i].left = p->uses[i];
-    double loss = 0.0;
+    double loss = 0.0, t0;
     for (int i = 0; i < n; i++) {
         const pt_action *x = &acts[i];
         pt_pipe_slot *s = &p->slot[x->micro * p->v + x->chunk];
@@ -320,20 +446,26 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
             pt_pipe_wait(p, &s->req[0]);
             pt_acts_set_documents(s->a, p->docs ? p->docs + (size_t)x->micro * rows : NULL,
                                   p->docs_restart);
+            t0 = pt_now();
             loss += pt_model_forward(m, s->a, tok, tgt, pos, loss_scale, NULL);
+            p->busy_s += pt_now() - t0;
             break;
         case PT_ACT_BWD:
         case PT_ACT_BWD_INPUT:
             pt_pipe_wait(p, &s->req[1]);
             /* the output's send must be done before backward may reuse nothing of it: it is
              * not written by backward, but the set must not return to the pool with it pending */
+            t0 = pt_now();
             pt_model_backward_part(m, s->a, tok, x->kind == PT_ACT_BWD ? PT_BWD_ALL : PT_BWD_INPUT);
+            p->busy_s += pt_now() - t0;
             break;
         case PT_ACT_BWD_WEIGHT:
+            t0 = pt_now();
             pt_model_backward_part(m, s->a, tok, PT_BWD_WEIGHT);
+            p->busy_s += pt_now() - t0;
             break;
-        case PT_ACT_HEAD: /* only in schedules built with the head split, which this engine does not build */
-            PT_ASSERT(x->kind != PT_ACT_HEAD);
+        case PT_ACT_HEAD:
+            loss += pt_pipe_head(p, s->a, x->micro, tgt, loss_scale, 0);
             break;
         }
         if (--s->left == 0) pt_pipe_give(p, x->chunk, s);
@@ -357,7 +489,7 @@ double pt_pipe_eval(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
      * which its rank reaches first, so the blocking transfers cannot deadlock, and the messages
      * between two ranks match in order (the tag names the sending stage) */
     pt_sched_kind kind = p->sched.kind;
-    for (int i = 0; i < p->m; i++)
+    for (int i = 0; i < p->m; i++) {
         for (int s = 0; s < p->S; s++) {
             int owner, c, prev = -1, pc = 0, next = -1, nc = 0;
             pt_schedule_locate(kind, np, p->v, s, &owner, &c);
@@ -379,5 +511,12 @@ double pt_pipe_eval(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
                 pt_comm_wait(p->pp, p->pp->isend(p->pp, pt_acts_output(a), count, act, next,
                                                  pt_pipe_tag(p, 0, s, 0)));
         }
+        if (p->head) { /* the head split: every rank's part, after the last stage's forward */
+            int owner, c;
+            pt_schedule_locate(kind, np, p->v, p->S - 1, &owner, &c);
+            loss += pt_pipe_head(p, owner == r ? p->pool[(size_t)c * p->m * 2] : NULL, i,
+                                 targets + (size_t)i * rows, 0.0f, 1);
+        }
+    }
     return loss;
 }

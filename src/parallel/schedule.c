@@ -106,8 +106,7 @@ static void pt_emit_msg(pt_schedule *s, int r, pt_act_kind k, int micro, int chu
 
 /* One compute action with its messages: the input is received just before it (so a rank waits
  * only when it needs the data) and the output sent just after. With the head split, a backward's
- * HEAD comes first on every rank: the last stage's gradient comes from it, and a rank upstream
- * waits for that gradient anyway, so joining the collective there costs it nothing. */
+ * HEAD comes first on every rank (where pt_place_heads starts from: the latest place it may be). */
 static void pt_emit(pt_schedule *s, int r, pt_act_kind k, int micro, int chunk) {
     if (s->head && pt_is_bwd_input(k)) pt_push(s, r, PT_ACT_HEAD, micro, 0, -1);
     pt_emit_msg(s, r, k, micro, chunk, 1);
@@ -292,26 +291,208 @@ static pt_status pt_schedule_validate(pt_sched_kind kind, int pp, int m, int v) 
     return PT_OK;
 }
 
-pt_status pt_schedule_build_head(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v, int head) {
-    memset(s, 0, sizeof *s);
-    if (head && kind != PT_SCHED_AFAB && kind != PT_SCHED_1F1B && kind != PT_SCHED_ZB)
-        return pt_errorf(PT_ERR_CONFIG,
-                         "%s schedule: the head split over the pipeline ranks needs the afab, 1f1b or zb "
-                         "schedule (one model chunk per rank, every backward of a micro-batch after its head)",
-                         pt_schedule_kind_name(kind));
-    PT_TRY(pt_schedule_validate(kind, pp, m, v));
-    *s = (pt_schedule){.kind = kind, .pp = pp, .m = m, .v = v, .head = head != 0};
-    s->n = pt_calloc((size_t)pp, sizeof *s->n);
-    s->a = pt_calloc((size_t)pp, sizeof *s->a);
-    for (int r = 0; r < pp; r++) {
-        s->a[r] = pt_calloc((size_t)PT_SCHED_ACTS_PER_CELL * m * v, sizeof **s->a);
-        switch (kind) {
+/* Every rank's list, from scratch. */
+static void pt_build_lists(pt_schedule *s) {
+    for (int r = 0; r < s->pp; r++) {
+        s->n[r] = 0;
+        switch (s->kind) {
         case PT_SCHED_AFAB: pt_build_afab(s, r); break;
         case PT_SCHED_1F1B: pt_build_1f1b(s, r, 0); break;
         case PT_SCHED_ZB: pt_build_1f1b(s, r, 1); break;
         case PT_SCHED_INTERLEAVED: pt_build_interleaved(s, r); break;
         case PT_SCHED_DUALPIPEV: pt_build_dualpipev(s, r); break;
         }
+    }
+}
+
+static double pt_duration(const pt_sched_sim *sim, pt_act_kind k);
+
+static int pt_find_act(const pt_schedule *s, int r, pt_act_kind kind, int micro) {
+    for (int k = 0; k < s->n[r]; k++)
+        if (s->a[r][k].kind == kind && s->a[r][k].micro == micro) return k;
+    return -1;
+}
+
+static void pt_insert_act(pt_schedule *s, int r, int k, pt_action x) {
+    memmove(&s->a[r][k + 1], &s->a[r][k], (size_t)(s->n[r] - k) * sizeof x);
+    s->a[r][k] = x;
+    s->n[r]++;
+}
+
+/* Where a rank joins the HEADs: HEAD(i) right before its action `kind` of micro-batch i + d (with
+ * that action's receive), kept within the places HEAD(i) may take (pt_head_insert). */
+typedef struct {
+    pt_act_kind kind;
+    int d;
+} pt_head_rule;
+
+/* Inserts every HEAD into lists that have none, rank r's by rule[r]. HEAD(i) may go anywhere after
+ * the rank's forward of i (and that forward's send) and its HEAD(i − 1), up to its backward of i
+ * (with that backward's receive): the last stage's backward needs the head's gradient and every
+ * other rank's waits for it, and the head needs every rank's forward. */
+static void pt_head_insert(pt_schedule *s, const pt_head_rule *rule) {
+    for (int r = 0; r < s->pp; r++)
+        for (int i = 0; i < s->m; i++) {
+            int n = s->n[r], lo = pt_find_act(s, r, PT_ACT_FWD, i) + 1, at = n, hi;
+            if (i > 0 && pt_find_act(s, r, PT_ACT_HEAD, i - 1) + 1 > lo) lo = pt_find_act(s, r, PT_ACT_HEAD, i - 1) + 1;
+            while (lo < n && s->a[r][lo].kind == PT_ACT_SEND_FWD) lo++;
+            for (hi = lo; hi < n; hi++) {
+                const pt_action *y = &s->a[r][hi];
+                if (y->micro == i && (pt_is_bwd_input(y->kind) || y->kind == PT_ACT_RECV_BWD)) break;
+            }
+            int j = i + rule[r].d, k = j >= 0 && j < s->m ? pt_find_act(s, r, rule[r].kind, j) : -1;
+            if (k >= 0) { /* before the action's receive, when it has one just before it */
+                pt_act_kind recv = rule[r].kind == PT_ACT_FWD ? PT_ACT_RECV_FWD : PT_ACT_RECV_BWD;
+                at = k > 0 && s->a[r][k - 1].kind == recv && s->a[r][k - 1].micro == j ? k - 1 : k;
+            }
+            at = at < lo ? lo : at > hi ? hi : at;
+            pt_insert_act(s, r, at, (pt_action){PT_ACT_HEAD, i, 0, -1});
+        }
+}
+
+/* The makespan of lists `base` (no HEADs) with the HEADs placed by rule, at unit costs (f = 1,
+ * b = 2, or B = W = 1 for zb) and HEAD's cost h; HUGE_VAL when they do not check. */
+static double pt_head_makespan(pt_schedule *s, const pt_schedule *base, const pt_head_rule *rule, double h) {
+    for (int r = 0; r < s->pp; r++) {
+        memcpy(s->a[r], base->a[r], (size_t)base->n[r] * sizeof **s->a);
+        s->n[r] = base->n[r];
+    }
+    pt_head_insert(s, rule);
+    int zb = s->kind == PT_SCHED_ZB;
+    pt_sched_sim sim;
+    if (pt_schedule_simulate_head(s, 1, zb ? 1 : 2, zb ? 1 : 0, h, &sim) != PT_OK) return HUGE_VAL;
+    double t = sim.makespan;
+    pt_sched_sim_free(&sim);
+    return t;
+}
+
+/* The most simulation work (actions × simulations) a placement may take; above it the HEADs stay at
+ * their latest places. */
+enum { PT_HEAD_PLACE_WORK = 1 << 24 };
+
+/* Another placement, one HEAD at a time: HEAD(i) of every rank but the last goes where the
+ * simulation of the lists so far (the later HEADs at their latest places) says the rank is when the
+ * last rank arrives at it: the place of its range that costs least, a rank early idling alone, a
+ * late one making the pp − 1 others idle. */
+static void pt_head_align(pt_schedule *s, double h) {
+    int last = s->pp - 1, zb = s->kind == PT_SCHED_ZB;
+    size_t acts = 0;
+    for (int r = 0; r < s->pp; r++) acts += (size_t)s->n[r];
+    if (acts * (size_t)s->m > PT_HEAD_PLACE_WORK) return;
+    for (int i = 0; i < s->m; i++) {
+        pt_sched_sim sim;
+        if (pt_schedule_simulate_head(s, 1, zb ? 1 : 2, zb ? 1 : 0, h, &sim) != PT_OK) return;
+        int kl = pt_find_act(s, last, PT_ACT_HEAD, i);
+        double T = kl > 0 ? sim.start[last][kl - 1] + pt_duration(&sim, s->a[last][kl - 1].kind) : 0;
+        for (int r = 0; r < last; r++) {
+            int kh = pt_find_act(s, r, PT_ACT_HEAD, i), lo = pt_find_act(s, r, PT_ACT_FWD, i) + 1;
+            int prev = i > 0 ? pt_find_act(s, r, PT_ACT_HEAD, i - 1) + 1 : 0, best = kh;
+            lo = lo > prev ? lo : prev;
+            double best_cost = HUGE_VAL;
+            for (int k = kh; k >= lo; k--) { /* ties: the later place */
+                pt_act_kind kind = s->a[r][k].kind;
+                if (k < kh && (kind == PT_ACT_SEND_FWD || kind == PT_ACT_SEND_BWD)) continue;
+                double at = k > 0 ? sim.start[r][k - 1] + pt_duration(&sim, s->a[r][k - 1].kind) : 0;
+                double c = at < T ? T - at : (double)last * (at - T);
+                if (c < best_cost - 1e-9) best_cost = c, best = k;
+            }
+            pt_action x = s->a[r][kh]; /* to `best`, the actions between one place later */
+            memmove(&s->a[r][best + 1], &s->a[r][best], (size_t)(kh - best) * sizeof x);
+            s->a[r][best] = x;
+        }
+        pt_sched_sim_free(&sim);
+    }
+}
+
+/* Where each rank joins HEAD(i), the head split's collective. The last rank: right before its
+ * backward of i (after its forward of i). Every other rank: its latest place, right before its
+ * backward of i too, would keep it from HEAD(i + 1) until the gradient of i has come back up the
+ * pipeline, one micro-batch at a time. Two placements are simulated (unit costs, HEAD h) and the
+ * shorter step kept: (1) per rank a rule, HEAD(i) before its forward, backward or weight pass of
+ * micro-batch i + d (−pp ≤ d ≤ pp), each rank in turn taking the rule that shortens the step most,
+ * the others' as chosen so far, over two passes (ties keep the rule it has): what small pipelines
+ * need (afab at pp 2); (2) pt_head_align's, one HEAD at a time where the rank is when the last
+ * arrives: what deep ones need. Simulated makespans, m = 8, h = 0.5 (f = b = w = 1 for zb, b = 2
+ * for 1f1b), latest places -> these: zb pp 2 36 -> 29, pp 4 52 -> 31, pp 8 -> 35 (m = 64: 231,
+ * the step without a head 199 and the heads 32 per rank: no idle added); 1f1b pp 2 44 -> 37,
+ * pp 4 76 -> 48. */
+static void pt_place_heads(pt_schedule *s, double h) {
+    static const pt_act_kind kinds[] = {PT_ACT_FWD, PT_ACT_BWD_INPUT, PT_ACT_BWD_WEIGHT};
+    int zb = s->kind == PT_SCHED_ZB, nk = zb ? 3 : 2, pp = s->pp;
+    size_t acts = 0;
+    for (int r = 0; r < pp; r++) acts += (size_t)s->n[r];
+    pt_head_rule *rule = pt_malloc((size_t)pp * sizeof *rule);
+    for (int r = 0; r < pp; r++) rule[r] = (pt_head_rule){zb ? PT_ACT_BWD_INPUT : PT_ACT_BWD, 0};
+    /* the lists without their HEADs */
+    pt_schedule base = *s;
+    base.n = pt_calloc((size_t)pp, sizeof *base.n);
+    base.a = pt_calloc((size_t)pp, sizeof *base.a);
+    for (int r = 0; r < pp; r++) {
+        base.a[r] = pt_malloc((size_t)s->n[r] * sizeof **base.a);
+        for (int k = 0; k < s->n[r]; k++)
+            if (s->a[r][k].kind != PT_ACT_HEAD) base.a[r][base.n[r]++] = s->a[r][k];
+    }
+    if (acts * (size_t)(2 * (pp - 1) * nk * (2 * pp + 1)) <= PT_HEAD_PLACE_WORK) {
+        double best = pt_head_makespan(s, &base, rule, h);
+        for (int pass = 0; pass < 2; pass++)
+            for (int r = 0; r < pp - 1; r++) {
+                pt_head_rule keep = rule[r];
+                for (int k = 0; k < nk; k++)
+                    for (int d = -pp; d <= pp; d++) {
+                        rule[r] = (pt_head_rule){k == 1 && !zb ? PT_ACT_BWD : kinds[k], d};
+                        double t = pt_head_makespan(s, &base, rule, h);
+                        if (t < best - 1e-9) best = t, keep = rule[r];
+                    }
+                rule[r] = keep;
+            }
+    }
+    double by_rule = pt_head_makespan(s, &base, rule, h); /* the lists as chosen */
+    /* or aligned one HEAD at a time from their latest places, when that is shorter */
+    pt_schedule aligned = *s;
+    aligned.n = pt_malloc((size_t)pp * sizeof *aligned.n);
+    aligned.a = pt_malloc((size_t)pp * sizeof *aligned.a);
+    for (int r = 0; r < pp; r++) rule[r] = (pt_head_rule){zb ? PT_ACT_BWD_INPUT : PT_ACT_BWD, 0};
+    for (int r = 0; r < pp; r++) {
+        aligned.a[r] = pt_malloc((size_t)(base.n[r] + s->m) * sizeof **aligned.a);
+        memcpy(aligned.a[r], base.a[r], (size_t)base.n[r] * sizeof **aligned.a);
+        aligned.n[r] = base.n[r];
+    }
+    pt_head_insert(&aligned, rule);
+    pt_head_align(&aligned, h);
+    pt_sched_sim sim;
+    if (pt_schedule_simulate_head(&aligned, 1, zb ? 1 : 2, zb ? 1 : 0, h, &sim) == PT_OK) {
+        if (sim.makespan < by_rule - 1e-9)
+            for (int r = 0; r < pp; r++) {
+                memcpy(s->a[r], aligned.a[r], (size_t)aligned.n[r] * sizeof **s->a);
+                s->n[r] = aligned.n[r];
+            }
+        pt_sched_sim_free(&sim);
+    }
+    for (int r = 0; r < pp; r++) free(aligned.a[r]);
+    free(aligned.a);
+    free(aligned.n);
+    free(rule);
+    for (int r = 0; r < pp; r++) free(base.a[r]);
+    free(base.a);
+    free(base.n);
+}
+
+pt_status pt_schedule_build_head(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v, double head) {
+    memset(s, 0, sizeof *s);
+    if (head > 0 && kind != PT_SCHED_AFAB && kind != PT_SCHED_1F1B && kind != PT_SCHED_ZB)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "%s schedule: the head split over the pipeline ranks needs the afab, 1f1b or zb "
+                         "schedule (one model chunk per rank, every backward of a micro-batch after its head)",
+                         pt_schedule_kind_name(kind));
+    PT_TRY(pt_schedule_validate(kind, pp, m, v));
+    *s = (pt_schedule){.kind = kind, .pp = pp, .m = m, .v = v, .head = head > 0};
+    s->n = pt_calloc((size_t)pp, sizeof *s->n);
+    s->a = pt_calloc((size_t)pp, sizeof *s->a);
+    for (int r = 0; r < pp; r++) s->a[r] = pt_calloc((size_t)PT_SCHED_ACTS_PER_CELL * m * v, sizeof **s->a);
+    pt_build_lists(s);
+    if (s->head && pp > 1) {
+        pt_place_heads(s, head);
+        if (pt_schedule_check(s) != PT_OK) pt_build_lists(s); /* (not seen): the latest places */
     }
     return PT_OK;
 }

@@ -189,6 +189,12 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "model chunks per pipeline rank (the interleaved schedule: >= 2; dualpipev always holds 2)"),
     PT_K("parallel.pp_layers", PT_CFG_STR, parallel.pp_layers, "", NULL,
          "layers per stage, e.g. \"3,4,4,3\" (\"\" = balanced, the head counting as layers)"),
+    PT_K("parallel.pp_head", PT_CFG_STR, parallel.pp_head, "last", "last|split",
+         "the head and loss: on the last stage, or split over the pipeline ranks by vocabulary rows "
+         "(each stage a share that balances the stages; afab, 1f1b or zb; untied embeddings)"),
+    PT_K("parallel.pp_head_rows", PT_CFG_STR, parallel.pp_head_rows, "", NULL,
+         "pp_head = split: the head's vocabulary rows per stage, e.g. \"5000,3192\" summing to "
+         "vocab_size (\"\" = balanced by cost)"),
     PT_K("parallel.cp", PT_CFG_INT, parallel.cp, "1", NULL,
          "context-parallel degree: each sequence split over cp ranks, attention by ring"),
     PT_K("parallel.cp_layout", PT_CFG_STR, parallel.cp_layout, "zigzag", "zigzag|contiguous",

@@ -267,7 +267,14 @@ pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_mode
     if (s->n_stages) {
         fprintf(f, ", \"pp_idle\": [");
         for (int i = 0; i < s->n_stages; i++) fprintf(f, "%s%.4f", i ? ", " : "", s->idle[i]);
+        fprintf(f, "], \"pp_busy\": [");
+        for (int i = 0; i < s->n_stages; i++) fprintf(f, "%s%.4f", i ? ", " : "", s->busy[i]);
         fprintf(f, "]");
+        if (s->head_split) {
+            fprintf(f, ", \"pp_head\": [");
+            for (int i = 0; i < s->n_stages; i++) fprintf(f, "%s%.4f", i ? ", " : "", s->head_busy[i]);
+            fprintf(f, "]");
+        }
     }
     if (s->n_cp) {
         fprintf(f, ", \"cp_attn_pairs\": [");

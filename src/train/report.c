@@ -19,6 +19,7 @@ static const char *pt_group_role(const char *name) {
         {"edp", "expert data: gradients"},
         {"emb", "tied embedding: gradients"},
         {"kv", "shared kv heads: gradients"},
+        {"head", "head split over pp: loss statistics"},
     };
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
         if (!strcmp(name, roles[i].name)) return roles[i].role;

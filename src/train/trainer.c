@@ -182,6 +182,8 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         .pp_schedule = cfg->parallel.pp_schedule,
         .pp_virtual = cfg->parallel.pp_virtual,
         .pp_layers = cfg->parallel.pp_layers,
+        .pp_head = cfg->parallel.pp_head,
+        .pp_head_rows = cfg->parallel.pp_head_rows,
     };
     pt_layout *lay = &t->lay;
     PT_TRY(pt_layout_init(lay, &spec, &cfg->model, t->be, pt_comm_distributed()));
@@ -608,6 +610,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     double t0 = pt_now();
     int64_t allocs0 = pt_alloc_count();
     double pp_wait0 = t->pipe.model ? t->mesh->pp->stats.wait_seconds : 0;
+    double busy0 = t->pipe.busy_s, head0 = t->pipe.head_s;
+    double head_wait0 = t->mesh && t->mesh->head ? t->mesh->head->stats.wait_seconds : 0;
     int64_t pairs0 = pt_cp_attn_pairs(t->model.par.cp_ops);
 
     /* the whole global batch is read first: its count of valid targets scales every micro-batch
@@ -702,6 +706,18 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         double mine = (t->mesh->pp->stats.wait_seconds - pp_wait0) / s->seconds;
         s->n_stages = t->mesh->deg.pp;
         pt_allgather(t->mesh->pp, &mine, s->idle, 1, PT_DTYPE_F64);
+        /* and its compute: the layers', and the split head's without its waits for the others */
+        double times[2 * 64], *my = times + 2 * t->mesh->pp_i;
+        my[0] = t->pipe.busy_s - busy0;
+        my[1] = t->pipe.head_s - head0 -
+                (t->mesh->head ? t->mesh->head->stats.wait_seconds - head_wait0 : 0);
+        pt_allgather(t->mesh->pp, NULL, times, 2, PT_DTYPE_F64); /* in place */
+        s->head_split = t->model.par.head_split;
+        for (int i = 0; i < s->n_stages; i++) {
+            s->busy[i] = times[2 * i], s->head_busy[i] = times[2 * i + 1];
+            if (t->step > 2) t->pp_layers_s[i] += times[2 * i], t->pp_head_s[i] += times[2 * i + 1];
+        }
+        t->pp_timed += t->step > 2;
     }
     s->tokens_per_s = (double)s->tokens / s->seconds;
     s->expert_load = t->model.expert_load;
@@ -999,6 +1015,27 @@ static pt_status pt_trainer_preempt(pt_trainer *t, const char *why, int64_t save
     return pt_trainer_save(t); /* (after a background save still pending) */
 }
 
+/* The head split over the stages: what the run measured (each stage's seconds per step in its
+ * layers and in its rows of the head) and the rows that would balance those times, logged for
+ * parallel.pp_head_rows (the split itself is fixed for a run: its rows are the parameters'). */
+static void pt_trainer_head_balance(const pt_trainer *t) {
+    if (!t->model.par.head_split || !t->pp_timed || t->mesh->deg.pp > 64) return;
+    int S = t->mesh->deg.pp, rows[64], now[64];
+    pt_layout_head_rows(&t->lay, now);
+    pt_pipe_head_balance(S, t->pp_layers_s, t->pp_head_s, now, rows);
+    char line[1024];
+    size_t n = 0;
+    for (int i = 0; i < S && n < sizeof line; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%d: %.4f + %.4f s", i ? ", " : "", now[i],
+                              t->pp_layers_s[i] / t->pp_timed, t->pp_head_s[i] / t->pp_timed);
+    pt_log_info("pipeline: per step, each stage's head rows: its layers' + its head's seconds: %s",
+                line);
+    n = 0;
+    for (int i = 0; i < S && n < sizeof line; i++)
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%d", i ? "," : "", rows[i]);
+    pt_log_info("pipeline: these times are balanced by parallel.pp_head_rows = %s", line);
+}
+
 pt_status pt_trainer_run(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
     int64_t first = t->step, total = cfg->training.steps;
@@ -1055,5 +1092,6 @@ pt_status pt_trainer_run(pt_trainer *t) {
         }
     }
     pt_trainer_params_ready(t); /* the last update's gathers */
+    pt_trainer_head_balance(t);
     return PT_OK;
 }
