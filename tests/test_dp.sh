@@ -85,6 +85,28 @@ for lay in "2 0 4" "2 1 4" "4 1 2" "2 2 2" "4 2 1" "2 3 2" "2 1 2 thread"; do
   fi
 done
 
+# the automatic bucket size (parallel.bucket_mb = 0, the default): an eighth of the gradients
+# between 1 and 25 MiB, so a 4.5 M-parameter model (18 MB of gradients, 2.2 MiB buckets) gets 8
+# flat buckets (ZeRO-1: each a multiple of dp elements) where 25 MiB made one, and the tiny model
+# one of its 1 MiB floor
+bigger=(--model.vocab_size=8192 --model.dim=256 --model.n_heads=4 --model.n_kv_heads=2 --model.ffn_dim=512
+        --training.steps=1 --training.micro_batch=4 --data.train="$tmp/big_*.bin")
+"$PY" - "$tmp/big_000000.bin" <<'PY'
+import struct, sys
+n = 20000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[(i * 7919) % 8192 for i in range(n)]))
+PY
+buckets() { sed -n 's/.* ZeRO-[0-9], \([0-9]*\) gradient buckets.*/\1/p' "$tmp/$1.log" | head -1; }
+run 2 auto_big "${bigger[@]}" --parallel.dp=2 --parallel.zero=1 --parallel.bucket_mb=0 &&
+run 2 fixed_big "${bigger[@]}" --parallel.dp=2 --parallel.zero=1 --parallel.bucket_mb=25 &&
+run 2 auto_tiny --parallel.dp=2 --parallel.zero=1 --parallel.bucket_mb=0 --training.steps=1 --training.micro_batch=4 ||
+  bad "bucket runs failed: $(tail -2 "$tmp"/auto_big.log "$tmp"/fixed_big.log "$tmp"/auto_tiny.log)"
+echo "  buckets: auto $(buckets auto_big), 25 MiB $(buckets fixed_big), tiny auto $(buckets auto_tiny)"
+[ "$(buckets auto_big)" = 8 ] && [ "$(buckets fixed_big)" = 1 ] && [ "$(buckets auto_tiny)" = 1 ] && ok ||
+  bad "automatic buckets: $(buckets auto_big) (want 8), 25 MiB $(buckets fixed_big) (1), tiny $(buckets auto_tiny) (1)"
+
 # resume across layouts: dp 4 ZeRO-3 (3 steps) -> dp 2 ZeRO-1 (3) -> dp 4 ZeRO-3 (2) -> dp 1 (2)
 # == 10 uninterrupted steps
 ck="$tmp/ck"

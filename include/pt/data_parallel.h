@@ -105,6 +105,11 @@ typedef struct {
 size_t pt_dp_padded_total(size_t total, int group_size, int zero);
 int pt_dp_model_flags(int zero);
 
+/* The bucket size in MiB: bucket_mb, or for 0 (auto) an eighth of the region's gradients between
+ * 1 and 25 MiB (PyTorch DDP's 25 MiB suits large models; a small model's gradients then fit in
+ * one or two buckets, the first of which waits for the embedding at the very end of backward:
+ * docs/benchmarks.md measures the difference). */
+double pt_dp_bucket_mb(double bucket_mb, size_t elems);
 pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
                      int overlap);
 void pt_dp_free(pt_dp *d);

@@ -1561,6 +1561,13 @@ static const float *pt_full_grad(pt_model *m, pt_acts *a, int N, pt_linear_rows 
     return full;
 }
 
+/* Whether a split backward leaves a MoE layer's routed experts' weight gradients to its weight
+ * part: when their operands stay in the layer's own activations (not under full recomputation,
+ * whose are the workspace's) and were not computed where they arrived (expert parallelism). */
+static int pt_moe_defers(const pt_model *m, const pt_layer_acts *la) {
+    return !m->par.ep_ops && la->re != PT_RECOMPUTE_FULL;
+}
+
 /* The backward of a layer's MLP (dense, or the experts) and its norm: a->dx becomes the gradient
  * of the residual after attention. now = 0 keeps the dense weight-gradient operands for later. */
 static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
@@ -1575,7 +1582,7 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
         const float *dfull = pt_full_grad(m, a, N, NULL);
         be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
         pt_moe_backward(m, la->moe, w, g, la->xn2, dfull, pt_gop(m, a, dfull, (size_t)N * C),
-                        a->dxn, a->B, a->T);
+                        a->dxn, a->B, a->T, !now && pt_moe_defers(m, la));
         pt_tp_reduce(m, a->dxn, N, C);
     } else {
         /* dh (N,F) = dx · Wdown, block by block as dx's rows are gathered; dWdown (C,F) +=
@@ -1617,7 +1624,9 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
     const pt_layer_view *g = &m->g.layers[l];
     int now = part == PT_BWD_ALL;
     if (part == PT_BWD_WEIGHT) {
-        /* the weight gradients from the kept operands (a MoE layer's ran with its input part) */
+        /* the weight gradients from the kept operands (a MoE layer's routed experts' unless they
+         * ran with its input part: pt_moe_defers) */
+        if (la->moe && pt_moe_defers(m, la)) pt_moe_backward_weight(m, la->moe, g);
         if (!la->moe) {
             pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, N, pt_gop(m, a, la->z_dmlp, (size_t)N * C), C,
                   la->h, F, 1.0f, g->wdown, F);

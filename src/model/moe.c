@@ -267,8 +267,9 @@ static void pt_swiglu_mlp_forward(pt_model *m, const pt_moe_acts *a, const void 
     pt_mm(m, PT_NO_TRANS, PT_TRANS, n, C, F, h, F, w2, F, beta, y, C);
 }
 
-/* Its backward from dy (n,C, the model's precision): weight gradients into g13 and g2, dx (n,C,
- * fp32) = the rows' input gradient + beta·dx; dh (n,F) and dgu (n,2F) fp32 scratch. In bf16 the
+/* Its backward from dy (n,C, the model's precision): weight gradients into g13 and g2 (NULL: left
+ * for later), dx (n,C, fp32) = the rows' input gradient + beta·dx; dh (n,F) and dgu (n,2F) fp32
+ * scratch. In bf16 the
  * SwiGLU's backward reads gu's values from dgu (in place), and gu's storage, which nothing reads
  * after that, takes dgu rounded to bf16 as the GEMMs' operand. */
 static void pt_swiglu_mlp_backward(pt_model *m, const pt_moe_acts *a, const void *w13,
@@ -277,7 +278,7 @@ static void pt_swiglu_mlp_backward(pt_model *m, const pt_moe_acts *a, const void
                                    int n, float *dh, float *dgu) {
     pt_backend *be = m->be;
     int C = m->cfg.dim, bf16 = pt_is_bf16(m);
-    pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, n, dy, C, h, F, 1.0f, g2, F);
+    if (g2) pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, n, dy, C, h, F, 1.0f, g2, F);
     pt_moe_poll(m, a);
     pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, F, C, dy, C, w2, F, 0.0f, dh, F);
     pt_moe_poll(m, a);
@@ -288,7 +289,7 @@ static void pt_swiglu_mlp_backward(pt_model *m, const pt_moe_acts *a, const void
         be->to_bf16(be, gu, dgu, (size_t)n * 2 * F);
         op = gu;
     }
-    pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, n, op, 2 * F, x, C, 1.0f, g13, C);
+    if (g13) pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, n, op, 2 * F, x, C, 1.0f, g13, C);
     pt_moe_poll(m, a);
     pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * F, op, 2 * F, w13, C, beta, dx, C);
 }
@@ -488,7 +489,7 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
 
 void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const pt_layer_view *g,
                      const void *xn, const float *dout, const void *dout_op, float *dxn, int B,
-                     int T) {
+                     int T, int defer) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim, S = a->off[E];
@@ -508,9 +509,9 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
         int o = a->off[e], n = a->off[e + 1] - o;
         if (n == 0) continue;
         const void *w13 = pt_expert_w(m, w, e);
-        float *g13 = g->experts + (size_t)e * e3;
+        float *g13 = defer ? NULL : g->experts + (size_t)e * e3;
         pt_swiglu_mlp_backward(m, a, w13, pt_at(m, w13, (size_t)2 * Fe * C), g13,
-                               g13 + (size_t)2 * Fe * C, Fe, pt_at(m, a->xg, (size_t)o * C),
+                               g13 ? g13 + (size_t)2 * Fe * C : NULL, Fe, pt_at(m, a->xg, (size_t)o * C),
                                pt_at(m, a->gu, (size_t)o * 2 * Fe), pt_at(m, a->h, (size_t)o * Fe),
                                pt_at(m, a->dy, (size_t)o * C), a->dxg + (size_t)o * C, 0.0f, n,
                                a->dh + (size_t)o * Fe, a->dgu + (size_t)o * 2 * Fe);
@@ -575,4 +576,22 @@ void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const 
      * (the caller sums the ranks' parts) */
     if (m->par.tp_rank == 0)
         be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, N, C, E, 1.0f, a->logits, E, r32, C, 1.0f, dxn, C);
+}
+
+void pt_moe_backward_weight(pt_model *m, pt_moe_acts *a, const pt_layer_view *g) {
+    int E = a->E, Fe = a->Fe, C = m->cfg.dim;
+    size_t e3 = (size_t)3 * Fe * C;
+    for (int e = 0; e < E; e++) {
+        int o = a->off[e], n = a->off[e + 1] - o;
+        if (n == 0) continue;
+        float *g13 = g->experts + (size_t)e * e3;
+        /* dW2 += dYᵀ·h, dW13 += dGUᵀ·x: in bf16 gu's storage holds dGU rounded (the backward's
+         * operand), in fp32 dgu does */
+        const void *op = pt_is_bf16(m) ? pt_at(m, a->gu, (size_t)o * 2 * Fe)
+                                       : (const void *)(a->dgu + (size_t)o * 2 * Fe);
+        pt_mm(m, PT_TRANS, PT_NO_TRANS, C, Fe, n, pt_at(m, a->dy, (size_t)o * C), C,
+              pt_at(m, a->h, (size_t)o * Fe), Fe, 1.0f, g13 + (size_t)2 * Fe * C, Fe);
+        pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * Fe, C, n, op, 2 * Fe, pt_at(m, a->xg, (size_t)o * C), C,
+              1.0f, g13, C);
+    }
 }

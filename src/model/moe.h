@@ -25,7 +25,11 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
  * weight gradients accumulate into g, the balancing losses' included. */
 void pt_moe_backward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const pt_layer_view *g,
                      const void *xn, const float *dout, const void *dout_op, float *dxn, int B,
-                     int T);
+                     int T, int defer);
+/* defer (zero bubble's input part, without expert parallelism): the routed experts' weight
+ * gradients are left to pt_moe_backward_weight, from the operands the activations keep (the
+ * slots' inputs, h, dY and dGU): the same GEMMs on the same operands, later. */
+void pt_moe_backward_weight(pt_model *m, pt_moe_acts *a, const pt_layer_view *g);
 /* Rows this rank sent to and received from other ranks in the last forward's dispatch (expert
  * parallelism), added to *sent and *recv. */
 void pt_moe_a2a_rows(const pt_model *m, const pt_moe_acts *a, int64_t *sent, int64_t *recv);

@@ -357,13 +357,19 @@ static void pt_dp_units(pt_dp *d, size_t lo, size_t hi) {
         if (d->unit_hi[u] == 0) d->unit_lo[u] = 0; /* empty: overlaps nothing */
 }
 
+double pt_dp_bucket_mb(double bucket_mb, size_t elems) {
+    if (bucket_mb > 0) return bucket_mb;
+    double mb = (double)elems * sizeof(float) / 1048576.0 / 8.0;
+    return mb < 1.0 ? 1.0 : mb > 25.0 ? 25.0 : mb;
+}
+
 /* The elements [lo, hi) of the model's buffers over the group (plain: ZeRO-0 by all-reduces). */
 static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero, size_t lo,
                              size_t hi, double bucket_mb, int overlap, int plain) {
     memset(d, 0, sizeof *d);
     if (zero < 0 || zero > 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", zero);
-    if (!(bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
+    if (!(bucket_mb >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be >= 0 (0: auto)");
     d->comm = comm;
     d->model = model;
     d->zero = zero;
@@ -373,7 +379,7 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
     d->region_hi = hi;
     int N = comm->size, n_units = pt_model_n_units(model);
     pt_dp_units(d, lo, hi);
-    size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
+    size_t want = (size_t)(pt_dp_bucket_mb(bucket_mb, hi - lo) * 1048576.0 / sizeof(float));
     if (zero <= 1) {
         /* flat buckets from the end, multiples of N (the range is padded to one) but for plain
          * all-reduces */

@@ -204,8 +204,9 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("parallel.zero", PT_CFG_INT, parallel.zero, "0", NULL,
          "ZeRO stage over the data-parallel group: 0 replicated, 1 optimizer state sharded, 2 "
          "gradients too, 3 parameters too (gathered layer by layer)"),
-    PT_K("parallel.bucket_mb", PT_CFG_FLOAT, parallel.bucket_mb, "25", NULL,
-         "gradient bucket size in MiB; each bucket is reduced as soon as backward finishes it"),
+    PT_K("parallel.bucket_mb", PT_CFG_FLOAT, parallel.bucket_mb, "0", NULL,
+         "gradient bucket size in MiB; each bucket is reduced as soon as backward finishes it (0 = "
+         "auto: an eighth of the gradients, 1 to 25 MiB)"),
     PT_K("parallel.grad_reduce", PT_CFG_STR, parallel.grad_reduce, "fp32", "fp32|bf16",
          "element type of the data-parallel gradient reduction: fp32, or bf16 (each bucket's fp32 "
          "gradients rounded, summed in bf16, converted back; half the bytes; ZeRO-0 to 2)"),
@@ -556,7 +557,7 @@ pt_status pt_config_validate(const pt_config *c) {
     if (p->pp_virtual < 1) return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual must be >= 1");
     if (p->zero < 0 || p->zero > 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);
-    if (!(p->bucket_mb > 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be > 0");
+    if (!(p->bucket_mb >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be >= 0 (0: auto)");
     if (!(p->timeout_s >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.timeout_s must be >= 0");
     if (c->data.train[0] && c->data.sources[0])
         return pt_errorf(PT_ERR_CONFIG, "data.train and data.sources are mutually exclusive: give "
