@@ -18,6 +18,9 @@
 # over BENCH_BUSY. The column shows the worst kept run's: a row above ~0.1 core is noisy. About 1.5
 # min on a quiet 2-core machine (15 runs); on a busy one the waits and retries can stretch it to
 # ~10 min (BENCH_WAIT=0 BENCH_RETRY=0: none).
+# BENCH_PAIR="ARGS": only the baseline and the layout of these options (2 ranks), alternating,
+# BENCH_ROUNDS rounds; prints the ratio of each round's medians and of all rounds' (the repeat of
+# one row's ratio, which moves between runs of the whole table by a few hundredths).
 # BENCH_OLD_BIN=PATH: another build (the "before" of a change) measured in the same run, each
 # layout (the baseline included) run with it right before the same layout with $bin; the table
 # then has both, each layout's ratio against its own build's baseline, and the blocked shares
@@ -84,6 +87,25 @@ print(sys.argv[7], '%.2f' % max(0, (t1 - t0 - (c1 - c0)) / os.sysconf('SC_CLK_TC
   done
   return 0  # (a run kept after its retries despite other load: the column says so)
 }
+if [[ -n ${BENCH_PAIR:-} ]]; then  # the baseline and one layout, alternating, a ratio per round
+  read -r -a pair <<< "$BENCH_PAIR"
+  for ((r = 1; r <= ${BENCH_ROUNDS:-2}; r++)); do
+    run_bin "$bin" base.r$r 1
+    run_bin "$bin" pair.r$r 2 "${pair[@]}"
+  done
+  "$PY" - "$out" "$BENCH_PAIR" <<'PY'
+import glob, json, statistics, sys
+out = sys.argv[1]
+def steps(f): return [json.loads(l)["tokens_per_s"] for l in open(f)][2:]
+rounds = sorted(int(f.rsplit(".r", 1)[1].split(".")[0]) for f in glob.glob(out + "/pair.r*.jsonl"))
+ratios = [statistics.median(steps("%s/pair.r%d.jsonl" % (out, r))) / statistics.median(steps("%s/base.r%d.jsonl" % (out, r))) for r in rounds]
+base = statistics.median(x for r in rounds for x in steps("%s/base.r%d.jsonl" % (out, r)))
+lay = statistics.median(x for r in rounds for x in steps("%s/pair.r%d.jsonl" % (out, r)))
+print("%s against 1 rank x 2 threads: per round %s; all rounds %.0f against %.0f tok/s = %.3fx" % (
+    sys.argv[2], ", ".join("%.3f" % x for x in ratios), lay, base, lay / base))
+PY
+  exit 0
+fi
 for ((r = 1; r <= ${BENCH_ROUNDS:-2}; r++)); do
   run base.r$r 1
   run dp.r$r 2 --parallel.dp=2 --parallel.zero=1
