@@ -89,6 +89,9 @@ typedef struct {
         char metrics[PT_PATH_MAX]; /* JSON lines file, "" = none */
         int64_t comm_every;        /* communication counts in the metrics every n steps */
         int64_t report_every;      /* the run report every n steps (0: at the end only) */
+        char trace[256];           /* a directory for per-rank Chrome traces ("" = none) */
+        char trace_steps[32];      /* the steps traced, "A-B" */
+        int64_t trace_events;      /* the trace buffer's events per rank */
         int progress;              /* progress bar on a terminal */
         int64_t every;             /* print every n steps */
         char dump_grads[PT_PATH_MAX]; /* write step 1's reduced gradients here (tests) */
@@ -113,6 +116,8 @@ pt_status pt_config_set(pt_config *c, const char *key, const char *value);
 pt_status pt_config_from_args(pt_config *c, int argc, char **argv);
 /* Cross-key checks (batch divisibility, ranges). */
 pt_status pt_config_validate(const pt_config *c);
+/* The steps logging.trace_steps names ("A-B", 1 <= A <= B); PT_ERR_CONFIG otherwise. */
+pt_status pt_config_trace_steps(const pt_config *c, int64_t *first, int64_t *last);
 /* 1 if the key was set by a file or the command line (not defaulted). */
 int pt_config_was_set(const pt_config *c, const char *key);
 /* The model of model.init_from: ckpt (read from source, its config.json) into c->model. A key

@@ -17,6 +17,7 @@ static void pt_usage(FILE *f) {
             "  schedule  check, simulate and draw a pipeline schedule:  pentatron schedule --pp 4 --schedule zb\n"
             "  launch    run a job and restart it from its newest checkpoint after a failure:\n"
             "            pentatron launch --restarts 3 -- mpirun -np 8 pentatron train ...\n"
+            "  trace     join the per-rank traces of logging.trace:  pentatron trace merge DIR\n"
             "\n"
             "`pentatron COMMAND --help` describes each; `pentatron train --help-config` lists every\n"
             "configuration key.\n");
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "prepare")) return pt_cmd_prepare(argc - 2, argv + 2);
     if (!strcmp(cmd, "schedule")) return pt_cmd_schedule(argc - 2, argv + 2);
     if (!strcmp(cmd, "launch")) return pt_cmd_launch(argc - 2, argv + 2);
+    if (!strcmp(cmd, "trace")) return pt_cmd_trace(argc - 2, argv + 2);
     fprintf(stderr, "pentatron: unknown command \"%s\"\n\n", cmd);
     pt_usage(stderr);
     return 2;

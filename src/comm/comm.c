@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "comm/comm_backend.h"
+#include "pt/trace.h"
 
 size_t pt_dtype_size(pt_dtype dt) {
     switch (dt) {
@@ -69,10 +70,13 @@ pt_comm_req *pt_comm_req_take(pt_comm *c, pt_comm_op op, uint64_t bytes, const v
     if (r->held) pt_guard_hold();
     c->stats.calls[op]++;
     c->stats.bytes[op] += bytes;
+    r->t_post = pt_trace_on() ? pt_now() : 0.0;
+    r->bytes = bytes;
     return r;
 }
 
 void pt_comm_req_done(pt_comm *c, pt_comm_req *r) {
+    if (r->t_post > 0 && pt_trace_on()) pt_trace_comm(pt_comm_op_name(r->op), c->name, r->bytes, r->t_post, pt_now());
     if (r->held) pt_guard_release();
     r->held = 0;
     r->next_idle = c->req_idle;
@@ -117,6 +121,7 @@ void pt_comm_wait(pt_comm *c, pt_comm_req *r) {
     double dt = pt_now() - t0;
     c->stats.wait_seconds += dt;
     c->stats.wait_op[op] += dt;
+    pt_trace_wait(pt_comm_op_name(op), c->name, t0, t0 + dt);
 }
 
 void pt_comm_poll(pt_comm *c, pt_comm_req *r) {

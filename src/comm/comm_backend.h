@@ -11,6 +11,8 @@ struct pt_comm_req {
     pt_comm_req *next_idle; /* in c->req_idle while idle */
     pt_comm_op op;
     int held; /* a guard hold (core.h) taken on its buffers until it completes */
+    double t_post;  /* when it was posted, while a trace records (trace.h); else 0 */
+    uint64_t bytes; /* what it moves (for the trace) */
 };
 
 /* An idle request of c's pool, for an operation op moving `bytes` (counted in c->stats now). The

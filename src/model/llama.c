@@ -18,6 +18,7 @@
 
 #include "model/moe.h"
 #include "model/prec.h"
+#include "pt/trace.h"
 
 /* Rows of logits processed at a time by the fused head + loss: enough rows that the head's
  * weight-gradient GEMM (K = rows) runs near peak (128 rows: ~200 GFLOP/s, 512: ~245 on 2 cores),
@@ -1343,9 +1344,11 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     /* tied: the head needs it */
     if (a->first && !c->tied_embeddings) pt_release(m, 0, PT_USE_PARAMS, 0);
     for (int l = a->l0; l < a->l1; l++) {
+        double t0 = pt_now();
         pt_acquire(m, l + 1, PT_USE_PARAMS, 0);
         pt_layer_forward(m, a, l, l + 1 < a->l1 ? a->layers[l + 1 - a->l0].x : a->xout, 0);
         pt_release(m, l + 1, PT_USE_PARAMS, 0);
+        pt_trace_span("forward", t0, pt_now(), "layer", l, NULL, 0);
     }
     if (!a->last) return;
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
@@ -1407,6 +1410,7 @@ static void pt_head_loss(pt_model *m, const pt_head_io *io, const int32_t *targe
  * Under tensor parallelism dxf is summed over the ranks. */
 static double pt_head_train(pt_model *m, const pt_head_io *io, const int32_t *targets, int N,
                             float loss_scale, int64_t *n_valid) {
+    double t0 = pt_now();
     int C = m->cfg.dim, V = pt_head_V(m), HR = io->rows, head = pt_model_head_unit(m);
     double loss = 0.0;
     int64_t valid = 0;
@@ -1429,6 +1433,7 @@ static double pt_head_train(pt_model *m, const pt_head_io *io, const int32_t *ta
     /* the head's gradient is final here, unless it is the embedding's (tied) */
     pt_release(m, head, m->cfg.tied_embeddings ? PT_USE_PARAMS : PT_USE_PARAMS | PT_USE_GRADS, 0);
     if (n_valid) *n_valid = valid;
+    pt_trace_span("head and loss", t0, pt_now(), "rows", N, NULL, 0);
     return loss;
 }
 
@@ -1715,8 +1720,10 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
     int N = a->B * a->T, C = c->dim, R = pt_res_rows(m, N);
     if (part == PT_BWD_WEIGHT) {
         for (int l = a->l1 - 1; l >= a->l0; l--) {
+            double t0 = pt_now();
             pt_layer_backward(m, a, l, part);
             pt_release(m, l + 1, PT_USE_GRADS, 1);
+            pt_trace_span("weight gradients", t0, pt_now(), "layer", l, NULL, 0);
         }
         return;
     }
@@ -1730,10 +1737,13 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
         pt_release(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     } /* else: the gradient of the chunk's output is in a->dx already */
     for (int l = a->l1 - 1; l >= a->l0; l--) {
+        double t0 = pt_now();
         pt_acquire(m, l + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
         pt_layer_recompute(m, a, l);
         pt_layer_backward(m, a, l, part);
         pt_release(m, l + 1, part == PT_BWD_ALL ? PT_USE_PARAMS | PT_USE_GRADS : PT_USE_PARAMS, 1);
+        pt_trace_span(part == PT_BWD_ALL ? "backward" : "input gradients", t0, pt_now(), "layer", l,
+                      NULL, 0);
     }
     if (!a->first) return; /* a->dx: the gradient of the chunk's input */
     pt_acquire(m, 0, PT_USE_GRADS, 1);

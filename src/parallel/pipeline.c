@@ -10,6 +10,8 @@
  * micro-batch's activations in a set from a pool (their peak measured). */
 #include "pt/pipeline.h"
 
+#include "pt/trace.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,6 +421,7 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
     double loss = 0.0, t0;
     for (int i = 0; i < n; i++) {
         const pt_action *x = &acts[i];
+        double t_act = pt_now();
         pt_pipe_slot *s = &p->slot[x->micro * p->v + x->chunk];
         int stage = pt_schedule_stage(p->sched.kind, p->pp->size, p->v, r, x->chunk);
         int src = pt_pipe_local_source(p, x);
@@ -468,6 +471,9 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
             loss += pt_pipe_head(p, s->a, x->micro, tgt, loss_scale, 0);
             break;
         }
+        if (x->kind <= PT_ACT_BWD_WEIGHT || x->kind == PT_ACT_HEAD) /* with the waits before it */
+            pt_trace_span(pt_schedule_action_name(x->kind), t_act, pt_now(), "micro", x->micro, "chunk",
+                          x->chunk);
         if (--s->left == 0) pt_pipe_give(p, x->chunk, s);
         pt_pipe_poll(p);
     }

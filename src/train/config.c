@@ -243,6 +243,15 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("logging.report_every", PT_CFG_INT64, logging.report_every, "0", NULL,
          "the run report (communication per parallel dimension, memory per rank) every n steps; "
          "it is always printed at the end"),
+    PT_K("logging.trace", PT_CFG_STR, logging.trace, "", NULL,
+         "a directory where each rank writes a Chrome/Perfetto trace of logging.trace_steps "
+         "(trace-rankR.json: computation spans, waits, every communication; pentatron trace merge "
+         "joins them; \"\" = none)"),
+    PT_K("logging.trace_steps", PT_CFG_STR, logging.trace_steps, "2-3", NULL,
+         "the steps traced, \"A-B\" (1-based, inclusive)"),
+    PT_K("logging.trace_events", PT_CFG_INT64, logging.trace_events, "1000000", NULL,
+         "the trace buffer per rank, in events (~80 bytes each, made at start); beyond it events "
+         "are dropped and counted"),
     PT_K("logging.progress", PT_CFG_BOOL, logging.progress, "true", NULL,
          "between logged steps, a progress line updated in place (terminal only)"),
     PT_K("logging.every", PT_CFG_INT64, logging.every, "1", NULL, "print every n steps"),
@@ -513,6 +522,16 @@ pt_status pt_config_from_args(pt_config *c, int argc, char **argv) {
     return PT_OK;
 }
 
+pt_status pt_config_trace_steps(const pt_config *c, int64_t *first, int64_t *last) {
+    long long a, b;
+    char tail;
+    if (sscanf(c->logging.trace_steps, "%lld-%lld%c", &a, &b, &tail) != 2 || a < 1 || b < a)
+        return pt_errorf(PT_ERR_CONFIG, "logging.trace_steps = \"%s\": expected \"A-B\" with 1 <= A <= B "
+                         "(the steps traced, e.g. \"2-3\")", c->logging.trace_steps);
+    *first = a, *last = b;
+    return PT_OK;
+}
+
 pt_status pt_config_validate(const pt_config *c) {
     const typeof(c->training) *t = &c->training;
     if (t->steps < 0) return pt_errorf(PT_ERR_CONFIG, "training.steps must be >= 0");
@@ -595,6 +614,11 @@ pt_status pt_config_validate(const pt_config *c) {
     if (c->logging.comm_every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.comm_every must be >= 1");
     if (c->logging.report_every < 0)
         return pt_errorf(PT_ERR_CONFIG, "logging.report_every must be >= 0");
+    int64_t ta, tb;
+    PT_TRY(pt_config_trace_steps(c, &ta, &tb));
+    if (c->logging.trace_events < 1000 || c->logging.trace_events > ((int64_t)1 << 30))
+        return pt_errorf(PT_ERR_CONFIG, "logging.trace_events = %lld: expected 1000 to 2^30",
+                         (long long)c->logging.trace_events);
     if (c->sample.max_new_tokens < 0)
         return pt_errorf(PT_ERR_CONFIG, "sample.max_new_tokens must be >= 0");
     if (!(c->sample.temperature >= 0))

@@ -15,6 +15,7 @@
 #include "pt/preempt.h"
 #include "pt/run_lock.h"
 #include "pt/safetensors.h"
+#include "pt/trace.h"
 #include "train/resume.h"
 
 static int pt_schedule_id(const char *s) {
@@ -67,7 +68,8 @@ static pt_status pt_trainer_agree(pt_trainer *t, pt_status st, const char *what)
     return PT_ERR_CONFIG;
 }
 
-/* Fail early: every rank can create files in checkpoint.dir (each writes its shard there), and
+/* Fail early: every rank can create files in checkpoint.dir (each writes its shard there) and in
+ * logging.trace (each its trace), and
  * rank 0 opens logging.metrics, before anything is allocated, so that a run never trains for
  * hours to find it cannot save. Rank 0 takes checkpoint.dir's run lock (pt/run_lock.h) before
  * it writes anything: a second run on the directory stops here, naming the holder. Collective
@@ -78,12 +80,14 @@ static pt_status pt_trainer_check_outputs(pt_trainer *t) {
     int rank = t->mesh ? t->mesh->world_rank : 0;
     pt_status st = PT_OK;
     if (cfg->checkpoint.dir[0]) st = pt_check_writable_dir(cfg->checkpoint.dir, "checkpoint.dir");
+    if (st == PT_OK && cfg->logging.trace[0]) st = pt_check_writable_dir(cfg->logging.trace, "logging.trace");
     if (st == PT_OK && rank == 0 && cfg->checkpoint.dir[0])
         st = pt_run_lock_acquire(&t->lock, cfg->checkpoint.dir, cfg->checkpoint.lock_timeout_s);
     if (st == PT_OK && rank == 0 && cfg->logging.metrics[0])
         st = pt_metrics_open(&t->metrics, cfg->logging.metrics, t->mesh, cfg->training.steps,
                              cfg->logging.comm_every);
-    return pt_trainer_agree(t, st, "the check that checkpoint.dir and logging.metrics are writable");
+    return pt_trainer_agree(t, st, "the check that checkpoint.dir, logging.trace and logging.metrics are "
+                                   "writable");
 }
 
 /* checkpoint.resume, before the model is allocated: the checkpoint to continue (latest: the
@@ -425,6 +429,7 @@ pt_status pt_trainer_unsplit(pt_trainer *t, pt_model *out, int on_this_rank) {
 static void pt_trainer_params_ready(pt_trainer *t);
 
 void pt_trainer_free(pt_trainer *t) {
+    pt_trace_close(); /* (a run stopped before its trace's last step) */
     pt_run_lock_release(t->lock);
     t->lock = NULL;
     pt_trainer_async_free(t); /* a save still being written is waited for, not published */
@@ -650,16 +655,20 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         if (t->lay.dpc) pt_dp_begin_micro(&t->lay.dp, last);
         if (t->lay.dpe.model) pt_dp_begin_micro(&t->lay.dpe, last);
         pt_trainer_docs(t, at);
+        double tm = pt_now();
         loss_sum += pt_model_forward(&t->model, t->acts, t->d_inputs + at, t->d_targets + at,
                                      t->d_pos, loss_scale, NULL);
         pt_model_backward(&t->model, t->acts, t->d_inputs + at);
+        pt_trace_span("micro-batch", tm, pt_now(), "micro", k, NULL, 0);
         if (last) break; /* its reductions: pt_trainer_reduce */
         if (t->lay.dpc) pt_dp_end_micro(&t->lay.dp, last);
         if (t->lay.dpe.model) pt_dp_end_micro(&t->lay.dpe, last);
     }
     /* Σ g² over what this rank owns (replicas counted once); with ZeRO the data ranks own
      * disjoint parts, the tp ranks always do: each sums over its group */
+    double t_red = pt_now();
     double sumsq = pt_trainer_reduce(t);
+    pt_trace_span("gradient reduction", t_red, pt_now(), NULL, 0, NULL, 0);
     if (pt_trainer_injected(t)) sumsq = NAN; /* a test's divergence: every rank's norm is NaN */
     double aux[2] = {t->model.aux_loss, t->model.z_loss};
     pt_layout_sum_step(lay, &loss_sum, &sumsq, aux, t->model.expert_load, n_load);
@@ -676,9 +685,11 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         t->grads_dumped = 1;
     }
     float lr = pt_lr_at(&t->opt.cfg, t->step);
+    double t_opt = pt_now();
     if (finite) /* a skipped step leaves weights, moments and AdamW's count as they were */
         pt_trainer_update(t, lr, pt_clip_coef(norm, cfg->optimizer.grad_clip));
     be->synchronize(be);
+    pt_trace_span("optimizer", t_opt, pt_now(), NULL, 0, NULL, 0);
     t->step++; /* the data and the learning-rate schedule move on either way */
     s->skipped = !finite;
 
@@ -693,6 +704,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     s->source_names = (const char *const *)t->data.name;
     s->source_share = pt_mix_shares(&t->data, t->step * G);
     s->seconds = pt_now() - t0;
+    pt_trace_span("step", t0, t0 + s->seconds, "step", (int)t->step, NULL, 0);
     s->n_stages = 0;
     s->n_cp = 0;
     if (t->model.par.cp > 1 && t->model.par.cp <= 64) {
@@ -1015,6 +1027,27 @@ static pt_status pt_trainer_preempt(pt_trainer *t, const char *why, int64_t save
     return pt_trainer_save(t); /* (after a background save still pending) */
 }
 
+/* logging.trace: this rank's events of steps a..b to DIR/trace-rankR.json; recording stops. */
+static pt_status pt_trainer_trace_write(pt_trainer *t, int64_t a, int64_t b) {
+    pt_trace_record(0);
+    const pt_mesh *m = t->mesh;
+    int rank = m ? m->world_rank : 0;
+    char path[sizeof t->cfg.logging.trace + 32], label[128];
+    snprintf(path, sizeof path, "%s/trace-rank%d.json", t->cfg.logging.trace, rank);
+    if (m)
+        snprintf(label, sizeof label, "rank %d: dp %d, pp %d, cp %d, tp %d, ep %d", rank, m->dp_i,
+                 m->pp_i, m->cp_i, m->tp_i, m->ep_i);
+    else
+        snprintf(label, sizeof label, "rank 0");
+    PT_TRY(pt_trace_write(path, label));
+    if (rank == 0)
+        pt_log_info("logging.trace: steps %lld-%lld written to %s/trace-rank*.json (pentatron trace "
+                    "merge %s joins them)", (long long)a, (long long)b, t->cfg.logging.trace,
+                    t->cfg.logging.trace);
+    pt_trace_close();
+    return PT_OK;
+}
+
 /* The head split over the stages: what the run measured (each stage's seconds per step in its
  * layers and in its rows of the head) and the rows that would balance those times, logged for
  * parallel.pp_head_rows (the split itself is fixed for a run: its rows are the parameters'). */
@@ -1046,6 +1079,12 @@ pt_status pt_trainer_run(pt_trainer *t) {
                (!t->mesh || t->mesh->world_size == 1);
     pt_metrics_begin(&t->metrics); /* communication counted from here */
     pt_report_mark mark = pt_report_mark_now(t->mesh, t->step);
+    int64_t trace_a = 0, trace_b = -1;
+    if (cfg->logging.trace[0]) {
+        PT_TRY(pt_config_trace_steps(cfg, &trace_a, &trace_b));
+        pt_trace_open(t->mesh ? t->mesh->world_rank : 0, (size_t)cfg->logging.trace_events);
+        if (trace_a <= first + 1 && trace_b > first) pt_trace_record(1);
+    }
     int64_t saved = first; /* the step of the newest checkpoint (preempt) */
     while (t->step < total) {
         char why[160];
@@ -1063,6 +1102,9 @@ pt_status pt_trainer_run(pt_trainer *t) {
         }
         pt_rank_memory mem = pt_trainer_rank_memory(t);
         PT_TRY(pt_metrics_write(&t->metrics, &s, &cfg->model, &mem));
+        /* the trace covers what the metrics of steps A..B count: from A − 1's line to B's */
+        if (cfg->logging.trace[0] && s.step == trace_a - 1) pt_trace_record(1);
+        if (cfg->logging.trace[0] && s.step == trace_b) PT_TRY(pt_trainer_trace_write(t, trace_a, trace_b));
         char progress[64];
         pt_progress_bar(s.step, total, pt_now() - start, first, progress, sizeof progress);
         if (s.step % cfg->logging.every == 0 || s.step == total || s.step == first + 1) {
@@ -1093,5 +1135,6 @@ pt_status pt_trainer_run(pt_trainer *t) {
     }
     pt_trainer_params_ready(t); /* the last update's gathers */
     pt_trainer_head_balance(t);
+    if (pt_trace_on()) PT_TRY(pt_trainer_trace_write(t, trace_a, t->step)); /* ended before B */
     return PT_OK;
 }

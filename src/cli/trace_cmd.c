@@ -1,0 +1,36 @@
+/* trace_cmd.c: `pentatron trace merge DIR [--out FILE]`: the per-rank traces logging.trace wrote,
+ * joined into one Chrome/Perfetto file with a process (a track) per rank. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "pt/trace.h"
+
+static void pt_trace_usage(FILE *f) {
+    fprintf(f, "usage: pentatron trace merge DIR [--out FILE]\n"
+               "\n"
+               "Joins DIR/trace-rank*.json, which a run with logging.trace = DIR writes (one per rank:\n"
+               "the steps of logging.trace_steps), into one trace with a process per rank, for\n"
+               "chrome://tracing or ui.perfetto.dev. FILE defaults to DIR/trace.json.\n");
+}
+
+int pt_cmd_trace(int argc, char **argv) {
+    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        pt_trace_usage(stdout);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[0], "merge") || (argc != 2 && !(argc == 4 && !strcmp(argv[2], "--out")))) {
+        pt_trace_usage(stderr);
+        return 2;
+    }
+    char out[4096];
+    snprintf(out, sizeof out, "%s", argc == 4 ? argv[3] : argv[1]);
+    if (argc == 2) snprintf(out, sizeof out, "%s/trace.json", argv[1]);
+    pt_status st = pt_trace_merge(argv[1], out);
+    if (st != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 1;
+    }
+    printf("%s\n", out);
+    return 0;
+}
