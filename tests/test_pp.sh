@@ -15,7 +15,8 @@
 #     within 0.1x / 0.5x of bf16's own distance from fp32); its validation losses (data.val)
 #     within 1e-5 of the single process's;
 #   - the head split over the pipeline ranks (parallel.pp_head = split): 1f1b, afab, zb at pp 2
-#     and 4, with tp 2 (+ sp), dp 2 (ZeRO-1), full recomputation, given vocabulary rows, bf16,
+#     and 4, with tp 2 (+ sp), dp 2 (ZeRO-1), full and selective recomputation, given vocabulary
+#     rows, bf16,
 #     evaluation, the bytes of the pp and head groups against their formulas, and checkpoints
 #     split pp 2 -> one process -> split pp 4 continuing the same losses;
 #   - stage splits and schedules that cannot work fail fast with one message.
@@ -148,6 +149,7 @@ check 4 head_pp2_tp2_sp_zb ref4 "${L4[@]}" --parallel.pp=2 --parallel.tp=2 --par
 check 8 head_pp4_tp2 ref4 "${L4[@]}" --parallel.pp=4 --parallel.tp=2 "${HS[@]}" --training.micro_batch=2
 check 4 head_pp2_dp2_z1 ref4 "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 "${HS[@]}" --training.micro_batch=1
 check 2 head_pp2_zb_full ref4 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --parallel.pp_schedule=zb --training.recompute=full --training.micro_batch=2
+check 2 head_pp2_1f1b_sel ref4 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --training.recompute=selective --training.micro_batch=2
 check 2 head_pp2_rows ref4 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --parallel.pp_head_rows=90,7 --training.micro_batch=2
 grep -q "vocabulary rows 90,7" "$tmp/head_pp2_rows.log" && ok || bad "the given head rows were not used"
 bf16_check 2 bf_head_pp2_zb 4 --parallel.pp=2 "${HS[@]}" --parallel.pp_schedule=zb --training.micro_batch=2
