@@ -174,6 +174,11 @@ run() {
   export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include="$net.0/24"
   export OMPI_MCA_oob_tcp_if_include="$net.0/24" OMPI_MCA_orte_keep_fqdn_hostnames=1
   export PT_CLUSTER="$name" PT_CLUSTER_NET="$net"
+  # the hosts share this machine's cores: more slots than cores and Open MPI, seeing no host
+  # oversubscribed, would let waiting ranks spin (a 16-rank run took twice as long)
+  if [ -z "${OMPI_MCA_mpi_yield_when_idle:-}" ] && [ $(($(cat "$state/n") * slots)) -gt "$(nproc)" ]; then
+    export OMPI_MCA_mpi_yield_when_idle=1
+  fi
   hostfile
   in_host 0 mpirun --hostfile "$state/hostfile" "$@"
 }

@@ -13,6 +13,8 @@
 #     held within 10%;
 #   - the negative control: the round-robin run's crossing bytes checked against the groups that
 #     rank order would have spanning (pp, world) must fail the same check (they are ~9x larger);
+#   - links shaped with tc tbf (--rate 100mbit, both directions), 2 hosts × 1 rank: dp 2
+#     reproduces the single-process run; bad requests to the script get one message each;
 #   - nothing is left behind: no namespace, no /etc/netns entry, no process of the cluster.
 # Skipped (exit 0, "skipped: ...") where network namespaces cannot be made (not root, no ip).
 set -u
@@ -121,6 +123,22 @@ if [ -f "$tmp/slot.bytes" ] && [ -f "$tmp/node.bytes" ]; then
   if crossing node slot; then bad "the check passes a bad placement (tp across the hosts)"
   else ok; echo "(the negative control: round-robin's crossing bytes fail for rank order's groups)"; fi
 fi
+
+# links shaped with tc tbf both ways (--rate), 2 hosts × 1 rank (the timing setting): dp 2 reproduces
+# the single-process run over them
+"$C" up 2 --rate 100mbit > /dev/null || bad "cluster.sh up 2 --rate 100mbit"
+shaped=$(for h in 0 1; do tc -n "$PT_CLUSTER-h$h" qdisc show dev eth0; tc -n "$PT_CLUSTER-sw" qdisc show dev "h$h"; done)
+[ "$(grep -c 'tbf .* rate 100Mbit' <<<"$shaped")" = 4 ] && ok || bad "links not shaped: $shaped"
+PT_CLUSTER_SLOTS=1 timeout 120 "$C" run -np 2 "$bin" train "${tiny[@]}" "${L4[@]}" $P.dp=2 \
+  --training.micro_batch=4 --logging.metrics="$tmp/dp2.jsonl" --logging.dump_grads="$tmp/dp2.st" \
+  > "$tmp/dp2.log" 2>&1 & wait $!
+[ $? -eq 0 ] && compare ref dp2 && ok || bad "2 hosts x 1 rank over shaped links: $(tail -2 "$tmp/dp2.log")"
+# bad requests: one clear message each, nothing made
+for args in "up 0" "up 2 --rate fast" "up 2 --frob"; do
+  out="$("$C" $args 2>&1)" && bad "cluster.sh $args succeeded" ||
+    { [ "$(wc -l <<<"$out")" = 1 ] && ok || bad "cluster.sh $args: $out"; }
+done
+out="$(PT_CLUSTER=Bad "$C" down 2>&1)" && bad "PT_CLUSTER=Bad accepted" || { grep -q "PT_CLUSTER='Bad'" <<<"$out" && ok || bad "PT_CLUSTER=Bad: $out"; }
 
 "$C" down
 left="$(ip netns list | grep -c "^$PT_CLUSTER-"; ls -d /etc/netns/"$PT_CLUSTER"-* 2> /dev/null | wc -l)"
