@@ -4,6 +4,8 @@
 #   compare REF NAME [A B N Z] tests/ref/compare_runs.py against the reference run
 #   check NP NAME REF ARGS...  a run that must reproduce REF (run, then compare)
 #   expect_fail NP NEEDLE ARGS a layout that must fail fast with one message
+#   bf16_check NP NAME LAYERS  a bf16 run against bref$LAYERS within bf16's own distance from fp32
+#   val_same NAME LABEL        validation losses equal to the run ev_ref's
 #   killed_rank NP RANK ARGS   a rank SIGKILLed once training runs must end the job fast
 #   ok / bad MESSAGE           count a pass / a failure
 bin="$1"
@@ -71,6 +73,30 @@ check() { # NP NAME REF ARGS...: a run that must reproduce the run REF
   else
     bad "$name failed: $(tail -3 "$tmp/$name.log")"
   fi
+}
+
+# bf16_check NP NAME LAYERS ARGS...: a bf16 run of the tiny model with LAYERS layers against the
+# single-process bf16 run bref$LAYERS, within a share of bf16's own distance from fp32 (ref$LAYERS)
+bf16_check() {
+  local np="$1" name="$2" layers="$3"; shift 3
+  if run "$np" "$name" --model.n_layers=$layers --training.precision=bf16 "$@"; then
+    "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --bf16 "$tmp" "ref$layers" "bref$layers" "$name" "bf16 $name" && ok ||
+      bad "$name too far from the single-process bf16 run"
+  else
+    bad "$name failed: $(tail -3 "$tmp/$name.log")"
+  fi
+}
+
+# val_same NAME LABEL: NAME's validation losses within 1e-5 of the single process's (the run ev_ref)
+val_same() {
+  "$PY" - "$tmp" "$1" "$2" <<'PY'
+import json, sys
+def val(n): return [(r["step"], r["val_loss"]) for r in map(json.loads, open("%s/%s.jsonl" % (sys.argv[1], n))) if "val_loss" in r]
+a, b = val("ev_ref"), val(sys.argv[2])
+worst = max(abs(x[1] - y[1]) / x[1] for x, y in zip(a, b)) if a else 1
+print("%s validation losses at steps %s: worst relative difference %.1e" % (sys.argv[3], [s for s, _ in b], worst))
+sys.exit(0 if len(a) == 2 and [s for s, _ in a] == [s for s, _ in b] and worst <= 1e-5 else 1)
+PY
 }
 
 # killed_rank NP RANK ARGS...: rank RANK killed (SIGKILL) once the run has reached step 2: the job

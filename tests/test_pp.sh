@@ -14,11 +14,7 @@
 #     rows), with tied embeddings (both ends on rank 0), and in bf16 (compare_runs.py --bf16:
 #     within 0.1x / 0.5x of bf16's own distance from fp32); its validation losses (data.val)
 #     within 1e-5 of the single process's;
-#   - the head split over the pipeline ranks (parallel.pp_head = split): 1f1b, afab, zb at pp 2
-#     and 4, with tp 2 (+ sp), dp 2 (ZeRO-1), full and selective recomputation, given vocabulary
-#     rows, bf16,
-#     evaluation, the bytes of the pp and head groups against their formulas, and checkpoints
-#     split pp 2 -> one process -> split pp 4 continuing the same losses;
+#   - the head split over the stages: tests/test_pp_head.sh;
 #   - stage splits and schedules that cannot work fail fast with one message.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
@@ -60,32 +56,12 @@ B16=(--training.precision=bf16)
 for L in 4 8; do
   run 1 "bref$L" --model.n_layers=$L "${B16[@]}" --training.micro_batch=8 || bad "bf16 $L-layer reference failed"
 done
-bf16_check() { # NP NAME LAYERS ARGS...
-  local np="$1" name="$2" layers="$3"; shift 3
-  if run "$np" "$name" --model.n_layers=$layers "${B16[@]}" "$@"; then
-    "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --bf16 "$tmp" "ref$layers" "bref$layers" "$name" "bf16 $name" && ok ||
-      bad "$name too far from the single-process bf16 run"
-  else
-    bad "$name failed: $(tail -3 "$tmp/$name.log")"
-  fi
-}
 bf16_check 2 bf_pp2_dualpipev 4 --parallel.pp=2 "${DPV[@]}" --training.micro_batch=2
 bf16_check 4 bf_pp4_dualpipev_sel 8 --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1 --training.recompute=selective
 # evaluation (data.val): the forward-only pass down the V and back up gives the single process's
 # validation losses (each within 1e-5 relative)
 shard "$tmp/val_000000.bin" 4000 7 0.2
 ev=(--data.val="$tmp/val_*.bin" --eval.every=5 --eval.tokens=256)
-# val_same NAME LABEL: NAME's validation losses within 1e-5 of the single process's, at its steps
-val_same() {
-  "$PY" - "$tmp" "$1" "$2" <<'PY'
-import json, sys
-def val(n): return [(r["step"], r["val_loss"]) for r in map(json.loads, open("%s/%s.jsonl" % (sys.argv[1], n))) if "val_loss" in r]
-a, b = val("ev_ref"), val(sys.argv[2])
-worst = max(abs(x[1] - y[1]) / x[1] for x, y in zip(a, b)) if a else 1
-print("%s validation losses at steps %s: worst relative difference %.1e" % (sys.argv[3], [s for s, _ in b], worst))
-sys.exit(0 if len(a) == 2 and [s for s, _ in a] == [s for s, _ in b] and worst <= 1e-5 else 1)
-PY
-}
 run 1 ev_ref "${L4[@]}" "${ev[@]}" --training.micro_batch=8 &&
 run 2 ev_pp2_dualpipev "${L4[@]}" "${ev[@]}" --parallel.pp=2 "${DPV[@]}" --training.micro_batch=2 &&
 val_same ev_pp2_dualpipev "dualpipev pp 2" && ok || bad "dualpipev's validation losses differ from the single process's"
@@ -137,57 +113,7 @@ run 4 t3 "${T4[@]}" --parallel.pp=4 --parallel.pp_schedule=zb --training.micro_b
 "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --resume "$tmp" tref "tied pp2·dp2 -> 1 -> pp4/zb" t1 t2 t3 && ok ||
   bad "losses after resuming a tied pipeline differ"
 
-# the head split over the pipeline ranks (parallel.pp_head = split): every stage a share of the
-# head's vocabulary rows, the loss's statistics combined over the stages, xf's gradient summed
-# onto the last stage: each schedule that supports it, with tp (+ sp), dp (ZeRO-1), full
-# recomputation, given rows, bf16, evaluation, and checkpoints across pp degrees
-HS=(--parallel.pp_head=split)
-check 2 head_pp2_1f1b ref4 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --training.micro_batch=1
-check 2 head_pp2_afab ref4 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --parallel.pp_schedule=afab --training.micro_batch=2
-check 4 head_pp4_zb ref4 "${L4[@]}" --parallel.pp=4 "${HS[@]}" --parallel.pp_schedule=zb --training.micro_batch=1
-check 4 head_pp2_tp2_sp_zb ref4 "${L4[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.sp=true "${HS[@]}" --parallel.pp_schedule=zb --training.micro_batch=2
-check 8 head_pp4_tp2 ref4 "${L4[@]}" --parallel.pp=4 --parallel.tp=2 "${HS[@]}" --training.micro_batch=2
-check 4 head_pp2_dp2_z1 ref4 "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 "${HS[@]}" --training.micro_batch=1
-check 2 head_pp2_zb_full ref4 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --parallel.pp_schedule=zb --training.recompute=full --training.micro_batch=2
-check 2 head_pp2_1f1b_sel ref4 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --training.recompute=selective --training.micro_batch=2
-check 2 head_pp2_rows ref4 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --parallel.pp_head_rows=90,7 --training.micro_batch=2
-grep -q "vocabulary rows 90,7" "$tmp/head_pp2_rows.log" && ok || bad "the given head rows were not used"
-bf16_check 2 bf_head_pp2_zb 4 --parallel.pp=2 "${HS[@]}" --parallel.pp_schedule=zb --training.micro_batch=2
-run 2 ev_head_pp2 "${L4[@]}" "${ev[@]}" --parallel.pp=2 "${HS[@]}" --training.micro_batch=2 &&
-val_same ev_head_pp2 "head split pp 2" && ok || bad "the split head's validation losses differ from the single process's"
-# bytes: besides its activation, the first stage receives xf and sends its part of xf's
-# gradient (N·C floats each) per micro-batch; the head group carries each rank's 3 statistics
-# per row to the pp·tp − 1 others (ring all-gather) per micro-batch
-"$PY" - "$tmp" <<'PY' && ok || bad "the split head's bytes differ from the formula"
-import json, sys
-N, C, V = 1 * 16, 32, 97
-def step2(name): return [json.loads(l) for l in open("%s/%s.jsonl" % (sys.argv[1], name))][1]
-errs = []
-for name, m, ranks in (("head_pp2_1f1b", 8, 2), ("head_pp4_zb", 8, 4)):
-    g = step2(name)["comm_groups"]
-    for group, want in (("pp", 2 * m * N * C * 4), ("head", m * N * 3 * 4 * (ranks - 1))):
-        got = g[group]
-        print("%s: first-stage %s bytes per step %d, formula %d (%.2f%%)" % (name, group, got, want, 100.0 * (got - want) / want))
-        if abs(got - want) > 0.01 * want: errs.append(name + " " + group)
-if errs: print(errs); sys.exit(1)
-PY
-hk="$tmp/hk"
-run 2 h1 "${L4[@]}" --parallel.pp=2 "${HS[@]}" --training.micro_batch=2 --checkpoint.dir="$hk" --training.steps=3 --checkpoint.keep=5 &&
-run 1 h2 "${L4[@]}" --training.micro_batch=8 --checkpoint.dir="$hk" --checkpoint.resume=latest --training.steps=6 --checkpoint.keep=5 &&
-run 4 h3 "${L4[@]}" --parallel.pp=4 "${HS[@]}" --parallel.pp_schedule=zb --training.micro_batch=2 --checkpoint.dir="$hk" --checkpoint.resume=latest --training.steps=10 --checkpoint.keep=5 ||
-  bad "head split resume runs failed: $(tail -2 "$tmp"/h[123].log)"
-"$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --resume "$tmp" ref4 "split pp2 -> 1 -> split pp4/zb" h1 h2 h3 && ok ||
-  bad "losses after resuming a split head differ"
-
 # what cannot work
-expect_fail 2 "needs the afab, 1f1b or zb" "${L4[@]}" --parallel.pp=2 "${HS[@]}" --parallel.pp_schedule=interleaved --parallel.pp_virtual=2 --training.micro_batch=2
-expect_fail 2 "needs the afab, 1f1b or zb" "${L4[@]}" --parallel.pp=2 "${HS[@]}" "${DPV[@]}" --training.micro_batch=2
-expect_fail 2 "needs untied embeddings" "${T4[@]}" --parallel.pp=2 "${HS[@]}" --training.micro_batch=2
-expect_fail 2 "needs parallel.pp > 1" "${L4[@]}" --parallel.dp=2 "${HS[@]}" --training.micro_batch=2
-expect_fail 2 "parallel.pp_head_rows" "${L4[@]}" --parallel.pp=2 "${HS[@]}" --parallel.pp_head_rows=90,8 --training.micro_batch=2
-expect_fail 2 "parallel.pp_head_rows" "${L4[@]}" --parallel.pp=2 "${HS[@]}" --parallel.pp_head_rows=97,0 --training.micro_batch=2
-expect_fail 4 "fewer than parallel.tp" "${L4[@]}" --parallel.pp=2 --parallel.tp=2 "${HS[@]}" --parallel.pp_head_rows=96,1 --training.micro_batch=2
-expect_fail 2 "parallel.pp_head" "${L4[@]}" --parallel.pp=2 --parallel.pp_head=middle --training.micro_batch=2
 expect_fail 4 "exceed model.n_layers" --parallel.pp=4 --training.micro_batch=1
 expect_fail 2 "must divide model.n_layers" "${L4[@]}" --parallel.pp=2 --parallel.pp_schedule=interleaved --parallel.pp_virtual=3 --training.micro_batch=1
 expect_fail 2 "multiple of" "${L4[@]}" --parallel.pp=2 --parallel.pp_schedule=interleaved --parallel.pp_virtual=2 --training.micro_batch=8
