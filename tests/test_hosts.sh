@@ -4,6 +4,9 @@
 #   - dp 2 × pp 2 × cp 2 × tp 2 (zero bubble, ZeRO-1) reproduces the single-process run (step-1
 #     gradients ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative), placed in rank order (host 0 = pp
 #     stage 0); placed round-robin (tp across hosts), 4 steps with the reference's losses;
+#   - the mesh orders the ranks by host (include/pt/mesh.h): launched round-robin, tp, cp and dp
+#     still stay within a host and only pp crosses (its log line and the crossing bytes say so);
+#     PT_MESH_ORDER = rank keeps the launcher's order, the bad placement of the negative control;
 #   - the bytes that cross between the hosts, by the links' own counters (veth), equal the bytes
 #     the run report gives for the groups that span hosts (derived from the placement and the
 #     mesh's rank order): in rank order pp and world, round-robin tp and world. The counters'
@@ -43,8 +46,9 @@ hrun() {
   local name="$1" map="$2" steps="$3"
   "$C" bytes > "$tmp/$name.bytes"
   # in the background: a signal to the test interrupts `wait` (not a foreground job), so the
-  # EXIT trap takes the cluster down at once
-  timeout 150 "$C" run -np 16 --map-by "$map" "$bin" train "${tiny[@]}" "${five[@]}" \
+  # EXIT trap takes the cluster down at once. PT_MESH_ORDER (rank: the launcher's order, else
+  # the mesh orders the ranks by host) reaches every rank
+  PT_MESH_ORDER="${ORDER:-host}" timeout 150 "$C" run -np 16 --map-by "$map" -x PT_MESH_ORDER "$bin" train "${tiny[@]}" "${five[@]}" \
     --training.steps="$steps" --logging.metrics="$tmp/$name.jsonl" \
     --logging.dump_grads="$tmp/$name.st" > "$tmp/$name.log" 2>&1 &
   wait $! || { bad "$name ($map, $steps steps) failed: $(tail -3 "$tmp/$name.log")"; return 1; }
@@ -55,8 +59,17 @@ t0=$SECONDS
 if hrun slot1 slot 1 && hrun slot slot 10; then
   if compare ref slot; then ok; else bad "2 hosts in rank order: differs from the single-process run"; fi
 fi
-# round-robin (the negative control's placement): 4 steps, the same losses as the reference's
-if hrun node1 node 1 && hrun node node 4; then
+# round-robin, the mesh ordering the ranks by host (the default): tp, cp, dp within a host
+# again, pp across, as the log says
+if hrun nodeh1 node 1 && hrun nodeh node 4; then
+  grep -q "mesh: 2 hosts; within a host: tp, cp, dp; across hosts: pp" "$tmp/nodeh.log" && ok ||
+    bad "round-robin, ordered by host: the mesh's placement line: $(grep 'mesh:' "$tmp/nodeh.log")"
+fi
+# round-robin in the launcher's order (PT_MESH_ORDER = rank; the negative control's placement):
+# 4 steps, the same losses as the reference's
+if ORDER=rank hrun node1 node 1 && ORDER=rank hrun node node 4; then
+  grep -q "mesh: 2 hosts; within a host: cp, dp, pp; across hosts: tp" "$tmp/node.log" && ok ||
+    bad "round-robin, the launcher's order: the mesh's placement line: $(grep 'mesh:' "$tmp/node.log")"
   "$PY" - "$tmp/ref.jsonl" "$tmp/node.jsonl" <<'PY' && ok || bad "2 hosts round-robin: losses differ"
 import json, sys
 ref, got = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:])
@@ -118,6 +131,7 @@ PY
 }
 if [ -f "$tmp/slot.bytes" ] && [ -f "$tmp/node.bytes" ]; then
   crossing slot slot && ok || bad "rank order: the bytes crossing hosts are not the pp group's"
+  crossing nodeh slot && ok || bad "round-robin ordered by host: the bytes crossing hosts are not the pp group's"
   crossing node node && ok || bad "round-robin: the bytes crossing hosts are not the tp group's"
   # the negative control: a bad placement (tp across hosts) against the groups of the good one
   if crossing node slot; then bad "the check passes a bad placement (tp across the hosts)"

@@ -124,6 +124,8 @@ void pt_comm_runtime_finalize(void);
 void pt_comm_runtime_abort(int code);
 /* The processes of the job on this host (1 before the runtime starts). */
 int pt_comm_local_size(void);
+/* This process's host (the lowest world rank on it) and its rank among the host's processes. */
+void pt_comm_host(int *host, int *local_rank);
 /* 1 once the runtime is started (by pt_comm_runtime_init or a test), else 0. */
 int pt_comm_distributed(void);
 /* A new communicator "world" over every process of the job (collective). */

@@ -7,6 +7,10 @@
  * consecutive blocks of ep ranks of the dp × cp group ("ep"); the ranks holding the same experts
  * form the expert-data group ("edp") over which expert gradients are reduced.
  *
+ * The rank in that formula is the process's place among the job's processes ordered by host (then
+ * by rank on the host; PT_MESH_ORDER = rank: the world rank), so that tp, then cp, fill a host
+ * before anything crosses to the next, whatever order the launcher gave; with several hosts rank 0
+ * logs which groups stay within a host and which cross.
  * Each group's communicator is made with the comm backend's split (color = the other coordinates,
  * key = the own coordinate) of the world communicator (pt_comm_world); freed in reverse order.
  */
@@ -24,6 +28,7 @@ typedef struct {
     int world_rank, world_size;
     int dp_i, tp_i, pp_i, cp_i;
     int dpcp_i;        /* index in the dp × cp group: dp_i · cp + cp_i */
+    int hosts;         /* hosts of the job (processes sharing memory) */
     int ep_i, edp_i;   /* index in the expert group, and in the expert-data group */
     pt_comm *world, *dp, *tp, *pp, *cp, *dpcp, *ep, *edp;
     pt_comm *kv; /* tp ranks holding the same key/value head (tp > n_kv_heads), else NULL */

@@ -319,7 +319,7 @@ static void pt_mpi_heap_policy(void) {
     if (!getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, 0x7fffffff);
 }
 
-static int pt_mpi_local_size = 1;
+static int pt_mpi_local_size = 1, pt_mpi_local_rank = 0, pt_mpi_host = 0;
 
 pt_status pt_comm_runtime_init(int *rank, int *world) {
     *rank = 0, *world = 1;
@@ -358,11 +358,18 @@ pt_status pt_comm_runtime_init(int *rank, int *world) {
     MPI_Comm host; /* the processes that share this host's memory */
     PT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
     MPI_Comm_size(host, &pt_mpi_local_size);
+    MPI_Comm_rank(host, &pt_mpi_local_rank);
+    PT_MPI_CHECK(MPI_Allreduce(rank, &pt_mpi_host, 1, MPI_INT, MPI_MIN, host));
     MPI_Comm_free(&host);
     return PT_OK;
 }
 
 int pt_comm_local_size(void) { return pt_mpi_local_size; }
+
+void pt_comm_host(int *host, int *local_rank) {
+    *host = pt_mpi_host;
+    *local_rank = pt_mpi_local_rank;
+}
 
 void pt_comm_runtime_finalize(void) {
     pt_progress_stop();

@@ -34,6 +34,33 @@ pt_status pt_degrees_resolve(pt_degrees *d, int world) {
     return PT_OK;
 }
 
+static void pt_mesh_say_placement(const pt_mesh *m);
+
+/* This rank's place in the mesh's order: its world rank, or by default its place among the
+ * processes ordered by host (then by rank on the host), so that the groups that exchange the most,
+ * consecutive in the order (tp, then cp, dp, pp), fill a host before crossing to the next whatever
+ * order the launcher gave the ranks (e.g. round-robin over hosts). PT_MESH_ORDER = rank keeps the
+ * world's order (the placement the launcher made). Collective over the world. */
+static pt_status pt_mesh_position(pt_comm *world, int *pos, int *hosts) {
+    const char *order = getenv("PT_MESH_ORDER");
+    if (order && strcmp(order, "host") && strcmp(order, "rank"))
+        return pt_errorf(PT_ERR_CONFIG, "PT_MESH_ORDER = \"%s\": expected host (the default) or rank",
+                         order);
+    int n = world->size, *all = pt_malloc((size_t)2 * n * sizeof *all), mine[2];
+    pt_comm_host(&mine[0], &mine[1]);
+    pt_allgather(world, mine, all, 2, PT_DTYPE_I32);
+    int before = 0;
+    *hosts = 0;
+    for (int q = 0; q < n; q++) {
+        const int *h = all + 2 * q;
+        *hosts += h[0] == q; /* a host's id is its lowest world rank */
+        before += h[0] < mine[0] || (h[0] == mine[0] && (h[1] < mine[1] || (h[1] == mine[1] && q < world->rank)));
+    }
+    free(all);
+    *pos = order && !strcmp(order, "rank") ? world->rank : before;
+    return PT_OK;
+}
+
 pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     memset(m, 0, sizeof *m);
     pt_comm *world = pt_comm_world(timeout_s);
@@ -46,7 +73,13 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
         return st;
     }
     const pt_degrees *d = &m->deg;
-    int r = m->world_rank;
+    int r = m->world_rank, hosts = 1;
+    st = pt_mesh_position(world, &r, &hosts);
+    if (st != PT_OK) {
+        world->free(world);
+        return st;
+    }
+    m->hosts = hosts;
     m->tp_i = r % d->tp;
     m->cp_i = (r / d->tp) % d->cp;
     m->dp_i = (r / (d->tp * d->cp)) % d->dp;
@@ -68,7 +101,38 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     int ends = m->pp_i == 0 || m->pp_i == d->pp - 1, coords = (m->dp_i * d->cp + m->cp_i) * d->tp + m->tp_i;
     m->emb = world->split(world, ends ? coords : m->world_size + r, 0, "emb");
     m->world = world;
+    pt_mesh_say_placement(m);
     return PT_OK;
+}
+
+/* With several hosts, rank 0 says which groups stay within a host and which cross (each group's
+ * lowest and highest host id compared: collective over every group). */
+static void pt_mesh_say_placement(const pt_mesh *m) {
+    if (m->hosts < 2) return;
+    pt_comm *groups[] = {m->tp, m->cp, m->ep, m->dp, m->pp};
+    const char *names[] = {"tp", "cp", "ep", "dp", "pp"};
+    char within[64] = "", across[64] = "";
+    int me, local;
+    pt_comm_host(&me, &local);
+    int32_t *h = pt_malloc((size_t)m->world_size * sizeof *h);
+    for (int g = 0; g < 5; g++) {
+        if (groups[g]->size < 2) continue;
+        h[groups[g]->rank] = me;
+        pt_allgather(groups[g], NULL, h, 1, PT_DTYPE_I32);
+        int32_t crosses = 0; /* any group of the kind, anywhere: summed so that every rank agrees */
+        for (int i = 1; i < groups[g]->size; i++) crosses |= h[i] != h[0];
+        pt_allreduce_sum(m->world, &crosses, 1, PT_DTYPE_I32);
+        char *to = crosses ? across : within;
+        size_t len = strlen(to);
+        snprintf(to + len, 64 - len, "%s%s", len ? ", " : "", names[g]);
+    }
+    free(h);
+    if (m->world_rank == 0)
+        pt_log_info("mesh: %d hosts; within a host: %s; across hosts: %s (%s)", m->hosts,
+                    within[0] ? within : "none", across[0] ? across : "none",
+                    getenv("PT_MESH_ORDER") && !strcmp(getenv("PT_MESH_ORDER"), "rank")
+                        ? "PT_MESH_ORDER = rank: the launcher's order"
+                        : "the ranks ordered by host");
 }
 
 void pt_mesh_make_kv(pt_mesh *m, int shared) {
