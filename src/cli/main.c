@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "pt/plan.h"
 
 static void pt_usage(FILE *f) {
     fprintf(f,
@@ -29,6 +30,8 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "plan") && argc > 2 && !strcmp(argv[2], "--measure"))
+        return pt_plan_measure_cmd(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return pt_cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return pt_cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return pt_cmd_export(argc - 2, argv + 2);

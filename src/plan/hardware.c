@@ -1,0 +1,305 @@
+/* hardware.c: the hardware file of `pentatron plan` (include/pt/plan.h, docs/plan.md): read
+ * (INI through libinih, every key known and checked, "hardware.key=value" overrides after the
+ * file) and written (the same format, each key with a comment saying where its figure came
+ * from). */
+#include "pt/plan.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum { PT_HW_STR, PT_HW_INT, PT_HW_NUM, PT_HW_SHAPES } pt_hw_type;
+
+/* The keys, in the file's order (the order of pt_hardware_write's `how`). */
+static const struct {
+    const char *key;
+    pt_hw_type type;
+    size_t offset;
+    int required;
+    const char *unit; /* for messages and the written comments */
+} pt_hw_keys[PT_HW_N_KEYS] = {
+    {"name", PT_HW_STR, offsetof(pt_hardware, name), 1, "text"},
+    {"devices_per_node", PT_HW_INT, offsetof(pt_hardware, devices_per_node), 1, "ranks per host"},
+    {"nodes", PT_HW_INT, offsetof(pt_hardware, nodes), 1, "hosts"},
+    {"peak_flops", PT_HW_NUM, offsetof(pt_hardware, peak_flops), 1, "FLOP/s per device"},
+    {"gemm_efficiency", PT_HW_NUM, offsetof(pt_hardware, gemm_efficiency), 0, "in (0, 1]"},
+    {"memory_bytes", PT_HW_NUM, offsetof(pt_hardware, memory_bytes), 1, "bytes per device"},
+    {"memory_bw", PT_HW_NUM, offsetof(pt_hardware, memory_bw), 1, "bytes/s"},
+    {"intra_bw", PT_HW_NUM, offsetof(pt_hardware, intra_bw), 1, "bytes/s per direction"},
+    {"intra_latency", PT_HW_NUM, offsetof(pt_hardware, intra_latency), 1, "seconds"},
+    {"inter_bw", PT_HW_NUM, offsetof(pt_hardware, inter_bw), 1, "bytes/s per direction"},
+    {"inter_latency", PT_HW_NUM, offsetof(pt_hardware, inter_latency), 1, "seconds"},
+    {"gemm_shapes", PT_HW_SHAPES, 0, 0, "m,n,k,flops; ..."},
+};
+
+static int pt_hw_find(const char *key) {
+    for (int i = 0; i < PT_HW_N_KEYS; i++)
+        if (!strcmp(pt_hw_keys[i].key, key)) return i;
+    return -1;
+}
+
+static const char *pt_hw_skip_space(const char *s) {
+    while (*s == ' ' || *s == '\t') s++;
+    return s;
+}
+
+/* Appends the shapes of "m,n,k,flops; m,n,k,flops; ..." (empty entries skipped) to hw. */
+static pt_status pt_hw_parse_shapes(pt_hardware *hw, const char *val) {
+    const char *p = val;
+    while (*p) {
+        const char *semi = strchr(p, ';');
+        size_t len = semi ? (size_t)(semi - p) : strlen(p);
+        char entry[256];
+        if (len >= sizeof entry)
+            return pt_errorf(PT_ERR_CONFIG, "gemm_shapes: an entry of %zu characters (expected "
+                             "\"m,n,k,flops\")", len);
+        memcpy(entry, p, len);
+        entry[len] = 0;
+        p += len + (semi ? 1 : 0);
+        if (!*pt_hw_skip_space(entry)) continue;
+        double v[4];
+        const char *q = entry;
+        int n = 0;
+        for (; n < 4; n++) {
+            char *end;
+            errno = 0;
+            v[n] = strtod(q, &end);
+            if (end == q || errno || !isfinite(v[n])) break;
+            q = pt_hw_skip_space(end);
+            if (n < 3 && *q++ != ',') {
+                n++;
+                break;
+            }
+        }
+        if (n < 4 || *q)
+            return pt_errorf(PT_ERR_CONFIG, "gemm_shapes: entry %d \"%s\": expected "
+                             "\"m,n,k,flops\" (four numbers separated by commas, entries by ';')",
+                             hw->n_shapes + 1, pt_hw_skip_space(entry));
+        for (int i = 0; i < 3; i++)
+            if (!(v[i] >= 1) || v[i] != floor(v[i]))
+                return pt_errorf(PT_ERR_CONFIG, "gemm_shapes: entry %d \"%s\": m, n and k must "
+                                 "be positive integers", hw->n_shapes + 1, pt_hw_skip_space(entry));
+        if (!(v[3] > 0))
+            return pt_errorf(PT_ERR_CONFIG, "gemm_shapes: entry %d \"%s\": flops must be > 0",
+                             hw->n_shapes + 1, pt_hw_skip_space(entry));
+        if (hw->n_shapes >= PT_HW_MAX_SHAPES)
+            return pt_errorf(PT_ERR_CONFIG, "gemm_shapes: more than the %d shapes allowed",
+                             PT_HW_MAX_SHAPES);
+        hw->shapes[hw->n_shapes++] = (pt_gemm_shape){v[0], v[1], v[2], v[3]};
+    }
+    return PT_OK;
+}
+
+/* Sets key i from the text raw (quotes around it taken off). */
+static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
+    const char *key = pt_hw_keys[i].key;
+    char val[4096];
+    size_t len = strlen(raw);
+    if (len >= sizeof val)
+        return pt_errorf(PT_ERR_CONFIG, "%s: value of %zu characters, longer than the %zu allowed",
+                         key, len, sizeof val - 1);
+    memcpy(val, raw, len + 1);
+    char *s = val;
+    if (pt_hw_keys[i].type == PT_HW_SHAPES) {
+        /* it may run over several lines (continuation lines, each passed here), the quotes
+         * opening on the first and closing on the last */
+        if (*s == '"') s++, len--;
+        if (len > 0 && s[len - 1] == '"') s[--len] = 0;
+    } else if ((len >= 1 && val[0] == '"') != (len >= 2 && val[len - 1] == '"')) {
+        return pt_errorf(PT_ERR_CONFIG, "%s: unmatched quote in %s (in INI a ';' after a space "
+                         "starts a comment)", key, raw);
+    } else if (val[0] == '"') {
+        s++, len -= 2;
+        s[len] = 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    switch (pt_hw_keys[i].type) {
+    case PT_HW_STR:
+        if (len >= sizeof hw->name)
+            return pt_errorf(PT_ERR_CONFIG, "name: %zu characters, longer than the %zu allowed",
+                             len, sizeof hw->name - 1);
+        memcpy(hw->name, s, len + 1);
+        break;
+    case PT_HW_INT: {
+        long v = strtol(s, &end, 10);
+        if (!*s || *end || errno || v < 1 || v > 1000000000L)
+            return pt_errorf(PT_ERR_CONFIG, "%s: expected a positive integer (%s), got \"%s\"",
+                             key, pt_hw_keys[i].unit, s);
+        *(int *)((char *)hw + pt_hw_keys[i].offset) = (int)v;
+        break;
+    }
+    case PT_HW_NUM: {
+        double v = strtod(s, &end);
+        if (!*s || *end || errno || !isfinite(v))
+            return pt_errorf(PT_ERR_CONFIG, "%s: expected a number (%s), got \"%s\"", key,
+                             pt_hw_keys[i].unit, s);
+        if (!(v > 0))
+            return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be > 0 (%s)", key, s, pt_hw_keys[i].unit);
+        if (!strcmp(key, "gemm_efficiency") && v > 1)
+            return pt_errorf(PT_ERR_CONFIG, "gemm_efficiency = %s: must be in (0, 1] (the fraction "
+                             "of peak_flops that large GEMMs reach)", s);
+        *(double *)((char *)hw + pt_hw_keys[i].offset) = v;
+        break;
+    }
+    case PT_HW_SHAPES:
+        return pt_hw_parse_shapes(hw, s);
+    }
+    return PT_OK;
+}
+
+typedef struct {
+    pt_hardware *hw;
+    int seen[PT_HW_N_KEYS];
+    char last[64]; /* the key of the previous line: a continuation line repeats it */
+    pt_status status;
+    char msg[1024];
+} pt_hw_state;
+
+static int pt_hw_handler(void *user, const char *section, const char *name, const char *value) {
+    pt_hw_state *s = user;
+    if (s->status != PT_OK) return 0;
+    int i = strcmp(section, "hardware") ? -1 : pt_hw_find(name);
+    pt_status st = PT_OK;
+    if (strcmp(section, "hardware"))
+        st = pt_errorf(PT_ERR_CONFIG, "unknown section [%s] (a hardware file has [hardware] only)",
+                       section);
+    else if (i < 0)
+        st = pt_errorf(PT_ERR_CONFIG, "unknown key \"%s\" (the keys: name, devices_per_node, "
+                       "nodes, peak_flops, gemm_efficiency, memory_bytes, memory_bw, intra_bw, "
+                       "intra_latency, inter_bw, inter_latency, gemm_shapes)", name);
+    else if (s->seen[i] && !(pt_hw_keys[i].type == PT_HW_SHAPES && !strcmp(s->last, name)))
+        st = pt_errorf(PT_ERR_CONFIG, "%s given twice", name);
+    else
+        st = pt_hw_set(s->hw, i, value);
+    if (st != PT_OK) {
+        s->status = st;
+        snprintf(s->msg, sizeof s->msg, "%s", pt_last_error());
+        return 0;
+    }
+    s->seen[i] = 1;
+    snprintf(s->last, sizeof s->last, "%s", name);
+    return 1;
+}
+
+pt_status pt_hardware_load(pt_hardware *hw, const char *path, const char *const *overrides, int n) {
+    memset(hw, 0, sizeof *hw);
+    hw->gemm_efficiency = 1.0;
+    pt_hw_state s = {.hw = hw, .status = PT_OK};
+    int fd;
+    PT_TRY(pt_open_regular(path, "hardware file", &fd));
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return pt_errorf(PT_ERR_IO, "%s: cannot open hardware file: %s", path, strerror(errno));
+    }
+    int rc = ini_parse_file(f, pt_hw_handler, &s);
+    fclose(f);
+    if (rc == -2) return pt_errorf(PT_ERR_MEMORY, "%s: out of memory parsing", path);
+    if (rc > 0) {
+        if (s.status != PT_OK) return pt_errorf(s.status, "%s:%d: %s", path, rc, s.msg);
+        return pt_errorf(PT_ERR_CONFIG, "%s:%d: syntax error (expected [hardware] or key = value; "
+                         "lines of at most 199 characters)", path, rc);
+    }
+    for (int j = 0; j < n; j++) {
+        const char *o = overrides[j];
+        while (*o == '-') o++;
+        const char *eq = strchr(o, '=');
+        char key[64];
+        size_t kl = eq ? (size_t)(eq - o) : 0;
+        if (!eq || strncmp(o, "hardware.", 9) || kl - 9 >= sizeof key)
+            return pt_errorf(PT_ERR_CONFIG, "override \"%s\": expected hardware.KEY=VALUE",
+                             overrides[j]);
+        memcpy(key, o + 9, kl - 9);
+        key[kl - 9] = 0;
+        int i = pt_hw_find(key);
+        if (i < 0)
+            return pt_errorf(PT_ERR_CONFIG, "override \"%s\": unknown key \"%s\" of %s",
+                             overrides[j], key, path);
+        if (pt_hw_keys[i].type == PT_HW_SHAPES) hw->n_shapes = 0; /* replaces the file's */
+        pt_status st = pt_hw_set(hw, i, eq + 1);
+        if (st != PT_OK) {
+            char why[1024]; /* copied out of the buffer pt_errorf writes */
+            snprintf(why, sizeof why, "%s", pt_last_error());
+            return pt_errorf(st, "override \"%s\": %s", overrides[j], why);
+        }
+        s.seen[i] = 1;
+    }
+    char missing[512] = "";
+    size_t used = 0;
+    for (int i = 0; i < PT_HW_N_KEYS; i++)
+        if (pt_hw_keys[i].required && !s.seen[i] && used < sizeof missing)
+            used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%s",
+                                     used ? ", " : "", pt_hw_keys[i].key);
+    if (used)
+        return pt_errorf(PT_ERR_CONFIG, "%s: missing key%s %s in [hardware]", path,
+                         strchr(missing, ',') ? "s" : "", missing);
+    return PT_OK;
+}
+
+/* Appends to the text (grown as needed). */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} pt_hw_text;
+
+static void pt_hw_printf(pt_hw_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void pt_hw_printf(pt_hw_text *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        PT_ASSERT(n >= 0);
+        if (t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        t->cap = 2 * (t->cap + (size_t)n);
+        t->p = realloc(t->p, t->cap);
+        PT_ASSERT(t->p);
+    }
+}
+
+pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char *const *how) {
+    pt_hw_text t = {.cap = 4096};
+    t.p = pt_malloc(t.cap);
+    t.p[0] = 0;
+    pt_hw_printf(&t, "; hardware for `pentatron plan` (docs/plan.md, \"The hardware file\")\n"
+                     "[hardware]\n");
+    for (int i = 0; i < PT_HW_N_KEYS; i++) {
+        const char *key = pt_hw_keys[i].key, *note = how && how[i] && how[i][0] ? how[i] : NULL;
+        const void *v = (const char *)hw + pt_hw_keys[i].offset;
+        char val[128];
+        switch (pt_hw_keys[i].type) {
+        case PT_HW_STR: snprintf(val, sizeof val, "\"%s\"", hw->name); break;
+        case PT_HW_INT: snprintf(val, sizeof val, "%d", *(const int *)v); break;
+        case PT_HW_NUM: snprintf(val, sizeof val, "%.6g", *(const double *)v); break;
+        case PT_HW_SHAPES:
+            /* one line per shape after the first (continuation lines: inih reads lines of at
+             * most 199 characters) */
+            if (hw->n_shapes == 0) continue;
+            if (note) pt_hw_printf(&t, "; gemm_shapes: %.176s\n", note);
+            for (int j = 0; j < hw->n_shapes; j++) {
+                const pt_gemm_shape *g = &hw->shapes[j];
+                pt_hw_printf(&t, "%s%.0f,%.0f,%.0f,%.4g%s\n", j ? "    " : "gemm_shapes = \"", g->m,
+                             g->n, g->k, g->flops, j + 1 < hw->n_shapes ? ";" : "\"");
+            }
+            continue;
+        }
+        /* a value's comment on the lines above it: inih takes a ';' after a space as the start
+         * of a comment, and lines are at most 199 characters */
+        if (note) pt_hw_printf(&t, "; %.190s\n", note);
+        pt_hw_printf(&t, "%s = %s\n", key, val);
+    }
+    pt_status st = pt_write_file_atomic(path, t.p, t.len);
+    free(t.p);
+    return st;
+}

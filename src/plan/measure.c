@@ -1,0 +1,496 @@
+/* measure.c: `pentatron plan --measure`: a hardware file (include/pt/plan.h) for the machine it
+ * runs on, measured by the job's ranks together: the backend's GEMM peak and a grid of GEMM
+ * shapes, a STREAM triad, the memory per rank, the hosts and ranks per host, and ping-pongs
+ * between two ranks of one host and of two hosts over the comm layer (docs/plan.md, "The
+ * hardware file"). */
+#include "pt/plan.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pt/backend.h"
+#include "pt/comm.h"
+#include "pt/metrics.h"
+
+enum { K_NAME, K_DPN, K_NODES, K_PEAK, K_EFF, K_MEM, K_MEMBW, K_INTRA_BW, K_INTRA_LAT, K_INTER_BW,
+       K_INTER_LAT, K_SHAPES };
+
+static char pt_how[PT_HW_N_KEYS][200];
+
+static int pt_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pt_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, pt_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The mean over the world of each of v's n values, in place. */
+static void pt_world_mean(pt_comm *w, double *v, int n) {
+    pt_allreduce_sum(w, v, (size_t)n, PT_DTYPE_F64);
+    for (int i = 0; i < n; i++) v[i] /= w->size;
+}
+
+/* ---- GEMM ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    pt_backend *be;
+    int bf16;
+    float *a, *b, *c;
+    pt_bf16 *a16, *b16;
+} pt_gemm_bufs;
+
+/* One C (m×n) = A (m×k) · B (n×k)ᵀ, the layout of the model's forward (x · Wᵀ). */
+static void pt_gemm_once(pt_gemm_bufs *g, int m, int n, int k) {
+    if (g->bf16)
+        g->be->gemm_bf16(g->be, PT_NO_TRANS, PT_TRANS, m, n, k, g->a16, k, g->b16, k, 0.0f, g->c, n);
+    else
+        g->be->gemm(g->be, PT_NO_TRANS, PT_TRANS, m, n, k, 1.0f, g->a, k, g->b, k, 0.0f, g->c, n);
+}
+
+/* FLOP/s of the shape: one untimed call (bf16: builds its kernel), one timed to size the
+ * samples, then `samples` timed samples of enough calls to last ~2 ms each; the median. */
+static double pt_gemm_rate(pt_gemm_bufs *g, int m, int n, int k, int samples) {
+    pt_gemm_once(g, m, n, k);
+    g->be->synchronize(g->be);
+    double t0 = pt_now();
+    pt_gemm_once(g, m, n, k);
+    g->be->synchronize(g->be);
+    double first = pt_now() - t0;
+    int calls = first > 2e-3 ? 1 : (int)(2e-3 / (first > 1e-7 ? first : 1e-7)) + 1;
+    double t[9];
+    for (int s = 0; s < samples; s++) {
+        t0 = pt_now();
+        for (int r = 0; r < calls; r++) pt_gemm_once(g, m, n, k);
+        g->be->synchronize(g->be);
+        t[s] = (pt_now() - t0) / calls;
+    }
+    return 2.0 * m * n * (double)k / pt_median(t, samples);
+}
+
+/* The grid {64, 256, 1024, 4096}³ of (m, n, k), smallest product first, as many as the time
+ * budget allows at the measured peak (the same list on every rank: the peak is the world's
+ * slowest). Fills hw->shapes with the world's mean FLOP/s per shape. */
+static void pt_measure_shapes(pt_comm *w, pt_hardware *hw, pt_gemm_bufs *g, double slowest_peak,
+                              int threads) {
+    static const int sizes[4] = {64, 256, 1024, 4096};
+    const int samples = 3;
+    const double budget = 8.0; /* seconds, estimated */
+    pt_gemm_shape grid[64];
+    int n = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 4; l++) grid[n++] = (pt_gemm_shape){sizes[i], sizes[j], sizes[l], 0};
+    /* insertion sort by m·n·k (stable: ties keep the grid's order) */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && grid[j].m * grid[j].n * grid[j].k <
+                                     grid[j - 1].m * grid[j - 1].n * grid[j - 1].k; j--) {
+            pt_gemm_shape tmp = grid[j];
+            grid[j] = grid[j - 1], grid[j - 1] = tmp;
+        }
+    double spent = 0;
+    int kept = 0;
+    for (; kept < n; kept++) {
+        /* two calls and the samples at half the peak, or ~2 ms a sample for small ones */
+        double call = 2.0 * grid[kept].m * grid[kept].n * grid[kept].k / (0.5 * slowest_peak);
+        double est = 2 * call + samples * (call > 2e-3 ? call : 2e-3);
+        if (spent + est > budget) break;
+        spent += est;
+    }
+    double rate[64];
+    for (int i = 0; i < kept; i++)
+        rate[i] = pt_gemm_rate(g, (int)grid[i].m, (int)grid[i].n, (int)grid[i].k, samples);
+    pt_world_mean(w, rate, kept);
+    hw->n_shapes = kept;
+    for (int i = 0; i < kept; i++) hw->shapes[i] = grid[i], hw->shapes[i].flops = rate[i];
+    snprintf(pt_how[K_SHAPES], sizeof pt_how[K_SHAPES],
+             "%s C(m,n) = A(m,k)·B(n,k)ᵀ, median of %d, %d thread%s, mean of %d rank%s at once; "
+             "%d of the %d shapes of {64,256,1024,4096}³ fit the %.0f s budget",
+             g->bf16 ? "bf16 GEMM" : "sgemm", samples, threads, threads == 1 ? "" : "s", w->size,
+             w->size == 1 ? "" : "s", kept, n, budget);
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+/* STREAM's triad a = b + s·c over three arrays of 128 MiB (doubles, each thread touching its own
+ * part first): bytes moved (24 a element: two read, one written) per second, median of 9. */
+static double pt_measure_triad(int threads) {
+    const size_t n = (size_t)16 << 20;
+    double *a = pt_malloc(n * sizeof *a), *b = pt_malloc(n * sizeof *b), *c = pt_malloc(n * sizeof *c);
+    const double s = 3.0;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = 0, b[i] = 1.0, c[i] = 2.0;
+    double t[9];
+    for (int r = 0; r < 10; r++) {
+        double t0 = pt_now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+        double dt = pt_now() - t0;
+        if (r > 0) t[r - 1] = dt; /* the first: page faults, frequency ramp */
+    }
+    volatile double sink = a[n / 2];
+    (void)sink;
+    free(a), free(b), free(c);
+    return 24.0 * (double)n / pt_median(t, 9);
+}
+
+/* ---- communication ------------------------------------------------------------------------- */
+
+/* Ping-pong between world ranks a and b (a = b: a rank to itself, through MPI's own path):
+ * `rounds` samples of `trips` round trips of `bytes` each after one untimed round trip; on a and
+ * b the median round trip in seconds, broadcast from a to every rank (the others wait). */
+static double pt_pingpong(pt_comm *w, int a, int b, float *buf, size_t bytes, int rounds, int trips) {
+    enum { TAG = 0x706c };
+    const size_t count = bytes / sizeof(float);
+    float *out = buf, *in = buf + count; /* sent from, received into (a copy to itself copies) */
+    double rt = 0;
+    if (w->rank == a || w->rank == b) {
+        const int peer = w->rank == a ? b : a;
+        double t[16];
+        for (int r = 0; r <= rounds; r++) {
+            double t0 = pt_now();
+            for (int i = 0; i < (r ? trips : 1); i++) {
+                if (w->rank == a) { /* a sends first; b answers; a = b: both at once */
+                    pt_comm_req *rr = w->irecv(w, in, count, PT_DTYPE_F32, peer, TAG);
+                    pt_comm_wait(w, w->isend(w, out, count, PT_DTYPE_F32, peer, TAG));
+                    pt_comm_wait(w, rr);
+                    if (a == b) { /* the answer, to itself again */
+                        rr = w->irecv(w, out, count, PT_DTYPE_F32, peer, TAG);
+                        pt_comm_wait(w, w->isend(w, in, count, PT_DTYPE_F32, peer, TAG));
+                        pt_comm_wait(w, rr);
+                    }
+                } else {
+                    pt_comm_wait(w, w->irecv(w, in, count, PT_DTYPE_F32, peer, TAG));
+                    pt_comm_wait(w, w->isend(w, in, count, PT_DTYPE_F32, peer, TAG));
+                }
+            }
+            if (r) t[r - 1] = (pt_now() - t0) / trips;
+        }
+        rt = pt_median(t, rounds);
+    }
+    pt_bcast(w, &rt, 1, PT_DTYPE_F64, a);
+    return rt;
+}
+
+/* Latency (half the median round trip of 8 bytes) and bandwidth (16 MiB over half the median
+ * round trip) between a and b, into *lat and *bw. */
+static void pt_measure_link(pt_comm *w, int a, int b, float *buf, double *lat, double *bw) {
+    const size_t big = (size_t)16 << 20;
+    pt_barrier(w);
+    /* the two ranks poll without napping (a nap lasts far longer than a small message) */
+    if (w->rank == a || w->rank == b) pt_comm_set_busy_wait(1);
+    *lat = 0.5 * pt_pingpong(w, a, b, buf, 8, 7, 100);
+    *bw = (double)big / (0.5 * pt_pingpong(w, a, b, buf, big, 5, 1));
+    pt_comm_set_busy_wait(0);
+}
+
+/* ---- the machine --------------------------------------------------------------------------- */
+
+static void pt_cpu_model(char *out, size_t cap) {
+    snprintf(out, cap, "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            const char *v = strchr(line, ':') + 1;
+            while (*v == ' ') v++;
+            snprintf(out, cap, "%.*s", (int)strcspn(v, "\n"), v);
+            break;
+        }
+    fclose(f);
+}
+
+pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char **how) {
+    memset(hw, 0, sizeof *hw);
+    memset(pt_how, 0, sizeof pt_how);
+    pt_comm *w = pt_comm_world(300.0);
+    const int world = w->size;
+    const char *tn = threads == 1 ? "" : "s";
+
+    /* where the ranks are: (host, rank on the host) of each */
+    int me[2], *where = pt_calloc(2 * (size_t)world, sizeof *where);
+    pt_comm_host(&me[0], &me[1]);
+    pt_allgather(w, me, where, 2, PT_DTYPE_I32);
+    int nodes = 0, dpn = 0, intra_a = -1, intra_b = -1, inter_b = -1;
+    for (int r = 0; r < world; r++) {
+        int host = where[2 * r], local = where[2 * r + 1], on_host = 0;
+        if (local == 0) nodes++;
+        for (int q = 0; q < world; q++) on_host += where[2 * q] == host;
+        if (on_host > dpn) dpn = on_host;
+        if (local == 1 && intra_b < 0) intra_b = r, intra_a = host; /* a host's first two */
+        if (local == 0 && host != where[0] && inter_b < 0) inter_b = r;
+    }
+    free(where);
+    hw->nodes = nodes, hw->devices_per_node = dpn;
+    snprintf(pt_how[K_NODES], sizeof pt_how[K_NODES], "the hosts of this job (%d rank%s)", world,
+             world == 1 ? "" : "s");
+    snprintf(pt_how[K_DPN], sizeof pt_how[K_DPN],
+             "ranks per host of this job (MPI's shared-memory split), the most on any host");
+
+    /* memory per rank, before this allocates anything */
+    int64_t avail = pt_memory_available();
+    double mem = avail == INT64_MAX ? 0 : (double)avail;
+    pt_world_mean(w, &mem, 1);
+    hw->memory_bytes = mem;
+    snprintf(pt_how[K_MEM], sizeof pt_how[K_MEM], "the host's available memory (MemAvailable, or "
+             "the cgroup's limit less its use) / the ranks on the host; mean of %d rank%s", world,
+             world == 1 ? "" : "s");
+
+    /* the GEMM peak and shapes, every rank at once */
+    pt_backend *be = pt_backend_cpu_create(threads, PT_GEMM_ONEDNN);
+    if (!be) {
+        pt_comm_runtime_abort(1); /* a rank's own failure: end the job, leave no rank waiting */
+        return PT_ERR_RUNTIME;
+    }
+    const size_t max = (size_t)4096 * 4096;
+    pt_gemm_bufs g = {.be = be, .bf16 = bf16};
+    g.a = be->alloc(be, max * sizeof(float)), g.b = be->alloc(be, max * sizeof(float));
+    g.c = be->alloc(be, max * sizeof(float));
+    g.a16 = be->alloc(be, max * sizeof(pt_bf16)), g.b16 = be->alloc(be, max * sizeof(pt_bf16));
+    float *h = pt_malloc(max * sizeof(float));
+    for (size_t i = 0; i < max; i++) h[i] = (float)(i % 13) * 0.01f - 0.06f;
+    be->upload(be, g.a, h, max * sizeof(float));
+    be->upload(be, g.b, h, max * sizeof(float));
+    free(h);
+    be->to_bf16(be, g.a16, g.a, max);
+    be->to_bf16(be, g.b16, g.b, max);
+    pt_barrier(w);
+    double peak[2]; /* the mean, and the slowest rank's (for the shapes' time budget) */
+    peak[0] = bf16 ? pt_measure_gemm_bf16_peak(be) : pt_measure_gemm_peak(be);
+    double *all = pt_calloc((size_t)world, sizeof *all);
+    pt_allgather(w, &peak[0], all, 1, PT_DTYPE_F64);
+    peak[1] = all[0];
+    for (int r = 0; r < world; r++) peak[1] = all[r] < peak[1] ? all[r] : peak[1];
+    free(all);
+    pt_world_mean(w, &peak[0], 1);
+    hw->peak_flops = peak[0];
+    hw->gemm_efficiency = 1.0;
+    snprintf(pt_how[K_PEAK], sizeof pt_how[K_PEAK],
+             "%s 1024³ NT, best of 11 (pt_measure_gemm%s_peak), %d thread%s a rank, mean of %d "
+             "rank%s measuring at once; %s", bf16 ? "bf16 GEMM" : "sgemm", bf16 ? "_bf16" : "",
+             threads, tn, world, world == 1 ? "" : "s", be->describe(be));
+    snprintf(pt_how[K_EFF], sizeof pt_how[K_EFF], "1: peak_flops is the measured GEMM rate");
+    pt_measure_shapes(w, hw, &g, peak[1], threads);
+    be->free(be, g.a), be->free(be, g.b), be->free(be, g.c), be->free(be, g.a16), be->free(be, g.b16);
+    be->destroy(be);
+
+    /* memory bandwidth, every rank at once (a device's share of its host's) */
+    pt_barrier(w);
+    double bw = pt_measure_triad(threads);
+    pt_world_mean(w, &bw, 1);
+    hw->memory_bw = bw;
+    snprintf(pt_how[K_MEMBW], sizeof pt_how[K_MEMBW],
+             "STREAM triad a = b + s·c, 3 × 128 MiB of doubles, 24 bytes an element, median of "
+             "9, %d thread%s a rank; mean of %d rank%s at once", threads, tn, world,
+             world == 1 ? "" : "s");
+
+    /* the links: one pair at a time, the other ranks waiting */
+    float *buf = pt_calloc((size_t)32 << 20, 1); /* two messages of 16 MiB */
+    int intra_ok = intra_b >= 0, inter_ok = inter_b >= 0;
+    if (intra_ok) {
+        pt_measure_link(w, intra_a, intra_b, buf, &hw->intra_latency, &hw->intra_bw);
+        snprintf(pt_how[K_INTRA_BW], sizeof pt_how[K_INTRA_BW], "ping-pong of ranks %d and %d "
+                 "(one host), 16 MiB / half the median round trip (5)", intra_a, intra_b);
+        snprintf(pt_how[K_INTRA_LAT], sizeof pt_how[K_INTRA_LAT], "ping-pong of ranks %d and %d "
+                 "(one host), 8 bytes, half the median round trip (7 × 100)", intra_a, intra_b);
+    }
+    if (inter_ok) {
+        pt_measure_link(w, 0, inter_b, buf, &hw->inter_latency, &hw->inter_bw);
+        snprintf(pt_how[K_INTER_BW], sizeof pt_how[K_INTER_BW], "ping-pong of ranks 0 and %d "
+                 "(two hosts), 16 MiB / half the median round trip (5)", inter_b);
+        snprintf(pt_how[K_INTER_LAT], sizeof pt_how[K_INTER_LAT], "ping-pong of ranks 0 and %d "
+                 "(two hosts), 8 bytes, half the median round trip (7 × 100)", inter_b);
+    }
+    if (!intra_ok && inter_ok) {
+        hw->intra_bw = hw->inter_bw, hw->intra_latency = hw->inter_latency;
+        snprintf(pt_how[K_INTRA_BW], sizeof pt_how[K_INTRA_BW],
+                 "not measured (one rank a host): inter_bw copied");
+        snprintf(pt_how[K_INTRA_LAT], sizeof pt_how[K_INTRA_LAT],
+                 "not measured (one rank a host): inter_latency copied");
+    } else if (!intra_ok) { /* one process: MPI's path to itself stands in for a host's */
+        pt_measure_link(w, 0, 0, buf, &hw->intra_latency, &hw->intra_bw);
+        snprintf(pt_how[K_INTRA_BW], sizeof pt_how[K_INTRA_BW], "not measured (one process): "
+                 "a ping-pong of rank 0 with itself (MPI's self path), 16 MiB");
+        snprintf(pt_how[K_INTRA_LAT], sizeof pt_how[K_INTRA_LAT], "not measured (one process): "
+                 "a ping-pong of rank 0 with itself (MPI's self path), 8 bytes");
+    }
+    if (!inter_ok) {
+        hw->inter_bw = hw->intra_bw, hw->inter_latency = hw->intra_latency;
+        snprintf(pt_how[K_INTER_BW], sizeof pt_how[K_INTER_BW],
+                 "not measured (one host): intra_bw copied");
+        snprintf(pt_how[K_INTER_LAT], sizeof pt_how[K_INTER_LAT],
+                 "not measured (one host): intra_latency copied");
+    }
+    free(buf);
+
+    char host[64] = "?", cpu[128];
+    gethostname(host, sizeof host - 1);
+    pt_cpu_model(cpu, sizeof cpu);
+    /* rank 0's host and CPU name the machine */
+    char name[512];
+    snprintf(name, sizeof name, "%s, %s, %d×%d ranks, %d thread%s, %s", host, cpu, nodes, dpn,
+             threads, tn, bf16 ? "bf16" : "fp32");
+    size_t nl = strlen(name) < sizeof hw->name ? strlen(name) : sizeof hw->name - 1;
+    memcpy(hw->name, name, nl); /* cut at 95 bytes (may split a UTF-8 character: none here) */
+    hw->name[nl] = 0;
+    pt_bcast(w, hw->name, sizeof hw->name / 4, PT_DTYPE_I32, 0);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    char date[32];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", &tm);
+    snprintf(pt_how[K_NAME], sizeof pt_how[K_NAME], "measured by pentatron plan --measure, %s, "
+             "%d rank%s (host, CPU, hosts × ranks, threads a rank, precision)", date, world,
+             world == 1 ? "" : "s");
+    if (hw->memory_bytes <= 0) { /* no MemAvailable: not a figure to plan with */
+        w->free(w);
+        return pt_errorf(PT_ERR_RUNTIME, "plan --measure: cannot tell the memory available "
+                         "(no MemAvailable in /proc/meminfo)");
+    }
+    w->free(w);
+    if (how)
+        for (int i = 0; i < PT_HW_N_KEYS; i++) how[i] = pt_how[i];
+    return PT_OK;
+}
+
+/* ---- the command --------------------------------------------------------------------------- */
+
+static void pt_measure_usage(FILE *f) {
+    fprintf(f,
+            "usage: pentatron plan --measure --out FILE [--threads N] [--precision fp32|bf16]\n"
+            "\n"
+            "Measures this machine and writes a hardware file for `pentatron plan` (docs/plan.md,\n"
+            "\"The hardware file\"): the GEMM peak and a grid of GEMM shapes, memory bandwidth\n"
+            "(STREAM triad), memory per rank, hosts and ranks per host, latency and bandwidth\n"
+            "between two ranks of a host and of two hosts. Run it under mpirun with the ranks per\n"
+            "host the training will use (one process works too; what needs two ranks is then\n"
+            "copied or stood in for, and the file says so).\n"
+            "  --out FILE         the hardware file to write (rank 0)\n"
+            "  --threads N        threads per rank (default: the host's cores / its ranks)\n"
+            "  --precision P      fp32 (sgemm, the default) or bf16 (bf16 GEMM, fp32 sums)\n"
+            "Takes ~20 s. Exit status: 0 done, 1 failed, 2 bad arguments.\n");
+}
+
+/* "--opt VALUE" or "--opt=VALUE" at argv[*i]: the value, or NULL (not this option) */
+static const char *pt_opt(int argc, char **argv, int *i, const char *opt, int *missing) {
+    size_t n = strlen(opt);
+    if (strncmp(argv[*i], opt, n)) return NULL;
+    if (argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (argv[*i][n]) return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int pt_plan_measure_cmd(int argc, char **argv) {
+    const char *out = NULL, *precision = "fp32";
+    int threads = 0, missing = 0;
+    const char *bad = NULL;
+    for (int i = 0; i < argc && !bad && !missing; i++) {
+        const char *v;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            pt_measure_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--measure")) continue;
+        if ((v = pt_opt(argc, argv, &i, "--out", &missing))) out = v;
+        else if ((v = pt_opt(argc, argv, &i, "--precision", &missing))) precision = v;
+        else if ((v = pt_opt(argc, argv, &i, "--threads", &missing))) {
+            char *end;
+            long t = strtol(v, &end, 10);
+            if (!*v || *end || t < 1 || t > 4096) bad = "--threads: expected a positive integer";
+            threads = (int)t;
+        } else if (!missing)
+            bad = argv[i];
+        if (missing) bad = argv[i];
+    }
+    char msg[512] = "";
+    if (missing) snprintf(msg, sizeof msg, "%s needs a value", bad);
+    else if (bad && bad[0] == '-' && bad[1] == '-' && strncmp(bad, "--threads:", 10))
+        snprintf(msg, sizeof msg, "unknown option \"%s\" (see pentatron plan --measure --help)", bad);
+    else if (bad) snprintf(msg, sizeof msg, "%s", bad);
+    else if (!out) snprintf(msg, sizeof msg, "--out FILE is required (the hardware file to write)");
+    else if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+        snprintf(msg, sizeof msg, "--precision: expected fp32 or bf16, got \"%s\"", precision);
+    /* every rank parses the same arguments: rank 0 says what is wrong, all exit 2 */
+    int rank = 0, world = 1;
+    if (pt_comm_runtime_init(&rank, &world) != PT_OK) {
+        pt_log_error("%s", pt_last_error());
+        return 1;
+    }
+    pt_log_set_rank(rank, world);
+    if (msg[0]) { /* the same on every rank: rank 0 says it, all exit 2 */
+        if (rank == 0) pt_log_error("plan --measure: %s", msg);
+        pt_comm_runtime_finalize();
+        return 2;
+    }
+    /* before ~20 s of measuring: can rank 0 write the file? (every rank learns the answer) */
+    pt_comm *w = pt_comm_world(300.0);
+    int writable = 1;
+    if (rank == 0) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", out);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        writable = pt_check_writable_dir(slash ? (dir[0] ? dir : "/") : ".", "--out's directory")
+                   == PT_OK;
+        if (!writable) pt_log_error("plan --measure: %s", pt_last_error());
+    }
+    pt_bcast(w, &writable, 1, PT_DTYPE_I32, 0);
+    w->free(w);
+    if (!writable) {
+        pt_comm_runtime_finalize();
+        return 2;
+    }
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int local = pt_comm_local_size();
+        threads = cores / local > 0 ? (int)(cores / local) : 1;
+    }
+    pt_hardware hw;
+    const char *how[PT_HW_N_KEYS];
+    int bf16 = !strcmp(precision, "bf16");
+    double t0 = pt_now();
+    pt_status st = pt_hardware_measure(&hw, bf16, threads, how);
+    if (st == PT_OK && rank == 0) {
+        st = pt_hardware_write(&hw, out, how);
+        pt_hardware back; /* what was written reads back */
+        if (st == PT_OK) st = pt_hardware_load(&back, out, NULL, 0);
+        if (st == PT_OK && (back.nodes != hw.nodes || back.n_shapes != hw.n_shapes ||
+                            fabs(back.peak_flops / hw.peak_flops - 1) > 1e-3))
+            st = pt_errorf(PT_ERR_RUNTIME, "%s: the written file reads back different figures", out);
+    }
+    if (st != PT_OK) {
+        pt_log_error("%s", pt_last_error());
+        if (world > 1) pt_comm_runtime_abort(1);
+        pt_comm_runtime_finalize();
+        return 1;
+    }
+    if (rank == 0) {
+        printf("measured in %.1f s: %s\n"
+               "  %d host%s × %d rank%s, %.3g GB a rank\n"
+               "  GEMM peak %.1f GFLOP/s (%d shapes from %.1f to %.1f GFLOP/s)\n"
+               "  memory bandwidth %.2f GB/s (triad)\n"
+               "  within a host %.3g GB/s, %.2f us; across hosts %.3g GB/s, %.2f us\n"
+               "wrote %s\n",
+               pt_now() - t0, hw.name, hw.nodes, hw.nodes == 1 ? "" : "s", hw.devices_per_node,
+               hw.devices_per_node == 1 ? "" : "s", hw.memory_bytes / 1e9, hw.peak_flops / 1e9,
+               hw.n_shapes, hw.n_shapes ? hw.shapes[0].flops / 1e9 : 0,
+               hw.n_shapes ? hw.shapes[hw.n_shapes - 1].flops / 1e9 : 0, hw.memory_bw / 1e9,
+               hw.intra_bw / 1e9, hw.intra_latency * 1e6, hw.inter_bw / 1e9,
+               hw.inter_latency * 1e6, out);
+        fflush(stdout);
+    }
+    pt_comm_runtime_finalize();
+    return 0;
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# test_hardware.sh PENTATRON: `pentatron plan --measure` (src/plan/measure.c) writes a hardware
+# file that reads back with plausible figures:
+#   - 2 ranks on this host, 1 thread each: 1 node × 2 devices, the GEMM peak within a factor of 3
+#     of the trainer's own measurement (its log line "GEMM peak N GFLOP/s", 1 thread), the shapes'
+#     FLOP/s below 2× that peak, memory bandwidth > 1 GB/s, memory per rank > 0, a ping-pong
+#     latency within a host < 1 ms, and the inter-host figures said to be copied;
+#   - 2 hosts × 1 rank (scripts/cluster.sh, links shaped to 1 Gbit/s = 125e6 B/s): nodes 2,
+#     1 device a node, the ping-pong bandwidth across hosts within ±30% of the shaped rate, the
+#     intra-host figures said to be copied (skipped where no cluster can be made);
+#   - bad arguments: one message each, exit 2, before anything is measured.
+# The file's loading, keys and bad contents are tested by test_hardware_file.
+set -u
+source "$(dirname "$0")/parallel_common.sh" "$1"
+LINK_RATE="${PT_TEST_LINK_RATE:-125e6}" # what --rate 1gbit gives, bytes/s
+
+# hwcheck FILE PYTHON-CONDITION...: the file's keys as numbers (name as text) in `h`
+hwcheck() {
+  local file="$1"; shift
+  "$PY" - "$file" "$@" <<'PY'
+import configparser, sys
+cp = configparser.ConfigParser(inline_comment_prefixes=(";",))
+cp.read(sys.argv[1])
+s = cp["hardware"]
+h = {k: (v if k in ("name", "gemm_shapes") else float(v)) for k, v in s.items()}
+shapes = [tuple(map(float, e.split(","))) for e in h.get("gemm_shapes", "").strip('"').replace("\n", "").split(";") if e.strip()]
+text = open(sys.argv[1]).read()
+bad = [c for c in sys.argv[2:] if not eval(c)]
+for c in bad:
+    print("  false:", c)
+print({k: v for k, v in h.items() if k != "gemm_shapes"}, len(shapes), "shapes")
+sys.exit(1 if bad else 0)
+PY
+}
+
+# the trainer's GEMM peak with 1 thread (pt_measure_gemm_peak in its own process)
+run 1 peak --training.steps=1 || bad "the trainer's run failed: $(tail -3 "$tmp/peak.log")"
+ref=$(sed -nE 's/.*GEMM peak ([0-9.]+) GFLOP\/s.*/\1/p' "$tmp/peak.log" | head -1)
+[ -n "$ref" ] || { bad "no GEMM peak in the trainer's log"; ref=1; }
+
+# 2 ranks on this host
+if timeout 120 mpiexec -np 2 "$bin" plan --measure --out "$tmp/two.ini" --threads 1 \
+    > "$tmp/two.log" 2>&1; then
+  hwcheck "$tmp/two.ini" "h['nodes'] == 1" "h['devices_per_node'] == 2" \
+    "$ref * 1e9 / 3 <= h['peak_flops'] <= 3 * $ref * 1e9" "h['gemm_efficiency'] == 1" \
+    "len(shapes) >= 16 and all(0 < f <= 2 * h['peak_flops'] for m, n, k, f in shapes)" \
+    "h['memory_bw'] > 1e9" "h['memory_bytes'] > 0" "0 < h['intra_latency'] < 1e-3" \
+    "h['intra_bw'] > 1e8" "h['inter_bw'] == h['intra_bw']" \
+    "'not measured (one host): intra_bw copied' in text" "'1×2 ranks, 1 thread, fp32' in h['name']" \
+    && ok || bad "2 ranks on one host: $(cat "$tmp/two.log")"
+  grep -q "^wrote $tmp/two.ini" "$tmp/two.log" && ok || bad "no summary: $(cat "$tmp/two.log")"
+else
+  bad "plan --measure, 2 ranks: $(tail -5 "$tmp/two.log")"
+fi
+
+# bad arguments: one message each, exit 2
+expect_arg() { # NEEDLE ARGS...
+  local needle="$1"; shift
+  "$bin" plan --measure "$@" > "$tmp/arg.log" 2>&1; local rc=$?
+  [ $rc -eq 2 ] && [ "$(grep -cF -- "$needle" "$tmp/arg.log")" = 1 ] && ok ||
+    bad "plan --measure $*: exit $rc, expected 2 and one \"$needle\": $(cat "$tmp/arg.log")"
+}
+expect_arg "--out FILE is required"
+expect_arg "--precision: expected fp32 or bf16, got \"fp16\"" --out "$tmp/x.ini" --precision fp16
+expect_arg "--threads: expected a positive integer" --out "$tmp/x.ini" --threads 0
+expect_arg "unknown option \"--bogus\"" --out "$tmp/x.ini" --bogus
+expect_arg "--out needs a value" --out
+expect_arg "--out's directory" --out /proc/nope/h.ini
+
+# 2 hosts × 1 rank, links shaped to 1 Gbit/s
+C="$PT_SOURCE_DIR/scripts/cluster.sh"
+export PT_CLUSTER="pthw$$"
+why="$("$C" check 2>&1)"; rc=$?
+if [ $rc -eq 2 ]; then
+  echo "test_hardware: 2 hosts skipped: $why"
+elif [ $rc -ne 0 ]; then
+  bad "cluster.sh check: $why"
+else
+  trap '[ "$BASHPID" = "$pt_main_shell" ] && { "$C" down > /dev/null; rm -rf "$tmp"; }' EXIT
+  trap 'exit 143' TERM INT HUP
+  if "$C" up 2 --rate 1gbit > "$tmp/up.log" 2>&1; then
+    PT_CLUSTER_SLOTS=1 timeout 150 "$C" run -np 2 "$bin" plan --measure --out "$tmp/hosts.ini" \
+      --threads 1 > "$tmp/hosts.log" 2>&1 &
+    if wait $!; then
+      hwcheck "$tmp/hosts.ini" "h['nodes'] == 2" "h['devices_per_node'] == 1" \
+        "abs(h['inter_bw'] / $LINK_RATE - 1) <= 0.3" "0 < h['inter_latency'] < 1e-2" \
+        "h['intra_bw'] == h['inter_bw']" "'not measured (one rank a host): inter_bw copied' in text" \
+        && ok || bad "2 hosts: inter_bw not within 30% of $LINK_RATE B/s: $(cat "$tmp/hosts.log")"
+    else
+      bad "plan --measure on 2 hosts: $(tail -5 "$tmp/hosts.log")"
+    fi
+  else
+    bad "cluster.sh up 2 --rate 1gbit: $(cat "$tmp/up.log")"
+  fi
+  "$C" down > /dev/null
+  ip netns list 2> /dev/null | grep -q "^$PT_CLUSTER-" && bad "namespaces left: $(ip netns list)" || ok
+fi
+
+echo "test_hardware: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,221 @@
+/* test_hardware_file.c: the hardware files of `pentatron plan` (src/plan/hardware.c): the shipped
+ * hardware/ files against their datasheets' figures (written here again, independently), overrides,
+ * a written file reading back the same, and each kind of bad file or override refused with one
+ * message naming the file and the key. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pt/plan.h"
+#include "testutil.h"
+
+static const char *write_ini(const char *name, const char *text) {
+    static char path[600];
+    snprintf(path, sizeof path, "%s/%s", tu_tmpdir(), name);
+    tu_write_file(path, text, strlen(text));
+    return path;
+}
+
+static void load_shipped(pt_hardware *hw, const char *file, const char *const *ov, int n) {
+    const char *src = tu_env("PT_SOURCE_DIR");
+    assert_non_null(src);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hardware/%s", src, file);
+    pt_status st = pt_hardware_load(hw, path, ov, n);
+    if (st != PT_OK) fail_msg("%s: %s", file, pt_last_error());
+}
+
+static void near(const char *what, double got, double want) {
+    if (fabs(got - want) > 1e-9 * fabs(want)) fail_msg("%s: %g, expected %g", what, got, want);
+}
+
+/* What every shipped file must hold beyond its datasheet figures: a cited efficiency below 1
+ * (large GEMMs never reach the datasheet peak) and latencies of microseconds. */
+static void plausible(const char *file, const pt_hardware *hw) {
+    if (!(hw->gemm_efficiency > 0.3 && hw->gemm_efficiency < 1))
+        fail_msg("%s: gemm_efficiency %g", file, hw->gemm_efficiency);
+    if (!(hw->intra_latency >= 5e-7 && hw->intra_latency <= 5e-5) ||
+        !(hw->inter_latency >= hw->intra_latency && hw->inter_latency <= 1e-4))
+        fail_msg("%s: latencies %g, %g s", file, hw->intra_latency, hw->inter_latency);
+    assert_true(hw->name[0] != 0);
+}
+
+static void test_shipped_files(void **state) {
+    (void)state;
+    pt_hardware hw;
+    /* H100 SXM5: 989 TFLOPS bf16 dense, 80 GB HBM3 at 3.35 TB/s, NVLink 4 900 GB/s both ways,
+     * 400 Gb/s a GPU */
+    load_shipped(&hw, "h100_sxm.ini", NULL, 0);
+    assert_int_equal(hw.devices_per_node, 8);
+    near("h100 peak", hw.peak_flops, 989e12), near("h100 memory", hw.memory_bytes, 80e9);
+    near("h100 bw", hw.memory_bw, 3.35e12), near("h100 nvlink", hw.intra_bw, 450e9);
+    near("h100 ib", hw.inter_bw, 400e9 / 8);
+    plausible("h100_sxm.ini", &hw);
+    double h100_eff = hw.gemm_efficiency;
+    /* H200: H100's compute and links, 141 GB HBM3e at 4.8 TB/s */
+    load_shipped(&hw, "h200.ini", NULL, 0);
+    assert_int_equal(hw.devices_per_node, 8);
+    near("h200 peak", hw.peak_flops, 989e12), near("h200 memory", hw.memory_bytes, 141e9);
+    near("h200 bw", hw.memory_bw, 4.8e12), near("h200 nvlink", hw.intra_bw, 450e9);
+    near("h200 ib", hw.inter_bw, 50e9), near("h200 efficiency", hw.gemm_efficiency, h100_eff);
+    plausible("h200.ini", &hw);
+    /* A100 80 GB SXM: 312 TFLOPS bf16 dense, 2,039 GB/s, NVLink 3 600 GB/s both ways, HDR 200 Gb/s */
+    load_shipped(&hw, "a100_80gb.ini", NULL, 0);
+    assert_int_equal(hw.devices_per_node, 8);
+    near("a100 peak", hw.peak_flops, 312e12), near("a100 memory", hw.memory_bytes, 80e9);
+    near("a100 bw", hw.memory_bw, 2.039e12), near("a100 nvlink", hw.intra_bw, 300e9);
+    near("a100 ib", hw.inter_bw, 200e9 / 8);
+    plausible("a100_80gb.ini", &hw);
+    /* Selene-like: DGX A100 80 GB, 8 HDR 200 Gb/s a node, 560 nodes */
+    load_shipped(&hw, "selene.ini", NULL, 0);
+    assert_int_equal(hw.devices_per_node, 8);
+    assert_int_equal(hw.nodes, 560);
+    near("selene peak", hw.peak_flops, 312e12), near("selene ib", hw.inter_bw, 25e9);
+    plausible("selene.ini", &hw);
+    /* overrides after the file: with or without the leading dashes */
+    const char *ov[] = {"--hardware.nodes=4", "hardware.gemm_efficiency=0.5"};
+    load_shipped(&hw, "h100_sxm.ini", ov, 2);
+    assert_int_equal(hw.nodes, 4);
+    near("overridden efficiency", hw.gemm_efficiency, 0.5);
+}
+
+static const char *good =
+    "[hardware]\nname = \"test box\"\ndevices_per_node = 2\nnodes = 3\npeak_flops = 1e12\n"
+    "memory_bytes = 8e9 ; inline comment\nmemory_bw = 1e10\nintra_bw = 5e9\n"
+    "intra_latency = 1e-6\ninter_bw = 1e9\ninter_latency = 2e-5\n";
+
+/* The file good with `extra` appended, or with the line starting `drop` taken out. */
+static pt_status load_variant(const char *name, const char *drop, const char *extra) {
+    char text[4096] = "";
+    const char *p = good;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t n = (size_t)(nl - p) + 1;
+        if (!drop || strncmp(p, drop, strlen(drop))) strncat(text, p, n);
+        p += n;
+    }
+    if (extra) strcat(text, extra);
+    pt_hardware hw;
+    return pt_hardware_load(&hw, write_ini(name, text), NULL, 0);
+}
+
+static void expect_error(pt_status st, const char *what, const char *needle1, const char *needle2) {
+    if (st == PT_OK) fail_msg("%s: accepted", what);
+    assert_int_equal(st, PT_ERR_CONFIG);
+    if (!strstr(pt_last_error(), needle1) || (needle2 && !strstr(pt_last_error(), needle2)))
+        fail_msg("%s: \"%s\" does not mention \"%s\"%s%s", what, pt_last_error(), needle1,
+                 needle2 ? " and " : "", needle2 ? needle2 : "");
+}
+
+static void test_defaults_and_shapes(void **state) {
+    (void)state;
+    pt_hardware hw;
+    assert_int_equal(load_variant("good.ini", NULL, NULL), PT_OK);
+    assert_int_equal(pt_hardware_load(&hw, write_ini("good.ini", good), NULL, 0), PT_OK);
+    assert_string_equal(hw.name, "test box");
+    assert_int_equal(hw.nodes, 3);
+    near("memory_bytes (inline comment)", hw.memory_bytes, 8e9);
+    near("default gemm_efficiency", hw.gemm_efficiency, 1.0);
+    assert_int_equal(hw.n_shapes, 0);
+    /* gemm_shapes over continuation lines, quoted, a trailing ';' */
+    char text[4096];
+    snprintf(text, sizeof text, "%sgemm_shapes = \"64,128,256,1.5e9; 1024,1024,1024,2e11;\n"
+             "    4096,64,8,3e10\"\n", good);
+    assert_int_equal(pt_hardware_load(&hw, write_ini("shapes.ini", text), NULL, 0), PT_OK);
+    assert_int_equal(hw.n_shapes, 3);
+    near("shape 0 m", hw.shapes[0].m, 64), near("shape 0 n", hw.shapes[0].n, 128);
+    near("shape 0 k", hw.shapes[0].k, 256), near("shape 0 flops", hw.shapes[0].flops, 1.5e9);
+    near("shape 2 m", hw.shapes[2].m, 4096), near("shape 2 flops", hw.shapes[2].flops, 3e10);
+}
+
+static void test_write_reads_back(void **state) {
+    (void)state;
+    pt_hardware hw, back;
+    assert_int_equal(pt_hardware_load(&hw, write_ini("w.ini", good), NULL, 0), PT_OK);
+    hw.gemm_efficiency = 0.75;
+    hw.n_shapes = PT_HW_MAX_SHAPES; /* the most a file holds, over lines of at most 199 bytes */
+    for (int i = 0; i < hw.n_shapes; i++)
+        hw.shapes[i] = (pt_gemm_shape){64 << (i % 7), 4096 + i, 1 + 3 * i, 1.234567e9 * (i + 1)};
+    const char *how[PT_HW_N_KEYS] = {0};
+    for (int i = 0; i < PT_HW_N_KEYS; i++) how[i] = "measured; by a ping-pong = of \"8\" bytes";
+    const char *out = write_ini("written.ini", "");
+    assert_int_equal(pt_hardware_write(&hw, out, how), PT_OK);
+    if (pt_hardware_load(&back, out, NULL, 0) != PT_OK) fail_msg("%s", pt_last_error());
+    assert_string_equal(back.name, hw.name);
+    assert_int_equal(back.devices_per_node, 2), assert_int_equal(back.nodes, 3);
+    near("efficiency", back.gemm_efficiency, 0.75);
+    near("inter_latency", back.inter_latency, 2e-5);
+    assert_int_equal(back.n_shapes, PT_HW_MAX_SHAPES);
+    for (int i = 0; i < hw.n_shapes; i++) {
+        assert_true(back.shapes[i].m == hw.shapes[i].m && back.shapes[i].n == hw.shapes[i].n &&
+                    back.shapes[i].k == hw.shapes[i].k);
+        if (fabs(back.shapes[i].flops / hw.shapes[i].flops - 1) > 1e-3)
+            fail_msg("shape %d: %g read back as %g", i, hw.shapes[i].flops, back.shapes[i].flops);
+    }
+    /* without comments, and without shapes: no gemm_shapes line */
+    hw.n_shapes = 0;
+    assert_int_equal(pt_hardware_write(&hw, out, NULL), PT_OK);
+    assert_int_equal(pt_hardware_load(&back, out, NULL, 0), PT_OK);
+    assert_int_equal(back.n_shapes, 0);
+}
+
+static void test_bad_files_are_named(void **state) {
+    (void)state;
+    pt_hardware hw;
+    expect_error(load_variant("unknown.ini", NULL, "nvlink_bw = 1e9\n"), "unknown key",
+                 "unknown.ini:12", "unknown key \"nvlink_bw\"");
+    expect_error(load_variant("section.ini", NULL, "[model]\ndim = 4\n"), "unknown section",
+                 "section.ini:13", "unknown section [model]");
+    expect_error(load_variant("missing.ini", "inter_bw", NULL), "one key missing",
+                 "missing.ini: missing key inter_bw", NULL);
+    expect_error(load_variant("missing2.ini", "in", NULL), "missing keys",
+                 "missing2.ini: missing keys intra_bw, intra_latency, inter_bw, inter_latency", NULL);
+    expect_error(load_variant("neg.ini", "peak_flops", "peak_flops = -3e12\n"), "negative",
+                 "neg.ini:11", "peak_flops = -3e12: must be > 0");
+    expect_error(load_variant("zero.ini", "memory_bw", "memory_bw = 0\n"), "zero", "zero.ini",
+                 "memory_bw = 0: must be > 0");
+    expect_error(load_variant("frac.ini", "nodes", "nodes = 2.5\n"), "fractional nodes",
+                 "frac.ini", "nodes: expected a positive integer");
+    expect_error(load_variant("dpn.ini", "devices_per_node", "devices_per_node = 0\n"),
+                 "zero devices", "dpn.ini", "devices_per_node: expected a positive integer");
+    expect_error(load_variant("eff.ini", NULL, "gemm_efficiency = 1.5\n"), "efficiency > 1",
+                 "eff.ini", "gemm_efficiency = 1.5: must be in (0, 1]");
+    expect_error(load_variant("word.ini", "intra_bw", "intra_bw = fast\n"), "not a number",
+                 "word.ini", "intra_bw: expected a number");
+    expect_error(load_variant("twice.ini", NULL, "nodes = 4\n"), "given twice", "twice.ini",
+                 "nodes given twice");
+    expect_error(load_variant("shape3.ini", NULL, "gemm_shapes = \"64,64,64\"\n"),
+                 "three numbers", "shape3.ini", "gemm_shapes: entry 1 \"64,64,64\"");
+    expect_error(load_variant("shapex.ini", NULL, "gemm_shapes = 64,64,64,1e9;64,x,64,1e9\n"),
+                 "not a number", "shapex.ini", "entry 2 \"64,x,64,1e9\"");
+    expect_error(load_variant("shapem.ini", NULL, "gemm_shapes = 64.5,64,64,1e9\n"),
+                 "fractional m", "shapem.ini", "must be positive integers");
+    expect_error(load_variant("shapef.ini", NULL, "gemm_shapes = 64,64,64,-1\n"),
+                 "negative flops", "shapef.ini", "flops must be > 0");
+    expect_error(load_variant("quote.ini", "name", "name = \"H100 ; box\"\n"), "cut quote",
+                 "quote.ini", "name: unmatched quote");
+    /* the file itself */
+    pt_status st = pt_hardware_load(&hw, "/nonexistent/h.ini", NULL, 0);
+    assert_int_equal(st, PT_ERR_IO);
+    assert_non_null(strstr(pt_last_error(), "/nonexistent/h.ini"));
+    /* overrides */
+    const char *path = write_ini("ov.ini", good);
+    const char *o1[] = {"--hardware.nodez=4"}, *o2[] = {"--nodes=4"}, *o3[] = {"--hardware.nodes=-1"};
+    expect_error(pt_hardware_load(&hw, path, o1, 1), "unknown override", "hardware.nodez=4",
+                 "unknown key \"nodez\"");
+    expect_error(pt_hardware_load(&hw, path, o2, 1), "no prefix", "--nodes=4",
+                 "expected hardware.KEY=VALUE");
+    expect_error(pt_hardware_load(&hw, path, o3, 1), "bad override value", "hardware.nodes=-1",
+                 "nodes: expected a positive integer");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shipped_files),
+        cmocka_unit_test(test_defaults_and_shapes),
+        cmocka_unit_test(test_write_reads_back),
+        cmocka_unit_test(test_bad_files_are_named),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
