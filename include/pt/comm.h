@@ -51,6 +51,7 @@ struct pt_comm {
     char name[16]; /* the group: "world", "dp", "tp", "pp", "cp", "dpcp", "ep", "edp" */
     int rank, size;
     void *handle;  /* the backend's communicator, opaque outside the backend */
+    void *hier;    /* hierarchical collectives' state (src/comm/comm_hier.c); NULL: flat */
     pt_comm_stats stats;
     double timeout_s;
     /* the request pool (comm.c): idle requests, the blocks they were made in (freed by c->free),
@@ -110,6 +111,21 @@ void pt_reduce_scatter_sum(pt_comm *c, const void *send, void *recv, size_t recv
 void pt_allgather(pt_comm *c, const void *send, void *recv, size_t send_count, pt_dtype dt);
 void pt_bcast(pt_comm *c, void *buf, size_t count, pt_dtype dt, int root);
 void pt_barrier(pt_comm *c);
+
+/* Hierarchical all-reduce over a group that spans hosts (src/comm/comm_hier.c): where the group
+ * has members on more than one host and the same number L > 1 on each, its all-reduces run as a
+ * reduce-scatter within each host (shared memory), an all-reduce across hosts of each local
+ * rank's 1/L slice among the members with that local rank (all of a host's ranks cross at once,
+ * the slices' trees pointing different ways), and an all-gather within the host. PT_COMM_HIER
+ * chooses: auto (the default: buffers of 64 KiB and more; smaller ones stay flat), on (every
+ * size), off (flat); another value is an error. The sub-groups are made here, collectively over
+ * c, once (call at set-up, with nothing pending on c); c's entries iallreduce, test, progress and
+ * free are replaced, its other collectives stay flat. c's counters count each all-reduce as the
+ * flat one (its bus-bandwidth bytes); what the stages move is counted in the sub-groups:
+ * pt_comm_hier_stats gives those within the host and those that cross (0 if c is flat). */
+pt_status pt_comm_hier_setup(pt_comm *c);
+int pt_comm_hierarchical(const pt_comm *c);
+int pt_comm_hier_stats(const pt_comm *c, pt_comm_stats *host, pt_comm_stats *hosts);
 
 /* Adds every counter of `from` into `to`. */
 void pt_comm_stats_add(pt_comm_stats *to, const pt_comm_stats *from);

@@ -66,6 +66,7 @@ pt_comm_req *pt_comm_req_take(pt_comm *c, pt_comm_op op, uint64_t bytes, const v
     c->req_pending++;
     r->next_idle = NULL;
     r->op = op;
+    r->layered = 0;
     r->held = pt_guard_covers(a) || pt_guard_covers(b);
     if (r->held) pt_guard_hold();
     c->stats.calls[op]++;

@@ -11,6 +11,7 @@ struct pt_comm_req {
     pt_comm_req *next_idle; /* in c->req_idle while idle */
     pt_comm_op op;
     int held; /* a guard hold (core.h) taken on its buffers until it completes */
+    int layered; /* a hierarchical all-reduce's (comm_hier.c), not the backend's own */
     double t_post;  /* when it was posted, while a trace records (trace.h); else 0 */
     uint64_t bytes; /* what it moves (for the trace) */
 };

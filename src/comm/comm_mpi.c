@@ -236,6 +236,15 @@ static void mpi_progress(pt_comm *c) {
     MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
 }
 
+void pt_comm_mpi_allreduce_blocking(pt_comm *c, const void *send, void *buf, size_t count,
+                                    pt_dtype dt) {
+    c->stats.calls[PT_COMM_ALLREDUCE]++;
+    c->stats.bytes[PT_COMM_ALLREDUCE] +=
+        c->size > 1 ? 2 * (uint64_t)(c->size - 1) * count * pt_dtype_size(dt) / c->size : 0;
+    PT_MPI_CHECK(MPI_Allreduce(send ? send : MPI_IN_PLACE, buf, pt_icount(count), pt_mpi_type(dt),
+                               pt_mpi_sum(dt), pt_mpi(c)));
+}
+
 static pt_comm *mpi_split(pt_comm *c, int color, int key, const char *name) {
     MPI_Comm s;
     int rc = MPI_Comm_split(pt_mpi(c), color, key, &s);

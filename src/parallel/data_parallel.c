@@ -444,7 +444,10 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
 
 pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
                      int overlap) {
-    return pt_dp_setup(d, comm, model, zero, 0, model->alloc_total, bucket_mb, overlap, 0);
+    /* ZeRO-0's reduce-scatter and all-gather are the flat all-reduce cut in two; over a group
+     * whose all-reduces are hierarchical (spanning hosts, include/pt/comm.h) the all-reduce */
+    return pt_dp_setup(d, comm, model, zero, 0, model->alloc_total, bucket_mb, overlap,
+                       zero == 0 && pt_comm_hierarchical(comm));
 }
 
 pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, int zero, size_t lo,

@@ -101,6 +101,22 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     int ends = m->pp_i == 0 || m->pp_i == d->pp - 1, coords = (m->dp_i * d->cp + m->cp_i) * d->tp + m->tp_i;
     m->emb = world->split(world, ends ? coords : m->world_size + r, 0, "emb");
     m->world = world;
+    /* the groups whose all-reduces are big (gradients, the MoE's dense region): hierarchical
+     * where they span hosts (include/pt/comm.h, PT_COMM_HIER) */
+    pt_comm *hier[] = {m->dp, m->dpcp, m->edp, m->world};
+    char said[64] = "";
+    for (size_t i = 0; i < sizeof hier / sizeof hier[0]; i++) {
+        if ((st = pt_comm_hier_setup(hier[i])) != PT_OK) {
+            pt_mesh_free(m);
+            return st;
+        }
+        if (pt_comm_hierarchical(hier[i]))
+            snprintf(said + strlen(said), sizeof said - strlen(said), "%s%s", said[0] ? ", " : "",
+                     hier[i]->name);
+    }
+    if (said[0] && m->world_rank == 0)
+        pt_log_info("mesh: hierarchical all-reduces over %s (within a host, across, within; "
+                    "PT_COMM_HIER = %s)", said, getenv("PT_COMM_HIER") ? getenv("PT_COMM_HIER") : "auto");
     pt_mesh_say_placement(m);
     return PT_OK;
 }
