@@ -13,9 +13,24 @@
 #   - the run report: every rank's memory row equals what that rank's metrics say (rank 0), the
 #     dimensions listed are the ones that communicate;
 #   - no allocation inside a step after the first, on any rank of the 16-rank runs;
-#   - a rank killed mid-step (SIGKILL) ends the job non-zero within seconds, naming the rank.
+#   - a rank killed mid-step (SIGKILL) ends the job non-zero within seconds, naming the rank;
+#   - `pentatron plan`'s memory for every layout above (its own formulas) against the run's
+#     accounting: rank 0 within 2% of its exact bytes, every rank's report row to 2% or rounding.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
+# every layout checked is also planned: `pentatron plan --json`'s memory per rank, from its own
+# formulas, against the run's accounting (rank 0's exact bytes, every rank's report row)
+hw="$tmp/hw.ini"
+printf '[hardware]\nname = "test"\ndevices_per_node = 16\nnodes = 1\npeak_flops = 1e11\nmemory_bytes = 1e10\nmemory_bw = 1e10\nintra_bw = 1e9\nintra_latency = 1e-6\ninter_bw = 1e8\ninter_latency = 1e-5\n' > "$hw"
+eval "$(declare -f check | sed '1s/^check/run_check/')"
+check() { # as parallel_common's, then the plan's memory for the layout
+  local name="$2"
+  run_check "$@"
+  shift 3
+  if "$bin" plan "${tiny[@]}" "$@" --hardware "$hw" --json > "$tmp/$name.plan" 2> "$tmp/$name.plan.err" &&
+     "$PY" "$PT_SOURCE_DIR/tests/ref/check_plan_memory.py" "$tmp/$name.log" "$tmp/$name.jsonl" "$tmp/$name.plan" "$name"; then ok
+  else bad "$name: the plan's memory differs from the run's: $(cat "$tmp/$name.plan.err")"; fi
+}
 P=--parallel
 L4=(--model.n_layers=4)
 moe=(--model.n_layers=4 --model.n_experts=4 --model.top_k=2 --model.moe_ffn_dim=24

@@ -104,6 +104,16 @@ typedef struct {
         char prompt[PT_PATH_MAX];
         char vocab[PT_PATH_MAX];
     } sample;
+
+    struct { /* read by `pentatron plan` only (docs/plan.md): the system it describes */
+        char block[8];       /* llama | gpt: the transformer block planned */
+        char attention[16];  /* flash | materialized: scores never stored, or s×s stored */
+        char tp_overlap[12]; /* all | backward | none: the tp transfers hidden behind GEMMs */
+        int dp_overlap;      /* the gradient reduction overlaps the last backward */
+        float headroom;      /* --search: the share of device memory kept free */
+        int top;             /* --search: layouts printed */
+        int tp_across_nodes; /* --search: tp groups may span nodes */
+    } plan;
 } pt_config;
 
 void pt_config_defaults(pt_config *c);

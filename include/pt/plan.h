@@ -64,4 +64,57 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
  * "--measure" on): starts the comm runtime, measures, rank 0 writes FILE and prints a summary.
  * Exit status: 0 done, 1 failed, 2 bad arguments. */
 int pt_plan_measure_cmd(int argc, char **argv);
+
+/* ---------------------------------------------------------------------------------------------
+ * The planner (src/plan/plan.c; docs/plan.md writes out every formula). */
+
+#define PT_PLAN_MAX_PP 256
+
+/* The communicating dimensions, in the order the JSON and the text list them. */
+enum { PT_PLAN_DP = 0, PT_PLAN_TP, PT_PLAN_PP, PT_PLAN_CP, PT_PLAN_EP, PT_PLAN_DIMS };
+
+/* One rank's memory by kind (bytes), as the run report counts it. */
+typedef struct {
+    double params, grads, optim, transient, activations, total;
+} pt_plan_memory;
+
+typedef struct {
+    /* the layout: degrees, ZeRO, schedule, micro-batches */
+    int dp, tp, pp, cp, ep, sp, zero, chunks, micro_batch, m;
+    pt_sched_kind sched;
+    int recompute; /* pt_recompute */
+    /* memory: per pipeline rank the largest rank of its stage, and the largest of all */
+    pt_plan_memory stage[PT_PLAN_MAX_PP];
+    double memory_max;
+    int memory_max_stage;
+    /* time per step (seconds) on the pipeline's slowest rank */
+    double compute;                   /* forward, backward, recomputation, optimizer */
+    double recompute_s;               /* of which recomputation */
+    double optimizer;                 /* of which the optimizer */
+    double exposed[PT_PLAN_DIMS];     /* communication not hidden, per dimension */
+    double comm[PT_PLAN_DIMS];        /* all the communication's time, hidden or not */
+    double bubble;                    /* pipeline idle */
+    double step, tokens_per_second, mfu;
+    double model_flops;               /* per step, all ranks (6Ψ-style model FLOPs: no recompute) */
+    double flops_per_token;
+    char spans[64];                   /* the groups that span nodes, e.g. "dp pp" */
+    int simulated;                    /* the bubble from the schedule's simulation (else formula) */
+} pt_plan;
+
+/* The plan of the layout the configuration gives on hw: PT_ERR_CONFIG naming the problem when the
+ * layout is not valid for the model or the cluster (degrees, divisibility, the world). */
+pt_status pt_plan_eval(const pt_config *c, const pt_hardware *hw, pt_plan *out);
+/* Every valid layout of the model on hw's devices (the batch and the model fixed; the degrees,
+ * ZeRO stage, schedule, micro-batch size, recomputation searched; sp with every tp > 1; tp
+ * within a node unless plan.tp_across_nodes), screened with the bubble formulas, the best
+ * 4·plan.top + 8 evaluated again with the schedule's simulation; those whose largest rank fits in
+ * memory_bytes·(1 − plan.headroom) kept. *out (malloc'ed, *n entries) sorted by tokens/s, best
+ * first; *n_fit counts the layouts that fit, *n_tried those evaluated. */
+pt_status pt_plan_search(const pt_config *c, const pt_hardware *hw, pt_plan **out, int *n,
+                         int *n_fit, int *n_tried);
+/* One line of JSON (no newline) for p. */
+void pt_plan_json(const pt_plan *p, FILE *f);
+/* The text report of p (memory by kind per stage, the step's time by part). */
+void pt_plan_print(const pt_plan *p, const pt_config *c, const pt_hardware *hw, FILE *f);
+
 #endif

@@ -19,6 +19,8 @@ static void pt_usage(FILE *f) {
             "  launch    run a job and restart it from its newest checkpoint after a failure:\n"
             "            pentatron launch --restarts 3 -- mpirun -np 8 pentatron train ...\n"
             "  trace     join the per-rank traces of logging.trace:  pentatron trace merge DIR\n"
+            "  plan      memory and step time of a layout on a cluster, or the best layouts:\n"
+            "            pentatron plan --config FILE --hardware hardware/h100_sxm.ini [--search]\n"
             "\n"
             "`pentatron COMMAND --help` describes each; `pentatron train --help-config` lists every\n"
             "configuration key.\n");
@@ -39,6 +41,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "schedule")) return pt_cmd_schedule(argc - 2, argv + 2);
     if (!strcmp(cmd, "launch")) return pt_cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace")) return pt_cmd_trace(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return pt_cmd_plan(argc - 2, argv + 2);
     fprintf(stderr, "pentatron: unknown command \"%s\"\n\n", cmd);
     pt_usage(stderr);
     return 2;

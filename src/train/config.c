@@ -266,6 +266,27 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "prompt of the sample printed at the end of training (\"\" = none)"),
     PT_K("sample.vocab", PT_CFG_STR, sample.vocab, "", NULL,
          "directory with encoder.json and vocab.bpe for the sample"),
+    PT_K("plan.block", PT_CFG_STR, plan.block, "llama", "llama|gpt",
+         "pentatron plan: the block planned: llama (what pentatron trains) or gpt (LayerNorm, "
+         "multi-head attention, a 4h GeLU MLP with biases, learned positions: the published runs' "
+         "models; train refuses gpt)"),
+    PT_K("plan.attention", PT_CFG_STR, plan.attention, "flash", "flash|materialized",
+         "pentatron plan: flash (pentatron's: scores never stored, causal half computed) or "
+         "materialized (the s x s scores computed whole, stored and soft-maxed in memory, as "
+         "Megatron-LM in 2022; train refuses it)"),
+    PT_K("plan.tp_overlap", PT_CFG_STR, plan.tp_overlap, "all", "all|backward|none",
+         "pentatron plan: the tensor-parallel transfers that hide behind a GEMM: all (pentatron "
+         "with sp), backward only (Megatron-LM 2022: the backward's behind the weight-gradient "
+         "GEMMs) or none"),
+    PT_K("plan.dp_overlap", PT_CFG_BOOL, plan.dp_overlap, "true", NULL,
+         "pentatron plan: the gradient reduction overlaps the last micro-batch's backward "
+         "(parallel.overlap; Megatron-LM 2022: false)"),
+    PT_K("plan.headroom", PT_CFG_FLOAT, plan.headroom, "0.1", NULL,
+         "pentatron plan --search: the share of each device's memory kept free (allocator "
+         "fragmentation, runtime, libraries)"),
+    PT_K("plan.top", PT_CFG_INT, plan.top, "5", NULL, "pentatron plan --search: layouts printed"),
+    PT_K("plan.tp_across_nodes", PT_CFG_BOOL, plan.tp_across_nodes, "false", NULL,
+         "pentatron plan --search: let a tensor-parallel group span nodes"),
 };
 #undef PT_K
 

@@ -135,6 +135,10 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     t->cfg = *cfg_in;
     pt_config *cfg = &t->cfg;
     PT_TRY(pt_config_validate(cfg));
+    if (strcmp(cfg->plan.block, "llama") || strcmp(cfg->plan.attention, "flash"))
+        return pt_errorf(PT_ERR_CONFIG, "plan.block = %s, plan.attention = %s describe a model for "
+                         "`pentatron plan` only: pentatron trains llama blocks with flash attention",
+                         cfg->plan.block, cfg->plan.attention);
     unsigned allow;
     PT_TRY(pt_resume_parse_allow(cfg->checkpoint.allow_change, &allow));
 

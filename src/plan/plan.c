@@ -1,0 +1,1063 @@
+/* plan.c: `pentatron plan`'s model: per-rank memory and step time of a model × cluster × layout,
+ * from first principles. docs/plan.md writes out every formula below with its source; the
+ * comments here name the quantities.
+ *
+ * Notation (per rank, one micro-batch): b sequences of s tokens, N = b·s/cp tokens on the rank,
+ * R = N/tp rows of the residual stream with sequence parallelism (N without), C the width, q and
+ * kv the rank's query and key/value widths, F its MLP width, V its vocabulary rows, E the bytes of
+ * an activation element (4 in fp32, 2 in bf16).
+ *
+ * Memory is pentatron's own allocation, written as formulas of the configuration (not read from
+ * the trainer): parameters, gradients and AdamW moments by ZeRO stage; ZeRO's bucket buffers; the
+ * activation sets the schedule holds at once (counted from the schedule's action lists) times a
+ * set's bytes, plus the recomputation workspace and the ring's buffers. The GPT block's
+ * activations are Korthikanti et al.'s Table 2 (what Megatron-LM keeps).
+ *
+ * Time: each GEMM at the hardware's measured rate for its shape (hardware.gemm_shapes,
+ * interpolated) or at gemm_efficiency × peak capped by the roofline of its bytes; memory-bound
+ * work (norms, activations, softmax, the optimizer) as bytes / memory_bw; each collective by the
+ * α–β model with the bus factors of nccl-tests, over the links its group uses (hierarchical when
+ * a group spans nodes with more than one of its ranks per node); what the implementation hides
+ * behind compute subtracted per dimension; the pipeline's bubble from schedule.c's simulation of
+ * the step with these costs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pt/model.h"
+#include "pt/pipeline.h"
+#include "pt/plan.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* the model's shape */
+
+typedef struct {
+    int gpt, flash, tp_overlap; /* tp_overlap: 2 all, 1 backward, 0 none */
+    int dp_overlap;
+    int bf16;
+    double E;                   /* bytes of an activation element */
+    /* global dimensions */
+    double C, H, KV, hd, F, Vg, L, Ex, k, Fe, Fs, s, b;
+    int moe_every, moe_first, n_layers, n_experts, tied, qkv_bias, attn_bias;
+} pt_plan_model;
+
+static int pt_plan_is_moe(const pt_config *c, int l) {
+    const pt_model_config *m = &c->model;
+    return m->n_experts > 0 && l >= m->moe_first_dense &&
+           (l - m->moe_first_dense) % (m->moe_every > 0 ? m->moe_every : 1) == 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the local dimensions of a rank (tp) */
+
+typedef struct {
+    double H, KV, q, kv, F, Fe, V; /* heads, kv heads, widths, MLP, expert MLP, vocabulary rows */
+} pt_plan_local;
+
+static pt_plan_local pt_plan_local_dims(const pt_plan_model *M, int tp) {
+    pt_plan_local d;
+    d.H = M->H / tp;
+    /* kv heads: split when tp divides them, else one per rank (replicated) */
+    d.KV = fmod(M->KV, tp) == 0 ? M->KV / tp : 1;
+    d.q = d.H * M->hd;
+    d.kv = d.KV * M->hd;
+    d.F = floor(M->F / tp);
+    d.Fe = floor(M->Fe / tp);
+    d.V = ceil(M->Vg / tp); /* padded to a multiple of tp */
+    return d;
+}
+
+/* Parameters of layer l on a rank (tp split; experts: this rank's n_experts/ep), and of which
+ * experts' (they reduce over the expert-data-parallel group). */
+static void pt_plan_layer_params(const pt_plan_model *M, const pt_config *c, int l, int tp, int ep,
+                                 double *dense, double *expert) {
+    pt_plan_local d = pt_plan_local_dims(M, tp);
+    double C = M->C, p = 0, e = 0;
+    if (M->gpt) {
+        /* qkv (with biases), o (bias), two LayerNorms (weight, bias), the 4h MLP (biases) */
+        p = C * 3 * d.q + 3 * d.q + d.q * C + C + 4 * C + C * d.F + d.F + d.F * C + C;
+    } else {
+        p = C * (d.q + 2 * d.kv) + d.q * C + 2 * C;
+        if (M->qkv_bias || M->attn_bias) p += d.q + 2 * d.kv + (M->attn_bias ? C : 0);
+        if (pt_plan_is_moe(c, l)) {
+            p += M->Ex * C;                           /* router (replicated) */
+            p += M->Fs / M->Fe * 3 * C * d.Fe;        /* shared experts */
+            e = (M->Ex / ep) * 3 * C * d.Fe;          /* this rank's experts */
+        } else {
+            p += 3 * C * d.F;
+        }
+    }
+    *dense = p;
+    *expert = e;
+}
+
+/* Model FLOPs of one token's forward through layer l (whole model, no split): the GEMMs and the
+ * attention's score and value products (causal: the half that a flash kernel computes; the
+ * materialized scores compute all of them). */
+static double pt_plan_layer_flops(const pt_plan_model *M, const pt_config *c, int l) {
+    double C = M->C, q = M->H * M->hd, kv = M->KV * M->hd, f;
+    if (M->gpt)
+        f = 2 * (C * 3 * C + C * C + 2 * C * M->F);
+    else if (pt_plan_is_moe(c, l))
+        f = 2 * (C * (q + 2 * kv) + q * C + M->Ex * C + (M->k + M->Fs / M->Fe) * 3 * C * M->Fe);
+    else
+        f = 2 * (C * (q + 2 * kv) + q * C + 3 * C * M->F);
+    double keys = M->flash ? M->s / 2 : M->s; /* keys a query meets on average */
+    return f + 4 * keys * q;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* hardware: GEMMs, memory-bound work, collectives */
+
+/* Seconds of a GEMM (m × k)·(k × n) on one device. */
+static double pt_plan_gemm(const pt_hardware *hw, const pt_plan_model *M, double m, double n,
+                           double k) {
+    if (m < 1 || n < 1 || k < 1) return 0;
+    double flops = 2 * m * n * k;
+    if (hw->n_shapes > 0) {
+        /* the measured shapes: inverse-distance weighting in log space of the 3 nearest (a GEMM
+         * at least as large as the largest measured runs at that one's rate) */
+        double best[3] = {1e300, 1e300, 1e300}, rate[3] = {0, 0, 0};
+        for (int i = 0; i < hw->n_shapes; i++) {
+            const pt_gemm_shape *g = &hw->shapes[i];
+            double dm = log(fmin(m, 1e9) / g->m), dn = log(n / g->n), dk = log(k / g->k);
+            double dist = dm * dm + dn * dn + dk * dk;
+            for (int j = 0; j < 3; j++)
+                if (dist < best[j]) {
+                    for (int t = 2; t > j; t--) best[t] = best[t - 1], rate[t] = rate[t - 1];
+                    best[j] = dist, rate[j] = g->flops;
+                    break;
+                }
+        }
+        double wsum = 0, r = 0;
+        for (int j = 0; j < 3 && rate[j] > 0; j++) {
+            double w = 1.0 / (best[j] + 1e-6);
+            wsum += w, r += w * rate[j];
+        }
+        return flops / (r / wsum);
+    }
+    double bytes = M->E * (m * k + k * n + m * n);
+    double t_flops = flops / (hw->peak_flops * hw->gemm_efficiency), t_bytes = bytes / hw->memory_bw;
+    return t_flops > t_bytes ? t_flops : t_bytes;
+}
+
+static double pt_plan_membound(const pt_hardware *hw, double bytes) { return bytes / hw->memory_bw; }
+
+/* A group's links: size n, of whom `local` on each node (1 when every member is on another
+ * node); whether it spans nodes. */
+typedef struct {
+    int n, local, spans;
+} pt_plan_group;
+
+/* The mesh orders ranks tp fastest, then cp, dp, pp (mesh.c; hosts filled in that order). A
+ * group of n ranks at stride st (the product of the faster degrees) within nodes of D devices. */
+static pt_plan_group pt_plan_group_of(int n, int st, int D) {
+    pt_plan_group g = {n, n, 0};
+    if ((long)n * st <= D || n == 1) return g;
+    g.spans = 1;
+    g.local = st >= D ? 1 : D / st;
+    if (g.local > n) g.local = n;
+    return g;
+}
+
+typedef enum { PT_COLL_AR, PT_COLL_AG, PT_COLL_RS, PT_COLL_A2A, PT_COLL_P2P } pt_coll;
+
+/* The ring's α–β time of a collective of S bytes (the whole buffer: the all-reduce's input, the
+ * all-gather's output) over n ranks at bandwidth B per direction and latency a. */
+static double pt_plan_ring(pt_coll kind, double S, int n, double B, double a) {
+    if (n <= 1 || S <= 0) return 0;
+    double steps = kind == PT_COLL_AR ? 2.0 * (n - 1) : (double)(n - 1);
+    return steps * (a + S / n / B);
+}
+
+/* A collective over group g: flat within a node; across nodes the faster of the flat ring
+ * (every step at the inter-node bandwidth) and the hierarchical form (within each node over
+ * `local` ranks, across the nodes by slices: each local rank moves its 1/local of the buffer
+ * with its peers on the other nodes, then back within the node). */
+static double pt_plan_coll(const pt_hardware *hw, pt_coll kind, double S, pt_plan_group g) {
+    if (g.n <= 1 || S <= 0) return 0;
+    if (kind == PT_COLL_P2P)
+        return g.spans ? hw->inter_latency + S / hw->inter_bw : hw->intra_latency + S / hw->intra_bw;
+    if (!g.spans) return pt_plan_ring(kind, S, g.n, hw->intra_bw, hw->intra_latency);
+    if (kind == PT_COLL_A2A) {
+        /* (n − local)/n of the buffer leaves the node, at the inter-node bandwidth */
+        double out = S * (g.n - g.local) / g.n, in = S * (g.local - 1) / g.n;
+        return (g.n - 1) * hw->inter_latency + out / hw->inter_bw + in / hw->intra_bw;
+    }
+    double flat = pt_plan_ring(kind, S, g.n, hw->inter_bw, hw->inter_latency);
+    if (g.local <= 1) return flat;
+    int nodes = g.n / g.local;
+    double in = pt_plan_ring(kind == PT_COLL_AR ? PT_COLL_RS : kind, S, g.local, hw->intra_bw,
+                             hw->intra_latency);
+    double across = pt_plan_ring(kind, S / g.local, nodes, hw->inter_bw, hw->inter_latency);
+    double hier = across + (kind == PT_COLL_AR ? 2 * in : in);
+    return hier < flat ? hier : flat;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* pentatron's memory (docs/plan.md, "Memory") */
+
+static double pt_round64(double b) { return ceil(b / 64) * 64; }
+
+/* Bytes of one activation set of a chunk of layers [l0, l1) (one micro-batch in flight): what
+ * its layers keep for backward, their zero-bubble operands, and the set's backward scratch. */
+typedef struct {
+    double N, R, C, E, hd;
+    pt_plan_local d;
+    int re, zb, cp, sp, bf16;
+} pt_plan_act;
+
+/* Elements of a layer's arrays: x, rstd1, xn1, qkv, att, lse, xmid, rstd2, xn2, gu, h. */
+enum { A_X, A_RSTD1, A_XN1, A_QKV, A_ATT, A_LSE, A_XMID, A_RSTD2, A_XN2, A_GU, A_H, A_N };
+
+static void pt_plan_layer_arrays(const pt_plan_act *a, double b, int moe, double *n, double *es) {
+    double N = a->N, R = a->R, C = a->C, F = moe ? 0 : a->d.F;
+    double sz[A_N] = {R * C, R,         N * C, N * (a->d.q + 2 * a->d.kv), N * a->d.q, b * a->d.H * (N / b),
+                      R * C, R,         N * C, N * 2 * F,                  N * F};
+    for (int i = 0; i < A_N; i++) {
+        n[i] = sz[i];
+        es[i] = i == A_RSTD1 || i == A_RSTD2 || i == A_LSE ? 4 : a->E;
+    }
+}
+
+/* Whether a layer recomputing in mode re keeps array i (selective recomputes the attention core,
+ * unless the ring keeps it, and the SwiGLU product; full keeps the input; zero bubble keeps the
+ * weight gradients' operands). */
+static int pt_plan_keeps(int re, int i, int zb, int cp) {
+    if (re == PT_RECOMPUTE_NONE || i == A_X) return 1;
+    if (zb && (i == A_XN1 || i == A_ATT || i == A_LSE || i == A_XN2 || i == A_H)) return 1;
+    if (re == PT_RECOMPUTE_FULL) return 0;
+    if (i == A_ATT || i == A_LSE) return cp;
+    return i != A_H;
+}
+
+/* A MoE layer's own buffers (routing, gathered rows, expert activations and their gradients,
+ * the exchange's receive buffers): per token-slot S = N·k. */
+static double pt_plan_moe_bytes(const pt_plan_model *M, const pt_plan_act *a, int ep) {
+    double N = a->N, k = M->k, S = N * k, Ex = M->Ex, C = a->C, Fe = a->d.Fe, E = a->E;
+    double Fs = M->Fs / M->Fe * Fe;
+    double b = 0;
+    b += 4 * S;                                       /* routing weights (device) */
+    b += 4 * N * Ex;                                  /* router logits */
+    b += E * S * C + E * S * 2 * Fe + E * S * Fe;     /* gathered rows, gate/up, h */
+    b += 4 * S * C;                                   /* expert outputs */
+    b += E * N * 2 * Fs + E * N * Fs;                 /* shared experts */
+    b += E * S * C;                                   /* output gradients */
+    b += 4 * (S * Fe + N * Fs) + 4 * (S * 2 * Fe + N * 2 * Fs) + 4 * S * C; /* dh, dgu, dxg */
+    if (a->bf16) b += 4 * Ex * C;
+    b += 8 * S;
+    if (ep > 1) {
+        double el = Ex / ep, per = k < el ? k : el, rows = ep * N * per;
+        b += (4 + E) * 2 * rows * C;                  /* receive buffers: x, y, dy, dx */
+        b += (E + 4) * rows * 2 * Fe + (E + 4) * rows * Fe; /* their gate/up, h and gradients */
+    }
+    return b;
+}
+
+static double pt_plan_set_bytes(const pt_plan_model *M, const pt_config *c, const pt_plan_act *a,
+                                int l0, int l1, int last_stage, int head_split, int ep) {
+    double b = 0, n[A_N], es[A_N];
+    double N = a->N, R = a->R, C = a->C, d_q = a->d.q, qkv = a->d.q + 2 * a->d.kv, F = a->d.F;
+    double bb = c->training.micro_batch;
+    for (int l = l0; l < l1; l++) {
+        int moe = pt_plan_is_moe(c, l);
+        pt_plan_layer_arrays(a, bb, moe, n, es);
+        for (int i = 0; i < A_N; i++)
+            if (pt_plan_keeps(a->re, i, a->zb, a->cp)) b += pt_round64(n[i] * es[i]);
+        if (a->zb) b += 4 * (N * C + N * 2 * F + N * C + N * qkv);
+        if (moe && a->re != PT_RECOMPUTE_FULL) b += pt_plan_moe_bytes(M, a, ep);
+    }
+    /* the set's own arrays: output, final norm, head chunk, backward scratch */
+    double V = a->d.V, HR = 0;
+    if (last_stage && !head_split) {
+        HR = floor(32.0 * 1048576 / V);
+        HR = HR > 512 ? 512 : HR < 16 ? 16 : HR;
+        HR = HR < N ? HR : N;
+    }
+    double wA = fmax(fmax(C, qkv), 2 * F), wB = fmax(fmax(C, d_q), F);
+    double g16 = fmax(N * wA, HR * V);
+    double arr[] = {R * C * a->E, R * 4, N * C * a->E, N * C * 4, HR * V * 4, HR * 4,
+                    R * C * 4, N * C * 4, N * qkv * 4, N * d_q * 4, N * 2 * F * 4, N * F * 4,
+                    a->sp ? N * C * 4 : 0, 2 * C * 4, 2 * a->d.kv * C * 4,
+                    a->bf16 ? N * wA * 4 : 0, a->bf16 ? N * wB * 4 : 0, a->bf16 ? g16 * 2 : 0,
+                    a->bf16 ? fmax(C, qkv) * 4 : 0, M->qkv_bias || M->attn_bias ? N * 4 : 0};
+    for (size_t i = 0; i < sizeof arr / sizeof *arr; i++) b += pt_round64(arr[i]);
+    return b;
+}
+
+/* The recomputation workspace: one copy of the arrays the layers do not keep (and, full, the next
+ * layer's input; a MoE layer's buffers once). */
+static double pt_plan_ws_bytes(const pt_plan_model *M, const pt_config *c, const pt_plan_act *a,
+                               int l0, int l1, int ep) {
+    if (a->re == PT_RECOMPUTE_NONE) return 0;
+    double b = 0, n[A_N], es[A_N];
+    pt_plan_layer_arrays(a, c->training.micro_batch, 0, n, es);
+    for (int i = 0; i < A_N; i++)
+        if (!pt_plan_keeps(a->re, i, a->zb, a->cp)) b += pt_round64(n[i] * es[i]);
+    if (a->re == PT_RECOMPUTE_FULL) {
+        b += pt_round64(a->R * a->C * a->E);
+        int any = 0;
+        for (int l = l0; l < l1; l++) any |= pt_plan_is_moe(c, l);
+        if (any) b += pt_plan_moe_bytes(M, a, ep);
+    }
+    return b;
+}
+
+/* The most activation sets of each chunk rank r holds at once: a set is taken at its
+ * (micro-batch, chunk)'s first action and given back after its last use (its own actions, and a
+ * local hand-off to the neighbouring chunk), as the pipeline engine does. */
+static void pt_plan_held(const pt_schedule *s, int r, int *most) {
+    int v = s->v, m = s->m;
+    int *uses = calloc((size_t)m * v, sizeof *uses), *seen = calloc((size_t)m * v, sizeof *seen);
+    int held[16] = {0};
+    for (int c = 0; c < v; c++) most[c] = 0;
+    const pt_action *a = s->a[r];
+    for (int i = 0; i < s->n[r]; i++)
+        if (a[i].kind <= PT_ACT_BWD_WEIGHT) uses[a[i].micro * v + a[i].chunk]++;
+    for (int i = 0; i < s->n[r]; i++) {
+        if (a[i].kind > PT_ACT_BWD_WEIGHT) continue;
+        int k = a[i].micro * v + a[i].chunk;
+        if (!seen[k]++ && ++held[a[i].chunk] > most[a[i].chunk]) most[a[i].chunk] = held[a[i].chunk];
+        if (--uses[k] == 0) held[a[i].chunk]--;
+    }
+    free(uses), free(seen);
+}
+
+/* The held sets of every rank of a schedule, remembered for the search (which meets the same
+ * schedule shape again and again): (kind, pp, m, chunks) -> most[r·chunks + c]. */
+typedef struct {
+    int kind, pp, m, v;
+    int *most;
+} pt_plan_held_entry;
+static pt_plan_held_entry pt_held_cache[64];
+static int pt_held_next;
+
+static const int *pt_plan_held_all(pt_sched_kind kind, int pp, int m, int v) {
+    for (int i = 0; i < 64; i++) {
+        pt_plan_held_entry *e = &pt_held_cache[i];
+        if (e->most && e->kind == (int)kind && e->pp == pp && e->m == m && e->v == v) return e->most;
+    }
+    pt_schedule s;
+    if (pt_schedule_build(&s, kind, pp, m, v) != PT_OK) return NULL;
+    pt_plan_held_entry *e = &pt_held_cache[pt_held_next++ % 64];
+    free(e->most);
+    *e = (pt_plan_held_entry){(int)kind, pp, m, v, calloc((size_t)pp * v, sizeof(int))};
+    for (int r = 0; r < pp; r++) pt_plan_held(&s, r, e->most + r * v);
+    pt_schedule_free(&s);
+    return e->most;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    const pt_config *c;
+    const pt_hardware *hw;
+    pt_plan_model M;
+    int simulate; /* the bubble by simulation (else the literature's formula) */
+} pt_plan_ctx;
+
+static pt_status pt_plan_model_of(const pt_config *c, pt_plan_model *M) {
+    const pt_model_config *m = &c->model;
+    memset(M, 0, sizeof *M);
+    M->gpt = !strcmp(c->plan.block, "gpt");
+    M->flash = strcmp(c->plan.attention, "materialized") != 0;
+    M->tp_overlap = !strcmp(c->plan.tp_overlap, "all") ? 2 : !strcmp(c->plan.tp_overlap, "backward");
+    M->dp_overlap = c->plan.dp_overlap;
+    M->bf16 = !strcmp(c->training.precision, "bf16");
+    M->E = M->bf16 ? 2 : 4;
+    M->C = m->dim;
+    M->H = m->n_heads;
+    M->KV = M->gpt ? m->n_heads : (m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads);
+    M->hd = m->head_dim > 0 ? m->head_dim : (double)m->dim / m->n_heads;
+    M->F = m->ffn_dim;
+    M->Vg = m->vocab_size;
+    M->L = m->n_layers;
+    M->n_layers = m->n_layers;
+    M->n_experts = m->n_experts;
+    M->Ex = m->n_experts;
+    M->k = m->top_k;
+    M->Fe = m->moe_ffn_dim > 0 ? m->moe_ffn_dim : 1;
+    M->Fs = (double)m->n_shared_experts * M->Fe;
+    M->s = c->training.seq_len;
+    M->b = c->training.micro_batch;
+    M->tied = m->tied_embeddings;
+    M->qkv_bias = m->qkv_bias;
+    M->attn_bias = m->attention_bias;
+    if (M->gpt && m->n_experts)
+        return pt_errorf(PT_ERR_CONFIG, "plan.block = gpt describes dense GPT blocks: "
+                         "model.n_experts must be 0");
+    return PT_OK;
+}
+
+/* Seconds of one layer's forward, input-gradient and weight-gradient work on a rank, per
+ * micro-batch, and its tensor-parallel, context-parallel and expert-parallel communication
+ * (total and exposed). */
+typedef struct {
+    double f, b, w;           /* compute (the recomputation inside b) */
+    double re;                /* of which recomputation */
+    double tp, tp_exp, cp, cp_exp, ep, ep_exp;
+} pt_plan_cost;
+
+static void pt_plan_add(pt_plan_cost *a, const pt_plan_cost *x, double times) {
+    a->f += times * x->f, a->b += times * x->b, a->w += times * x->w, a->re += times * x->re;
+    a->tp += times * x->tp, a->tp_exp += times * x->tp_exp;
+    a->cp += times * x->cp, a->cp_exp += times * x->cp_exp;
+    a->ep += times * x->ep, a->ep_exp += times * x->ep_exp;
+}
+
+typedef struct {
+    int dp, tp, pp, cp, ep, sp, zero, re, zb;
+    pt_plan_group g_tp, g_cp, g_dp, g_pp, g_ep, g_edp;
+} pt_plan_lay;
+
+static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *y, int l) {
+    const pt_plan_model *M = &x->M;
+    const pt_hardware *hw = x->hw;
+    pt_plan_local d = pt_plan_local_dims(M, y->tp);
+    int moe = pt_plan_is_moe(x->c, l), sp = y->sp && y->tp > 1;
+    double N = M->b * M->s / y->cp, C = M->C, E = M->E, R = sp ? N / y->tp : N;
+    pt_plan_cost k = {0};
+    /* the GEMMs: forward (m × k)·(k × n); backward's input gradient (m × n)·(n × k); weight
+     * gradient (n × m)·(m × k) */
+    double g[8][4]; /* m, n, k, times */
+    int ng = 0;
+#define PT_G(M_, N_, K_, T_) (g[ng][0] = (M_), g[ng][1] = (N_), g[ng][2] = (K_), g[ng++][3] = (T_))
+    double qkv = M->gpt ? 3 * d.q : d.q + 2 * d.kv;
+    PT_G(N, qkv, C, 1);
+    PT_G(N, C, d.q, 1);
+    if (M->gpt || !moe) {
+        double up = M->gpt ? d.F : 2 * d.F;
+        PT_G(N, up, C, 1);
+        PT_G(N, C, d.F, 1);
+    } else {
+        /* each of the rank's n_experts/ep experts gets N·k/n_experts rows from each of the ep
+         * ranks (balanced routing) */
+        double el = M->Ex / y->ep, rows = N * M->k * y->ep / M->Ex, Fs = M->Fs / M->Fe * d.Fe;
+        PT_G(N, M->Ex, C, 1);
+        PT_G(rows, 2 * d.Fe, C, el);
+        PT_G(rows, C, d.Fe, el);
+        if (Fs > 0) {
+            PT_G(N, 2 * Fs, C, 1);
+            PT_G(N, C, Fs, 1);
+        }
+    }
+#undef PT_G
+    double gf[8] = {0}, gemm_f = 0, gemm_b = 0;
+    for (int i = 0; i < ng; i++) {
+        double m = g[i][0], n = g[i][1], kk = g[i][2], t = g[i][3];
+        gf[i] = t * pt_plan_gemm(hw, M, m, n, kk);
+        k.f += gf[i];
+        gemm_f += gf[i];
+        gemm_b += t * pt_plan_gemm(hw, M, m, kk, n);
+        k.b += t * pt_plan_gemm(hw, M, m, kk, n);
+        k.w += t * pt_plan_gemm(hw, M, n, kk, m);
+    }
+    /* the attention core: flash (causal half; backward 2.5×: the scores again and four
+     * products) or materialized (QKᵀ and AV whole as batched GEMMs; the s×s scores through
+     * memory: scale, mask, softmax and dropout, 9 bytes an element forward, 11 backward) */
+    double heads = M->b * d.H, Tq = M->s / y->cp, keys = M->s;
+    double att_f, att_b;
+    if (M->flash) {
+        double pair = heads * pt_plan_gemm(hw, M, Tq, keys, M->hd); /* one product, all keys */
+        att_f = pair;           /* 2 products × the causal half */
+        att_b = 2.5 * pair;
+    } else {
+        double pair = heads * pt_plan_gemm(hw, M, Tq, keys, M->hd);
+        double scores = heads * Tq * keys;
+        att_f = 2 * pair + pt_plan_membound(hw, 9 * scores);
+        att_b = 4 * pair + pt_plan_membound(hw, 11 * scores);
+    }
+    k.f += att_f;
+    k.b += att_b;
+    /* memory-bound: norms, rope, residual adds, the MLP's activation (bytes per token, docs) */
+    double fwd_bytes, Fl = moe ? M->k * d.Fe + M->Fs / M->Fe * d.Fe : d.F;
+    if (M->gpt)
+        fwd_bytes = E * (2 * 2 * (sp ? C / y->tp : C) + 2 * Fl + 2 * 3.5 * (sp ? C / y->tp : C));
+    else
+        fwd_bytes = E * (2 * 2 * (R / N) * C + 2 * (d.q + d.kv) + 2 * 3 * (R / N) * C + 3 * Fl);
+    if (moe && !M->gpt) fwd_bytes += E * (4 * M->k * C) + 4 * 3 * M->Ex; /* gather, scatter, router */
+    k.f += pt_plan_membound(hw, N * fwd_bytes);
+    k.b += pt_plan_membound(hw, 2 * N * fwd_bytes);
+    /* recomputation: selective redoes the attention core (flash: unless the ring keeps it) and
+     * the activation function; full the whole forward */
+    if (y->re == PT_RECOMPUTE_FULL) k.re = k.f;
+    else if (y->re == PT_RECOMPUTE_SELECTIVE)
+        k.re = (M->flash && y->cp > 1 ? 0 : att_f) + pt_plan_membound(hw, N * E * 3 * Fl);
+    /* tensor parallelism: 2 gathers and 2 reduce-scatters (sp) or 2 all-reduces per layer each
+     * way, of the (N, C) activations; full recomputation repeats the forward's */
+    if (y->tp > 1) {
+        double S = N * C * E;
+        double fw = sp ? 2 * (pt_plan_coll(hw, PT_COLL_AG, S, y->g_tp) + pt_plan_coll(hw, PT_COLL_RS, S, y->g_tp))
+                       : 2 * pt_plan_coll(hw, PT_COLL_AR, S, y->g_tp);
+        double bw = fw, rf = y->re == PT_RECOMPUTE_FULL ? fw : 0;
+        k.tp = fw + bw + rf;
+        /* what hides: each transfer behind the GEMM that makes or uses its rows (all: forward
+         * and backward, sp only); backward only: behind the weight-gradient GEMMs */
+        double hide_f = 0, hide_b = 0;
+        if (M->tp_overlap == 2 && sp) hide_f = gemm_f, hide_b = gemm_b + k.w;
+        if (M->tp_overlap >= 1) hide_b = fmax(hide_b, k.w);
+        k.tp_exp = fmax(0, fw - hide_f) + fmax(0, bw - hide_b) + fmax(0, rf - hide_f);
+    }
+    /* context parallelism: cp − 1 hops of the keys and values forward (hidden behind the block's
+     * attention), twice as much backward (the gradients' hops exposed) */
+    if (y->cp > 1) {
+        double hop = pt_plan_coll(hw, PT_COLL_P2P, M->b * Tq * 2 * d.kv * E, y->g_cp);
+        double block = att_f / y->cp;
+        k.cp = (y->cp - 1) * 3 * hop;
+        k.cp_exp = (y->cp - 1) * (fmax(0, hop - block) + hop + fmax(0, hop - block));
+    }
+    /* expert parallelism: dispatch and combine of N·k rows of C, each way, hidden behind the
+     * experts' GEMMs on the blocks already there */
+    if (moe && y->ep > 1) {
+        double S = N * M->k * C * E;
+        double a2a = 2 * pt_plan_coll(hw, PT_COLL_A2A, S, y->g_ep);
+        double experts = gf[1] + gf[2];
+        k.ep = 2 * a2a;
+        k.ep_exp = fmax(0, a2a - experts * (y->ep - 1) / y->ep) * 2;
+    }
+    k.b += k.re;
+    return k;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* a layout */
+
+static int pt_plan_divides(double a, double b) { return b > 0 && fmod(a, b) == 0; }
+
+static pt_status pt_plan_check(const pt_plan_ctx *x, const pt_plan_lay *y, int world, int chunks,
+                               pt_sched_kind kind, int m) {
+    const pt_config *c = x->c;
+    const pt_plan_model *M = &x->M;
+    int devices = x->hw->devices_per_node * x->hw->nodes;
+    if (world > devices)
+        return pt_errorf(PT_ERR_CONFIG, "the layout needs dp × pp × cp × tp = %d devices; the "
+                         "hardware has %d (%d nodes × %d)", world, devices, x->hw->nodes,
+                         x->hw->devices_per_node);
+    if (!pt_plan_divides(M->H, y->tp))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.n_heads = %.0f", y->tp, M->H);
+    if (!pt_plan_divides(M->F, y->tp))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.ffn_dim = %.0f", y->tp, M->F);
+    if (M->n_experts && !pt_plan_divides(M->Fe, y->tp))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.moe_ffn_dim = %.0f", y->tp, M->Fe);
+    if (y->ep > 1 && (!M->n_experts || !pt_plan_divides(M->Ex, y->ep)))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", y->ep,
+                         M->n_experts);
+    if (y->ep > 1 && (y->dp * y->cp) % y->ep)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide dp × cp = %d", y->ep, y->dp * y->cp);
+    if (c->training.global_batch % (y->dp * c->training.micro_batch))
+        return pt_errorf(PT_ERR_CONFIG, "training.global_batch (%d) must be divisible by dp × "
+                         "micro_batch = %d × %d", c->training.global_batch, y->dp, c->training.micro_batch);
+    if (y->cp > 1 && c->training.seq_len % (2 * y->cp))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d: training.seq_len = %d must be a multiple "
+                         "of %d", y->cp, c->training.seq_len, 2 * y->cp);
+    if (y->sp && y->tp > 1 && (c->training.micro_batch * c->training.seq_len / y->cp) % y->tp)
+        return pt_errorf(PT_ERR_CONFIG, "sequence parallelism: micro_batch × seq_len / cp rows must "
+                         "be divisible by tp = %d", y->tp);
+    if (y->pp * chunks > M->n_layers)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp × chunks = %d exceeds model.n_layers = %d",
+                         y->pp * chunks, M->n_layers);
+    if (y->pp > PT_PLAN_MAX_PP)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp = %d: the planner takes at most %d", y->pp, PT_PLAN_MAX_PP);
+    if (y->pp > 1 && y->zero >= 2)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: use ZeRO-0 or 1", y->zero);
+    if (kind == PT_SCHED_INTERLEAVED && (m % y->pp || M->n_layers % (y->pp * chunks)))
+        return pt_errorf(PT_ERR_CONFIG, "interleaved: pp = %d must divide the %d micro-batches and "
+                         "pp × pp_virtual = %d model.n_layers = %d", y->pp, m, y->pp * chunks, M->n_layers);
+    return PT_OK;
+}
+
+/* The bytes of ZeRO-2/3's bucket buffers (data_parallel.c): buckets are whole units (the
+ * embedding, each layer, the final norm, the head: units[0..n)), merged from the end up to the
+ * bucket size under ZeRO-2, one each under ZeRO-3; a buffer holds the largest bucket, padded to a
+ * multiple of the group. In use at once: the pool's cap of 4 gradient buffers (fewer buckets,
+ * fewer), and under ZeRO-3 the unit computing and the next one's gather (2). */
+static double pt_plan_zero_buffers(const pt_config *c, int zero, const double *units, int n,
+                                   int group) {
+    if (zero < 2 || group <= 1 || n == 0) return 0;
+    double total = 0;
+    for (int u = 0; u < n; u++) total += units[u];
+    double mb = c->parallel.bucket_mb > 0 ? c->parallel.bucket_mb
+                                          : fmin(25.0, fmax(1.0, total * 4 / 1048576.0 / 8));
+    double want = floor(mb * 1048576.0 / 4), largest = 0;
+    int buckets = 0;
+    for (int u = n - 1; u >= 0;) {
+        if (units[u] == 0) {
+            u--;
+            continue;
+        }
+        double size = units[u];
+        int v = u - 1;
+        for (; zero == 2 && v >= 0; v--) {
+            if (units[v] == 0) continue;
+            if (size + units[v] > want) break;
+            size += units[v];
+        }
+        buckets++;
+        double padded = ceil(size / group) * group;
+        largest = padded > largest ? padded : largest;
+        u = zero == 2 ? v : u - 1;
+    }
+    double gbufs = buckets < 4 ? buckets : 4;
+    return 4 * largest * (gbufs + (zero == 3 ? 2 : 0));
+}
+
+/* The model state of one rank: parameters, gradients, AdamW moments (fp32; bf16: the model's
+ * copy in bf16, the fp32 masters with the optimizer), ZeRO by stage over the data-parallel
+ * group (dense: dp × cp ranks; experts: dp × cp / ep). */
+static void pt_plan_state(const pt_plan_ctx *x, const pt_plan_lay *y, double dense, double expert,
+                          const double *units, const double *eunits, int n_units,
+                          pt_plan_memory *mem) {
+    int red = y->dp * y->cp, edp = red / y->ep, z = red > 1 ? y->zero : 0;
+    double pad_d = z == 1 || z == 0 ? ceil(dense / red) * red : dense;
+    double pad_e = z <= 1 ? ceil(expert / edp) * edp : expert;
+    if (z == 0) pad_d = dense, pad_e = expert;
+    double full = 4 * (pad_d + pad_e), shard = 4 * (pad_d / red + pad_e / edp);
+    mem->params = z == 3 ? shard : full;
+    mem->grads = z >= 2 ? shard : full;
+    mem->optim = 2 * (z >= 1 ? shard : full);
+    mem->transient = pt_plan_zero_buffers(x->c, z, units, n_units, red) +
+                     (y->ep > 1 ? pt_plan_zero_buffers(x->c, z, eunits, n_units, edp) : 0);
+    if (x->M.bf16) {
+        mem->optim += mem->params;
+        mem->params /= 2;
+    }
+}
+
+/* Korthikanti et al. 2022, Table 2: a GPT layer's activations per micro-batch, 16-bit (bytes). */
+static double pt_plan_gpt_layer_acts(const pt_plan_model *M, const pt_plan_lay *y) {
+    double s = M->s / y->cp, b = M->b, h = M->C, a = M->H, t = y->tp;
+    double att = M->flash ? 0 : 5 * a * s / h; /* the stored s×s scores, softmax and dropout */
+    if (y->re == PT_RECOMPUTE_FULL) return 2 * s * b * h;
+    if (y->re == PT_RECOMPUTE_SELECTIVE) att = 0;
+    double per = y->sp && t > 1 ? 34 / t + att / t : 10 + 24 / t + att / t;
+    return s * b * h * per * (M->E / 2);
+}
+
+static pt_status pt_plan_layout_of(const pt_config *c, const pt_hardware *hw, pt_plan_lay *y,
+                                   int *world) {
+    int devices = hw->devices_per_node * hw->nodes;
+    memset(y, 0, sizeof *y);
+    y->tp = c->parallel.tp, y->pp = c->parallel.pp, y->cp = c->parallel.cp, y->ep = c->parallel.ep;
+    if (y->tp < 1 || y->pp < 1 || y->cp < 1 || y->ep < 1)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.tp, pp, cp and ep must be >= 1");
+    int rest = y->tp * y->pp * y->cp;
+    y->dp = c->parallel.dp;
+    if (y->dp == -1) {
+        if (devices % rest)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.dp = -1: tp × pp × cp = %d does not divide the "
+                             "hardware's %d devices", rest, devices);
+        y->dp = devices / rest;
+    }
+    if (y->dp < 1) return pt_errorf(PT_ERR_CONFIG, "parallel.dp must be >= 1 (or -1: the rest)");
+    y->sp = c->parallel.sp && y->tp > 1;
+    y->zero = y->dp * y->cp > 1 ? c->parallel.zero : 0;
+    *world = rest * y->dp;
+    int D = hw->devices_per_node;
+    y->g_tp = pt_plan_group_of(y->tp, 1, D);
+    y->g_cp = pt_plan_group_of(y->cp, y->tp, D);
+    y->g_dp = pt_plan_group_of(y->dp * y->cp, y->tp, D); /* the gradients go over dp × cp */
+    y->g_pp = pt_plan_group_of(y->pp, y->tp * y->cp * y->dp, D);
+    y->g_ep = pt_plan_group_of(y->ep, y->tp, D);
+    y->g_edp = pt_plan_group_of(y->dp * y->cp / y->ep, y->tp * y->ep, D);
+    return PT_OK;
+}
+
+pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simulate, pt_plan *out);
+
+pt_status pt_plan_eval(const pt_config *c, const pt_hardware *hw, pt_plan *out) {
+    return pt_plan_eval_sim(c, hw, 1, out);
+}
+
+pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simulate, pt_plan *out) {
+    pt_plan_ctx x = {c, hw, {0}, simulate};
+    PT_TRY(pt_plan_model_of(c, &x.M));
+    const pt_plan_model *M = &x.M;
+    pt_plan_lay y;
+    int world;
+    PT_TRY(pt_plan_layout_of(c, hw, &y, &world));
+    pt_sched_kind kind;
+    PT_TRY(pt_schedule_parse_kind(c->parallel.pp_schedule, &kind));
+    if (y.pp == 1) kind = PT_SCHED_1F1B;
+    int chunks = y.pp > 1 ? pt_schedule_chunks(kind, c->parallel.pp_virtual) : 1;
+    if (!strcmp(c->training.recompute, "selective")) y.re = PT_RECOMPUTE_SELECTIVE;
+    else if (!strcmp(c->training.recompute, "full")) y.re = PT_RECOMPUTE_FULL;
+    int m = c->training.global_batch / (y.dp * c->training.micro_batch);
+    PT_TRY(pt_plan_check(&x, &y, world, chunks, kind, m));
+    y.zb = y.pp > 1 && pt_schedule_splits_backward(kind);
+    int head_split = y.pp > 1 && !strcmp(c->parallel.pp_head, "split");
+
+    memset(out, 0, sizeof *out);
+    out->dp = y.dp, out->tp = y.tp, out->pp = y.pp, out->cp = y.cp, out->ep = y.ep;
+    out->sp = y.sp, out->zero = y.zero, out->chunks = chunks, out->sched = kind;
+    out->micro_batch = c->training.micro_batch, out->m = m, out->recompute = y.re;
+
+    /* the stages' layers (the layout's rule, pipeline.h), the schedule */
+    int S = y.pp * chunks;
+    pt_chunk *stages = calloc((size_t)S, sizeof *stages);
+    pt_status st = PT_OK;
+    if (kind == PT_SCHED_INTERLEAVED && !c->parallel.pp_layers[0]) {
+        int k = M->n_layers / S;
+        for (int i = 0; i < S; i++) stages[i] = (pt_chunk){i * k, (i + 1) * k};
+    } else {
+        st = pt_pipe_split(&c->model, S, c->parallel.pp_layers, head_split, stages);
+    }
+    int *rows = calloc((size_t)y.pp, sizeof *rows);
+    if (st == PT_OK && head_split) st = pt_pipe_head_rows(&c->model, y.pp, stages, c->parallel.pp_head_rows, rows);
+    pt_schedule sched = {0};
+    const int *held = NULL;
+    if (st == PT_OK && y.pp > 1) {
+        if (simulate) st = pt_schedule_build(&sched, kind, y.pp, m, chunks);
+        if (st == PT_OK && !(held = pt_plan_held_all(kind, y.pp, m, chunks)))
+            st = pt_errorf(PT_ERR_CONFIG, "the %s schedule cannot run %d micro-batches on %d stages",
+                           pt_schedule_kind_name(kind), m, y.pp);
+    }
+    if (st != PT_OK) {
+        free(stages), free(rows);
+        return st;
+    }
+
+    pt_plan_local d = pt_plan_local_dims(M, y.tp);
+    double N = M->b * M->s / y.cp, C = M->C;
+    pt_plan_act a = {N, y.sp ? N / y.tp : N, C, M->E, M->hd, d, y.re, y.zb, y.cp > 1, y.sp, M->bf16};
+    double worst_f = 0, worst_b = 0, worst_w = 0, worst = -1;
+    pt_plan_cost worst_cost = {0};
+    double flops_token = 0;
+    for (int l = 0; l < M->n_layers; l++) flops_token += pt_plan_layer_flops(M, c, l);
+    flops_token = 3 * (flops_token + 2 * C * M->Vg);
+    out->flops_per_token = flops_token;
+
+    for (int r = 0; r < y.pp; r++) {
+        double dense = 0, expert = 0, acts = 0, ws = 0;
+        /* the units the ZeRO-2/3 buckets are made of (pp = 1): embedding, layers, norm, head */
+        int nu = 0;
+        double *units = calloc((size_t)M->n_layers + 3, sizeof *units);
+        double *eunits = calloc((size_t)M->n_layers + 3, sizeof *eunits);
+        pt_plan_cost cost = {0};
+        int most[16] = {1};
+        if (held) memcpy(most, held + r * chunks, (size_t)chunks * sizeof *most);
+        for (int ch = 0; ch < chunks; ch++) {
+            int sg = pt_schedule_stage(kind, y.pp, chunks, r, ch);
+            pt_chunk k = stages[sg];
+            int first = sg == 0, last = sg == S - 1;
+            for (int l = k.l0; l < k.l1; l++) {
+                double pd, pe;
+                pt_plan_layer_params(M, c, l, y.tp, y.ep, &pd, &pe);
+                dense += pd, expert += pe;
+                if (y.ep > 1) units[1 + l] = pd, eunits[1 + l] = pe;
+                else units[1 + l] = pd + pe;
+                pt_plan_cost lc = pt_plan_layer_cost(&x, &y, l);
+                pt_plan_add(&cost, &lc, 1);
+            }
+            if (first) dense += units[0] = d.V * C + (M->gpt ? c->model.max_seq_len * C : 0);
+            double head_rows = head_split ? ceil((double)rows[r] / y.tp) : last ? d.V : 0;
+            if (last) dense += units[M->n_layers + 1] = M->gpt ? 2 * C : C; /* the final norm */
+            if (head_rows > 0 && (!M->tied || y.pp > 1 || !first)) dense += units[M->n_layers + 2] = head_rows * C;
+            nu = M->n_layers + 3;
+            if (head_rows > 0) { /* the head's GEMMs and the loss's pass over the logits */
+                pt_plan_cost hc = {0};
+                hc.f = pt_plan_gemm(hw, M, N, head_rows, C) + pt_plan_membound(hw, N * head_rows * 4 * 2);
+                hc.b = pt_plan_gemm(hw, M, N, C, head_rows) + pt_plan_membound(hw, N * head_rows * 4 * 2);
+                hc.w = pt_plan_gemm(hw, M, head_rows, C, N);
+                if (y.tp > 1 || head_split) { /* the head's input: gathered, its gradient reduced */
+                    pt_plan_group g = head_split ? pt_plan_group_of(y.pp * y.tp, 1, hw->devices_per_node) : y.g_tp;
+                    double S2 = N * C * M->E;
+                    hc.tp = (y.sp ? 2 : 1) * pt_plan_coll(hw, y.sp ? PT_COLL_AG : PT_COLL_AR, S2, g);
+                    hc.tp_exp = hc.tp;
+                }
+                pt_plan_add(&cost, &hc, 1);
+            }
+            if (M->gpt) {
+                acts += most[ch] * (k.l1 - k.l0) * pt_plan_gpt_layer_acts(M, &y);
+                if (last) acts += most[ch] * N * d.V * 4; /* fp32 logits */
+            } else {
+                acts += most[ch] * pt_plan_set_bytes(M, c, &a, k.l0, k.l1, last, head_split, y.ep);
+                double w = pt_plan_ws_bytes(M, c, &a, k.l0, k.l1, y.ep);
+                ws = w > ws ? w : ws;
+            }
+        }
+        pt_plan_memory *mem = &out->stage[r];
+        pt_plan_state(&x, &y, dense, expert, units, eunits, nu, mem);
+        free(units), free(eunits);
+        if (!M->gpt && y.cp > 1) /* the ring's buffers: keys/values two in flight, their
+                                  * gradients, one block's output and log-sum-exp */
+            ws += 4 * (4 * N * 2 * d.kv + N * d.q + M->b * d.H * (M->s / y.cp));
+        if (!M->gpt && head_split) { /* the head's workspace (rows of the logits in chunks) */
+            double HR = fmin(fmin(512, fmax(16, floor(32.0 * 1048576 / rows[r]))), N);
+            double rl = ceil((double)rows[r] / y.tp);
+            ws += pt_round64(HR * rl * 4) + pt_round64(HR * 4) + (M->bf16 ? pt_round64(HR * rl * 2) : 0);
+            if (r < y.pp - 1) ws += pt_round64(N * C * M->E) + pt_round64(N * C * 4);
+            else ws += 4 * (y.pp - 1) * a.R * C;
+        }
+        mem->activations = acts + ws;
+        mem->total = mem->params + mem->grads + mem->optim + mem->transient + mem->activations;
+        if (mem->total > out->memory_max) out->memory_max = mem->total, out->memory_max_stage = r;
+        double tot = cost.f + cost.b + cost.w + cost.tp_exp + cost.cp_exp + cost.ep_exp;
+        if (tot > worst) {
+            worst = tot, worst_cost = cost;
+            worst_f = cost.f, worst_b = cost.b, worst_w = cost.w;
+        }
+        if (r == 0) { /* the optimizer: each owned parameter's AdamW update, memory-bound */
+            double owned = (mem->optim - (M->bf16 ? 2 * mem->params : 0)) / 8;
+            out->optimizer = pt_plan_membound(hw, owned * (M->bf16 ? 30 : 28));
+        }
+    }
+    (void)worst_f, (void)worst_b, (void)worst_w;
+
+    /* the pipeline: the slowest rank's per-chunk costs, its exposed tp/cp/ep transfers inside
+     * them, each stage boundary's send on the critical path */
+    const pt_plan_cost *k = &worst_cost;
+    double p2p = y.pp > 1 ? pt_plan_coll(hw, PT_COLL_P2P, a.R * C * M->E, y.g_pp) : 0;
+    double f = (k->f + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks + p2p;
+    double b = (k->b + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks + p2p;
+    double w = k->w / chunks;
+    double busy = m * chunks * (f + b + w), makespan = busy;
+    if (y.pp > 1) {
+        if (simulate) {
+            pt_sched_sim sim;
+            st = pt_schedule_simulate(&sched, f, y.zb ? b : b, w, &sim);
+            if (st == PT_OK) {
+                makespan = sim.makespan;
+                pt_sched_sim_free(&sim);
+            }
+            out->simulated = 1;
+        } else {
+            double per = f + b + w;
+            if (kind == PT_SCHED_ZB) makespan = busy + (y.pp - 1) * fmax(0, f + b - 2 * w) / chunks * chunks;
+            else makespan = busy + (y.pp - 1) * per / chunks;
+        }
+        if (simulate) pt_schedule_free(&sched);
+    }
+    free(stages), free(rows);
+    PT_TRY(st);
+    out->compute = m * (k->f + k->b + k->w);
+    out->recompute_s = m * k->re;
+    out->comm[PT_PLAN_TP] = m * k->tp, out->exposed[PT_PLAN_TP] = m * k->tp_exp;
+    out->comm[PT_PLAN_CP] = m * k->cp, out->exposed[PT_PLAN_CP] = m * k->cp_exp;
+    out->comm[PT_PLAN_EP] = m * k->ep, out->exposed[PT_PLAN_EP] = m * k->ep_exp;
+    out->comm[PT_PLAN_PP] = out->exposed[PT_PLAN_PP] = m * chunks * 2 * p2p;
+    out->bubble = makespan - busy;
+
+    /* data parallelism: the gradients' reduction (all-reduce; ZeRO-1/2 reduce-scatter, then the
+     * parameters' all-gather after the update; ZeRO-3 every micro-batch's gathers too) */
+    const pt_plan_memory *m0 = &out->stage[out->memory_max_stage];
+    double gbytes = (!strcmp(c->parallel.grad_reduce, "bf16") ? 2 : 4);
+    double dense_el = 0, exp_el = 0;
+    {
+        int sg0 = 0;
+        (void)sg0;
+        double pd, pe;
+        for (int l = 0; l < M->n_layers; l++) {
+            pt_plan_layer_params(M, c, l, y.tp, y.ep, &pd, &pe);
+            dense_el += pd, exp_el += pe;
+        }
+        dense_el = dense_el / y.pp + 2 * d.V * C / y.pp;
+        exp_el /= y.pp;
+    }
+    (void)m0;
+    double dp = 0, dp_exp = 0;
+    if (y.dp * y.cp > 1) {
+        int edp = y.dp * y.cp / y.ep;
+        double red = y.zero == 0 ? pt_plan_coll(hw, PT_COLL_AR, gbytes * dense_el, y.g_dp)
+                                 : pt_plan_coll(hw, PT_COLL_RS, gbytes * dense_el, y.g_dp);
+        if (exp_el > 0 && edp > 1)
+            red += y.zero == 0 ? pt_plan_coll(hw, PT_COLL_AR, gbytes * exp_el, y.g_edp)
+                               : pt_plan_coll(hw, PT_COLL_RS, gbytes * exp_el, y.g_edp);
+        double gather = 0;
+        if (y.zero >= 1) {
+            double pb = M->bf16 ? 2 : 4;
+            gather = pt_plan_coll(hw, PT_COLL_AG, pb * dense_el, y.g_dp) +
+                     (exp_el > 0 && edp > 1 ? pt_plan_coll(hw, PT_COLL_AG, pb * exp_el, y.g_edp) : 0);
+        }
+        double hide = M->dp_overlap ? (k->b + k->w) / chunks : 0;
+        double nb = fmax(1, ceil(4 * dense_el / 1048576.0 /
+                                 (c->parallel.bucket_mb > 0 ? c->parallel.bucket_mb
+                                                            : fmin(25, fmax(1, 4 * dense_el / 1048576.0 / 8)))));
+        if (y.zero == 3) {
+            /* every micro-batch: gather forward and backward, reduce-scatter; behind the compute */
+            double per = 2 * gather + red;
+            dp = m * per;
+            dp_exp = m * fmax(0, per - (k->f + k->b + k->w)) + red / nb;
+        } else {
+            dp = red + gather;
+            dp_exp = fmax(red / nb, red - hide) + gather;
+        }
+    }
+    out->comm[PT_PLAN_DP] = dp, out->exposed[PT_PLAN_DP] = dp_exp;
+    out->step = makespan + dp_exp + out->optimizer;
+    out->compute += out->optimizer;
+    double tokens = (double)c->training.global_batch * c->training.seq_len;
+    out->tokens_per_second = tokens / out->step;
+    out->model_flops = flops_token * tokens;
+    out->mfu = out->model_flops / (out->step * world * hw->peak_flops);
+    /* which groups span nodes */
+    const char *nm[] = {"tp", "cp", "dp", "pp", "ep"};
+    const pt_plan_group *gs[] = {&y.g_tp, &y.g_cp, &y.g_dp, &y.g_pp, &y.g_ep};
+    for (int i = 0; i < 5; i++)
+        if (gs[i]->spans) {
+            strcat(out->spans, out->spans[0] ? " " : "");
+            strcat(out->spans, nm[i]);
+        }
+    return PT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* output */
+
+static const char *pt_plan_re_name(int re) {
+    return re == PT_RECOMPUTE_FULL ? "full" : re == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+void pt_plan_json(const pt_plan *p, FILE *f) {
+    static const char *dims[] = {"dp", "tp", "pp", "cp", "ep"};
+    fprintf(f, "{\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"ep\": %d, \"sp\": %s, "
+            "\"zero\": %d, \"schedule\": \"%s\", \"chunks\": %d, \"micro_batch\": %d, "
+            "\"micro_batches\": %d, \"recompute\": \"%s\", ", p->dp, p->tp, p->pp, p->cp, p->ep,
+            p->sp ? "true" : "false", p->zero, pt_schedule_kind_name(p->sched), p->chunks,
+            p->micro_batch, p->m, pt_plan_re_name(p->recompute));
+    fprintf(f, "\"memory_bytes_max\": %.0f, \"memory_max_stage\": %d, \"memory_per_stage\": [",
+            p->memory_max, p->memory_max_stage);
+    for (int r = 0; r < p->pp; r++) {
+        const pt_plan_memory *m = &p->stage[r];
+        fprintf(f, "%s{\"params\": %.0f, \"grads\": %.0f, \"optim\": %.0f, \"transient\": %.0f, "
+                "\"activations\": %.0f, \"total\": %.0f}", r ? ", " : "", m->params, m->grads,
+                m->optim, m->transient, m->activations, m->total);
+    }
+    fprintf(f, "], \"step_seconds\": %.6g, \"compute_seconds\": %.6g, \"recompute_seconds\": %.6g, "
+            "\"optimizer_seconds\": %.6g, \"bubble_seconds\": %.6g, \"exposed_seconds\": {",
+            p->step, p->compute, p->recompute_s, p->optimizer, p->bubble);
+    for (int i = 0; i < PT_PLAN_DIMS; i++)
+        fprintf(f, "%s\"%s\": %.6g", i ? ", " : "", dims[i], p->exposed[i]);
+    fprintf(f, "}, \"comm_seconds\": {");
+    for (int i = 0; i < PT_PLAN_DIMS; i++)
+        fprintf(f, "%s\"%s\": %.6g", i ? ", " : "", dims[i], p->comm[i]);
+    fprintf(f, "}, \"tokens_per_second\": %.6g, \"mfu\": %.4f, \"flops_per_token\": %.6g, "
+            "\"spans_nodes\": \"%s\", \"bubble_from\": \"%s\"}", p->tokens_per_second, p->mfu,
+            p->flops_per_token, p->spans, p->simulated ? "simulation" : "formula");
+}
+
+static void pt_plan_fmt_bytes(double b, char *out, size_t cap) {
+    if (b >= 1e9) snprintf(out, cap, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(out, cap, "%.2f MB", b / 1e6);
+    else snprintf(out, cap, "%.1f kB", b / 1e3);
+}
+
+void pt_plan_print(const pt_plan *p, const pt_config *c, const pt_hardware *hw, FILE *f) {
+    static const char *dims[] = {"dp", "tp", "pp", "cp", "ep"};
+    fprintf(f, "layout: dp %d × pp %d × cp %d × tp %d%s, ep %d, ZeRO-%d, %s", p->dp, p->pp, p->cp,
+            p->tp, p->sp ? " (sp)" : "", p->ep, p->zero, pt_schedule_kind_name(p->sched));
+    if (p->chunks > 1) fprintf(f, " × %d chunks", p->chunks);
+    fprintf(f, ", %d micro-batches of %d, recompute %s, on %s (%d × %d)%s%s\n", p->m, p->micro_batch,
+            pt_plan_re_name(p->recompute), hw->name, hw->nodes, hw->devices_per_node,
+            p->spans[0] ? "; spanning nodes: " : "", p->spans);
+    fprintf(f, "memory per rank (the largest of each pipeline stage):\n");
+    fprintf(f, "  %-6s %11s %11s %11s %11s %11s %11s\n", "stage", "params", "grads", "optimizer",
+            "transient", "activations", "total");
+    for (int r = 0; r < p->pp; r++) {
+        if (p->pp > 8 && r > 2 && r < p->pp - 2 && r != p->memory_max_stage) {
+            if (r == 3) fprintf(f, "  ...\n");
+            continue;
+        }
+        const pt_plan_memory *m = &p->stage[r];
+        char b[6][24];
+        double v[6] = {m->params, m->grads, m->optim, m->transient, m->activations, m->total};
+        for (int i = 0; i < 6; i++) pt_plan_fmt_bytes(v[i], b[i], sizeof b[i]);
+        fprintf(f, "  %-6d %11s %11s %11s %11s %11s %11s%s\n", r, b[0], b[1], b[2], b[3], b[4], b[5],
+                r == p->memory_max_stage ? "  <- largest" : "");
+    }
+    char mx[24], dev[24];
+    pt_plan_fmt_bytes(p->memory_max, mx, sizeof mx);
+    pt_plan_fmt_bytes(hw->memory_bytes, dev, sizeof dev);
+    fprintf(f, "  largest rank %s of %s (%.0f%%)\n", mx, dev, 100 * p->memory_max / hw->memory_bytes);
+    fprintf(f, "step %.4g s: compute %.4g s (recompute %.3g, optimizer %.3g), bubble %.4g s",
+            p->step, p->compute, p->recompute_s, p->optimizer, p->bubble);
+    for (int i = 0; i < PT_PLAN_DIMS; i++)
+        if (p->comm[i] > 0)
+            fprintf(f, ", %s %.3g s exposed of %.3g", dims[i], p->exposed[i], p->comm[i]);
+    fprintf(f, "\n%.6g tokens/s, MFU %.1f%% (%.4g model FLOPs per token, peak %.4g FLOP/s per device)\n",
+            p->tokens_per_second, 100 * p->mfu, p->flops_per_token, hw->peak_flops);
+    (void)c;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the search */
+
+static int pt_plan_cmp(const void *a, const void *b) {
+    double x = ((const pt_plan *)a)->tokens_per_second, y = ((const pt_plan *)b)->tokens_per_second;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+pt_status pt_plan_search(const pt_config *c0, const pt_hardware *hw, pt_plan **out, int *n,
+                         int *n_fit, int *n_tried) {
+    int devices = hw->devices_per_node * hw->nodes, cnt = 0, kept = 0, tried = 0;
+    int cap = 4 * (c0->plan.top > 0 ? c0->plan.top : 1) + 8;
+    pt_plan *res = malloc((size_t)cap * sizeof *res);
+    pt_config *c = malloc(sizeof *c);
+    pt_plan *p = malloc(sizeof *p);
+    double limit = hw->memory_bytes * (1 - c0->plan.headroom);
+    static const char *scheds[] = {"1f1b", "interleaved", "zb"};
+    static const char *recs[] = {"none", "selective", "full"};
+    const pt_model_config *mc = &c0->model;
+    int gb = c0->training.global_batch;
+    for (int tp = 1; tp <= devices && tp <= 64; tp *= 2)
+        for (int cp = 1; cp <= 16 && tp * cp <= devices; cp *= 2)
+            for (int pp = 1; pp <= mc->n_layers && tp * cp * pp <= devices; pp++) {
+                if (devices % (tp * cp * pp)) continue;
+                int dp = devices / (tp * cp * pp);
+                if (tp > hw->devices_per_node && !c0->plan.tp_across_nodes) continue;
+                for (int ep = 1; ep <= (mc->n_experts ? dp * cp : 1); ep *= 2)
+                    for (int mb = 1; mb <= 16; mb *= 2) {
+                        if (gb % (dp * mb)) continue;
+                        for (int z = 0; z <= (pp > 1 ? 1 : 3); z++) {
+                            if (dp * cp == 1 && z > 0) continue;
+                            for (int si = 0; si < (pp > 1 ? 3 : 1); si++)
+                                for (int ri = 0; ri < 3; ri++) {
+                                    *c = *c0;
+                                    c->parallel.dp = dp, c->parallel.tp = tp, c->parallel.pp = pp;
+                                    c->parallel.cp = cp, c->parallel.ep = ep, c->parallel.zero = z;
+                                    c->parallel.sp = tp > 1;
+                                    c->training.micro_batch = mb;
+                                    snprintf(c->parallel.pp_schedule, sizeof c->parallel.pp_schedule, "%s", scheds[si]);
+                                    c->parallel.pp_virtual = si == 1 ? 2 : 1;
+                                    c->parallel.pp_layers[0] = 0;
+                                    snprintf(c->parallel.pp_head, sizeof c->parallel.pp_head, "last");
+                                    snprintf(c->training.recompute, sizeof c->training.recompute, "%s", recs[ri]);
+                                    tried++;
+                                    if (pt_plan_eval_sim(c, hw, 0, p) != PT_OK) continue;
+                                    if (p->memory_max > limit) continue;
+                                    cnt++;
+                                    /* keep the best `cap` (sorted, best first) */
+                                    if (kept == cap && p->tokens_per_second <= res[kept - 1].tokens_per_second)
+                                        continue;
+                                    int at = kept < cap ? kept++ : cap - 1;
+                                    while (at > 0 && res[at - 1].tokens_per_second < p->tokens_per_second) {
+                                        res[at] = res[at - 1];
+                                        at--;
+                                    }
+                                    res[at] = *p;
+                                }
+                        }
+                    }
+            }
+    /* the leaders again with the schedule's simulation (the formula screened them) */
+    int top = kept;
+    for (int i = 0; i < top; i++) {
+        *c = *c0;
+        pt_plan *r = &res[i];
+        c->parallel.dp = r->dp, c->parallel.tp = r->tp, c->parallel.pp = r->pp, c->parallel.cp = r->cp;
+        c->parallel.ep = r->ep, c->parallel.zero = r->zero, c->parallel.sp = r->sp;
+        c->training.micro_batch = r->micro_batch;
+        snprintf(c->parallel.pp_schedule, sizeof c->parallel.pp_schedule, "%s", pt_schedule_kind_name(r->sched));
+        c->parallel.pp_virtual = r->sched == PT_SCHED_INTERLEAVED ? r->chunks : 1;
+        c->parallel.pp_layers[0] = 0;
+        snprintf(c->parallel.pp_head, sizeof c->parallel.pp_head, "last");
+        snprintf(c->training.recompute, sizeof c->training.recompute, "%s", pt_plan_re_name(r->recompute));
+        if (pt_plan_eval_sim(c, hw, 1, p) == PT_OK) *r = *p;
+    }
+    qsort(res, (size_t)top, sizeof *res, pt_plan_cmp);
+    free(c), free(p);
+    *out = res;
+    *n = kept;
+    *n_fit = cnt;
+    *n_tried = tried;
+    return PT_OK;
+}
