@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# test_plan.sh PENTATRON: `pentatron plan`.
+#   - --json: one object with the fields docs/plan.md names, the step the sum of its parts, the
+#     memory the sum of its kinds; bad input (no hardware, a layout that does not divide the model
+#     or does not fit the cluster, an unknown key) one message and exit 1;
+#   - the published runs (configs/plan/*.ini, inputs cited there), predicted step time against the
+#     published one: the goal is +-15%; a case outside it must still predict what docs/plan.md
+#     reports (within 2%), so that a change to the model shows up here and in the docs together;
+#   - --search: the layouts it prints are sorted, fit with the headroom, keep tp within a node,
+#     and each equals `plan` of that layout alone;
+#   - memory against the measured peak resident memory: a 4.5M-parameter model against the tiny
+#     one, one process: the difference of their peak RSS (the process's own libraries cancel)
+#     against the difference of the plan plus the host's copy of the initial weights, within 10%.
+# (The memory of every layout of the 5D matrix against the run's accounting: test_5d.sh.)
+set -u
+source "$(dirname "$0")/parallel_common.sh" "$1"
+src="$PT_SOURCE_DIR"
+plan() { "$bin" plan "$@"; }
+
+# --json on a layout of the tiny model
+plan "${tiny[@]}" --parallel.dp=2 --parallel.pp=2 --parallel.tp=2 --parallel.sp=true \
+  --parallel.pp_schedule=zb --parallel.zero=1 --training.micro_batch=2 \
+  --hardware "$src/hardware/h100_sxm.ini" --json > "$tmp/p.json" 2> "$tmp/p.err" || bad "plan --json failed: $(cat "$tmp/p.err")"
+"$PY" - "$tmp/p.json" <<'PY' && ok || bad "plan --json fields"
+import json, sys
+p = json.loads(open(sys.argv[1]).read())
+need = ["memory_bytes_max", "step_seconds", "tokens_per_second", "mfu", "dp", "tp", "pp", "cp", "ep",
+        "zero", "schedule", "micro_batch", "memory_per_stage", "exposed_seconds", "bubble_seconds",
+        "compute_seconds"]
+missing = [k for k in need if k not in p]
+parts = p["compute_seconds"] + p["bubble_seconds"] + sum(p["exposed_seconds"].values())
+kinds = [sum(s[k] for k in ("params", "grads", "optim", "transient", "activations")) - s["total"]
+         for s in p["memory_per_stage"]]
+ok = not missing and abs(parts - p["step_seconds"]) <= 1e-4 * p["step_seconds"] and \
+     max(map(abs, kinds)) < 1 and (p["dp"], p["tp"], p["pp"]) == (2, 2, 2) and \
+     p["memory_bytes_max"] == max(s["total"] for s in p["memory_per_stage"]) and \
+     abs(p["tokens_per_second"] * p["step_seconds"] - 8 * 16) < 1e-4 * 128
+print("json:", "missing " + str(missing) if missing else "fields present", "parts %.6g vs step %.6g" % (parts, p["step_seconds"]))
+sys.exit(0 if ok else 1)
+PY
+
+# bad input: one message, exit 1
+expect_plan_fail() { # NEEDLE ARGS...
+  local needle="$1"; shift
+  local out rc n
+  out="$(plan "$@" 2>&1)"; rc=$?
+  n=$(grep -cF -- "$needle" <<<"$out")
+  if [ $rc -eq 1 ] && [ "$n" -eq 1 ]; then ok; else bad "plan $*: exit $rc, '$needle' $n times: $out"; fi
+}
+expect_plan_fail "--hardware FILE is required" "${tiny[@]}"
+expect_plan_fail "must divide model.n_heads" "${tiny[@]}" --parallel.tp=3 --hardware "$src/hardware/h100_sxm.ini"
+expect_plan_fail "the hardware has 8" "${tiny[@]}" --parallel.dp=4 --parallel.tp=4 --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=1
+expect_plan_fail "plan.block" "${tiny[@]}" --plan.block=bert --hardware "$src/hardware/h100_sxm.ini"
+expect_plan_fail "nodes" "${tiny[@]}" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=0
+
+# the published runs: NAME CONFIG HARDWARE NODES PUBLISHED_S DOCUMENTED_S
+while read -r name cfg hw nodes pub documented; do
+  plan --config "$src/configs/plan/$cfg" --hardware "$src/hardware/$hw" --hardware.nodes="$nodes" --json > "$tmp/$name.json" 2> "$tmp/$name.err" ||
+    { bad "$name: plan failed: $(cat "$tmp/$name.err")"; continue; }
+  "$PY" - "$tmp/$name.json" "$name" "$pub" "$documented" <<'PY' && ok || bad "$name: off the published time and off what docs/plan.md reports"
+import json, sys
+p = json.loads(open(sys.argv[1]).read())
+name, pub, doc = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+pred = p["step_seconds"]
+err = pred / pub - 1
+within = abs(err) <= 0.15
+same = abs(pred / doc - 1) <= 0.02
+print(f"{name}: predicted {pred:.4g} s, published {pub:.4g} s, error {err:+.1%} "
+      f"({'within' if within else 'outside'} +-15%; docs/plan.md reports {doc:.4g} s), MFU {p['mfu']:.1%}")
+sys.exit(0 if within or same else 1)
+PY
+done <<'CASES'
+korthikanti_22b korthikanti_22b.ini selene.ini 1 1.10 0.7694
+korthikanti_175b korthikanti_175b.ini selene.ini 8 13.75 10.20
+korthikanti_530b korthikanti_530b.ini selene.ini 35 37.83 30.20
+korthikanti_1t korthikanti_1t.ini selene.ini 64 71.49 60.81
+mpt7b mpt7b_8h100.ini h100_sxm.ini 1 1.155 0.7454
+CASES
+
+# --search: sorted, fitting, tp within a node, each the plan of its layout
+plan --config "$src/configs/plan/llama70b_512h100.ini" --hardware "$src/hardware/h100_sxm.ini" \
+  --hardware.nodes=16 --plan.top=4 --search --json > "$tmp/s.json" 2> "$tmp/s.err" || bad "search failed: $(cat "$tmp/s.err")"
+i=0
+while read -r line; do
+  i=$((i + 1))
+  args=($("$PY" -c 'import json,sys; p=json.loads(sys.argv[1]); print(" ".join("--parallel.%s=%s" % (k, str(p[k]).lower()) for k in ("dp","tp","pp","cp","ep","sp","zero")), "--parallel.pp_schedule=%s --parallel.pp_virtual=%d --training.micro_batch=%d --training.recompute=%s" % (p["schedule"], p["chunks"] if p["schedule"] == "interleaved" else 1, p["micro_batch"], p["recompute"]))' "$line"))
+  plan --config "$src/configs/plan/llama70b_512h100.ini" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=16 "${args[@]}" --json > "$tmp/one$i.json" ||
+    bad "search's #$i does not plan alone: ${args[*]}"
+done < "$tmp/s.json"
+"$PY" - "$tmp/s.json" "$tmp" <<'PY' && ok || bad "search results"
+import json, sys
+res = [json.loads(l) for l in open(sys.argv[1])]
+alone = [json.loads(open(f"{sys.argv[2]}/one{i + 1}.json").read()) for i in range(len(res))]
+tps = [r["tokens_per_second"] for r in res]
+ok = len(res) == 4 and tps == sorted(tps, reverse=True)
+ok = ok and all(r["memory_bytes_max"] <= 0.9 * 80e9 and r["tp"] <= 8 for r in res)
+ok = ok and all(abs(a["step_seconds"] / r["step_seconds"] - 1) < 1e-9 and a["memory_bytes_max"] == r["memory_bytes_max"]
+                for a, r in zip(alone, res))
+for r in res:
+    print("search: dp%d pp%d cp%d tp%d zero %d %s mb %d %s: %.4g tok/s, %.1f GB" % (r["dp"], r["pp"], r["cp"], r["tp"], r["zero"], r["schedule"], r["micro_batch"], r["recompute"], r["tokens_per_second"], r["memory_bytes_max"] / 1e9))
+sys.exit(0 if ok else 1)
+PY
+
+# memory against the measured peak RSS (one process): the bench model against the tiny one
+big=(--model.vocab_size=8192 --model.dim=256 --model.n_layers=4 --model.n_heads=8 --model.n_kv_heads=2
+     --model.ffn_dim=688 --model.max_seq_len=256 --training.seq_len=256 --training.micro_batch=2
+     --training.global_batch=2 --training.steps=2 --logging.report_every=2)
+"$PY" - "$tmp/big_000000.bin" <<'PY'
+import struct, sys
+n = 2 * 2 * 257 + 1
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[(i * 7) % 8192 for i in range(n)]))
+PY
+rss_run() { local name="$1"; shift; "$bin" train "${tiny[@]}" --logging.metrics="$tmp/$name.jsonl" "$@" > "$tmp/$name.log" 2>&1; }
+rss_run small --training.steps=2 --logging.report_every=2 &&
+rss_run bigm "${big[@]}" --data.train="$tmp/big_*.bin" || bad "the RSS runs failed: $(tail -2 "$tmp/bigm.log")"
+plan "${tiny[@]}" --hardware "$src/hardware/h100_sxm.ini" --json > "$tmp/small.plan" &&
+plan "${tiny[@]}" "${big[@]}" --data.train="$tmp/big_*.bin" --hardware "$src/hardware/h100_sxm.ini" --json > "$tmp/bigm.plan" || bad "plan failed"
+"$PY" - "$tmp" <<'PY' && ok || bad "planned memory against the peak RSS"
+import json, re, sys
+t = sys.argv[1]
+def rss(name):
+    rows = [l for l in open(f"{t}/{name}.log") if re.search(r"\brank 0 \(dp0 pp0 cp0 tp0\)\s+[\d.]+\s", l)]
+    return float(rows[-1].split()[-1]) * 1048576
+def acct(name):
+    m = [json.loads(l) for l in open(f"{t}/{name}.jsonl")][-1]["mem"]
+    return sum(m[k] for k in ("params", "grads", "optim", "params_transient", "grads_transient", "activations"))
+def planned(name):
+    return json.loads(open(f"{t}/{name}.plan").read())["memory_bytes_max"]
+# the host's copy of the initial weights (4 bytes a parameter, fp32 = the plan's parameters) is
+# resident while the model is set up: peak RSS counts it, the accounting (device memory) does not
+def host(name):
+    return json.loads(open(f"{t}/{name}.plan").read())["memory_per_stage"][0]["params"]
+d_rss, d_acct = rss("bigm") - rss("small"), acct("bigm") - acct("small")
+d_plan = planned("bigm") - planned("small") + host("bigm") - host("small")
+print(f"peak RSS {rss('small') / 1048576:.1f} -> {rss('bigm') / 1048576:.1f} MiB: +{d_rss / 1048576:.1f} MiB; "
+      f"accounted +{d_acct / 1048576:.1f} MiB; planned + the host's initial weights +{d_plan / 1048576:.1f} MiB "
+      f"(RSS/that {d_rss / d_plan:.3f})")
+d_state = planned("bigm") - planned("small")
+sys.exit(0 if abs(d_rss / d_plan - 1) <= 0.10 and abs(d_state / d_acct - 1) <= 0.02 else 1)
+PY
+
+echo "test_plan: $pass passed, $fail failed"
+[ $fail -eq 0 ]
