@@ -66,7 +66,8 @@ int main(int argc, char **argv) {
     }
     int host, local;
     pt_comm_host(&host, &local);
-    double *times = pt_calloc((size_t)reps, sizeof *times), *all = pt_calloc((size_t)w->size, sizeof *all);
+    double *times = pt_calloc((size_t)reps, sizeof *times);
+    double *all = pt_calloc((size_t)w->size, sizeof *all);
     int bad_total = 0;
     for (int a = 3; a < argc; a++) {
         size_t count = parse_size(argv[a]) / sizeof(float);
@@ -93,7 +94,8 @@ int main(int argc, char **argv) {
             pt_barrier(w);
             if (r == reps - 1 && local == 0) {
                 link_sent(after);
-                for (int k = 0; k < 2; k++) sent[k] = before[k] < 0 || after[k] < 0 ? -1 : after[k] - before[k];
+                for (int k = 0; k < 2; k++)
+                    sent[k] = before[k] < 0 || after[k] < 0 ? -1 : after[k] - before[k];
             }
             pt_allgather(w, NULL, all, 1, PT_DTYPE_F64);
             double worst = 0;

@@ -2,11 +2,12 @@
 # test_hier.sh PENTATRON: hierarchical all-reduce over groups that span hosts (include/pt/comm.h,
 # src/comm/comm_hier.c) on 2 hosts × 2 ranks (scripts/cluster.sh):
 #   - dp 4 across the hosts, PT_COMM_HIER = on: ZeRO-0 (its gradients by hierarchical
-#     all-reduces) and ZeRO-1 (reduce-scatter and all-gather, flat) reproduce the single-process
-#     run (step-1 gradients ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative); rank 0 logs the groups;
-#   - training (ZeRO-0) puts 2(H-1)·S a step on the links (S the dp all-reduce's bytes a step),
-#     by the links' counters (a 10-step run less a 1-step one, less 66 bytes of headers a
-#     packet) within 10%; flat (PT_COMM_HIER = off) fails that (it crosses ~1.8x as much);
+#     all-reduces), ZeRO-1 (hierarchical reduce-scatters and all-gathers) and ZeRO-3 (the
+#     all-gathers from a separate input) reproduce the single-process run (step-1 gradients
+#     ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative); rank 0 logs the groups;
+#   - training puts the hierarchical figure on the links (ZeRO-0 2(H-1)·S a step, ZeRO-1 2.5 S,
+#     S the buckets' bytes; below), by the links' counters (a 10-step run less a 1-step one, less
+#     66 bytes of headers a packet) within 10%; flat (PT_COMM_HIER = off) fails that;
 #   - the bytes that cross between the hosts (the links' counters, less 66 bytes of headers a
 #     packet, around the timed calls of bench_hier) for one all-reduce of S = 1 MiB + 4 bytes
 #     (an odd count: the left-over element's path too), each element exact after every call:
@@ -49,26 +50,33 @@ hrun() {
     --logging.dump_grads="$tmp/$name.st" "$@" > "$tmp/$name.log" 2>&1 &
   wait $! && "$C" bytes >> "$tmp/$name.bytes"
 }
-for z in 0 1; do
+for z in 0 1 3; do
   if hrun z$z on --parallel.zero=$z; then
     compare ref z$z && ok || bad "dp 4 over 2 hosts, hierarchical, ZeRO-$z: differs from one process"
-    grep -q "mesh: hierarchical all-reduces over dp, dpcp, edp, world" "$tmp/z$z.log" && ok ||
+    grep -q "mesh: hierarchical collectives over dp, dpcp, edp, world" "$tmp/z$z.log" && ok ||
       bad "ZeRO-$z: no line naming the hierarchical groups: $(grep 'mesh:' "$tmp/z$z.log")"
   else
     bad "dp 4 over 2 hosts, ZeRO-$z, hierarchical: failed: $(tail -3 "$tmp/z$z.log")"
   fi
 done
 
-# training's crossing bytes (ZeRO-0: the gradients by all-reduces of S bytes a step): the 10-step
-# run less a 1-step one (start-up, the report and shut-down cancel), the links' payload (less 66
-# bytes a packet) against the hierarchical figure 2(H-1)S a step, S = the report's dp bytes/step
-# over 2(N-1)/N; within 10% (Open MPI's own headers). The flat run (PT_COMM_HIER = off: ZeRO-0's
-# flat reduce-scatter and all-gather) must fail the same check.
+# training's crossing bytes: the 10-step run less a 1-step one (start-up, the report and shut-down
+# cancel), the links' payload (less 66 bytes a packet) against the hierarchical figure, within
+# 10% (Open MPI's own headers). S: the bytes of the model's buckets, the report's dp bytes a step
+# over 2(N-1)/N (ZeRO-0: an all-reduce of S; ZeRO-1: a reduce-scatter and an all-gather of S,
+# (N-1)/N each); n = S/N a rank's block. What crosses, a step:
+#   ZeRO-0: L slices of S/L all-reduced across H hosts (Open MPI's in-place all-reduce: reduce to
+#     one, broadcast back): 2(H-1) S;
+#   ZeRO-1: per local rank, the reduce-scatter of its H blocks across hosts (Open MPI's: a
+#     binomial reduce of H·n to one, (H-1) H n, then the blocks scattered, (H-1) n) and the
+#     all-gather of them (each block to the H-1 others): L (H-1)(H+1) n + L H (H-1) n (2.5 S on
+#     2 x 2).
+# The flat runs (PT_COMM_HIER = off) must fail the same checks (1.76x and 1.40x here).
 tcross() {
   "$PY" - "$tmp" "$@" <<'PY'
 import re, sys
-tmp, run = sys.argv[1], sys.argv[2]
-N, H = 4, 2
+tmp, run, zero = sys.argv[1], sys.argv[2], int(sys.argv[3])
+N, H, L = 4, 2, 2
 
 def dp_bytes(name):  # the dp group's bytes over the run, per rank
     log = open(f"{tmp}/{name}.log").read().splitlines()
@@ -83,20 +91,24 @@ def link(name):  # payload the hosts sent: bytes less 66 a packet
     return d(1) - 66 * d(2)
 
 S = (dp_bytes(run) - dp_bytes(run + "s")) / (2 * (N - 1) / N)
-want, got = 2 * (H - 1) * S, link(run) - link(run + "s")
-print(f"{run}: {S:.0f} bytes all-reduced over dp (9 steps): {got} bytes crossed, the "
+n = S / N
+want = 2 * (H - 1) * S if zero == 0 else L * (H - 1) * (H + 1) * n + L * H * (H - 1) * n
+got = link(run) - link(run + "s")
+print(f"{run}: ZeRO-{zero}, S = {S:.0f} bytes over 9 steps: {got} bytes crossed, the "
       f"hierarchical figure {want:.0f} ({got / want:.3f}x)")
 sys.exit(0 if abs(got / want - 1) <= 0.10 else 1)
 PY
 }
-if hrun z0s on --parallel.zero=0 --training.steps=1 && hrun f0 off --parallel.zero=0 &&
-   hrun f0s off --parallel.zero=0 --training.steps=1; then
-  tcross z0 && ok || bad "ZeRO-0 hierarchical: the crossing bytes are not 2(H-1)S a step"
-  if tcross f0; then bad "the negative control: flat ZeRO-0 passes for the hierarchical figure"
-  else ok; fi
-else
-  bad "the 1-step and flat runs failed: $(tail -n 2 "$tmp/z0s.log" "$tmp/f0.log" "$tmp/f0s.log")"
-fi
+for z in 0 1; do
+  if hrun z${z}s on --parallel.zero=$z --training.steps=1 && hrun f$z off --parallel.zero=$z &&
+     hrun f${z}s off --parallel.zero=$z --training.steps=1; then
+    tcross z$z $z && ok || bad "ZeRO-$z hierarchical: the crossing bytes are not the hierarchical figure"
+    if tcross f$z $z; then bad "the negative control: flat ZeRO-$z passes for the hierarchical figure"
+    else ok; fi
+  else
+    bad "ZeRO-$z: the 1-step and flat runs failed: $(tail -n 2 "$tmp/z${z}s.log" "$tmp/f$z.log" "$tmp/f${z}s.log")"
+  fi
+done
 
 # brun MODE: one all-reduce of 1 MiB + 4 bytes, 4 timed calls; its line in $tmp/b_MODE
 brun() {

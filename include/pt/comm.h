@@ -112,15 +112,17 @@ void pt_allgather(pt_comm *c, const void *send, void *recv, size_t send_count, p
 void pt_bcast(pt_comm *c, void *buf, size_t count, pt_dtype dt, int root);
 void pt_barrier(pt_comm *c);
 
-/* Hierarchical all-reduce over a group that spans hosts (src/comm/comm_hier.c): where the group
+/* Hierarchical collectives over a group that spans hosts (src/comm/comm_hier.c): where the group
  * has members on more than one host and the same number L > 1 on each, its all-reduces run as a
  * reduce-scatter within each host (shared memory), an all-reduce across hosts of each local
  * rank's 1/L slice among the members with that local rank (all of a host's ranks cross at once,
- * the slices' trees pointing different ways), and an all-gather within the host. PT_COMM_HIER
- * chooses: auto (the default: buffers of 64 KiB and more; smaller ones stay flat), on (every
- * size), off (flat); another value is an error. The sub-groups are made here, collectively over
- * c, once (call at set-up, with nothing pending on c); c's entries iallreduce, test, progress and
- * free are replaced, its other collectives stay flat. c's counters count each all-reduce as the
+ * the slices' trees pointing different ways), and an all-gather within the host; its in-place
+ * reduce-scatters and its all-gathers likewise in two stages (within the host and across, the
+ * blocks reordered in place so that each stage's are contiguous). PT_COMM_HIER chooses: auto
+ * (the default: buffers of 64 KiB and more; smaller ones stay flat), on (every size), off
+ * (flat); another value is an error. The sub-groups are made here, collectively over c, once
+ * (call at set-up, with nothing pending on c); c's entries iallreduce, ireduce_scatter,
+ * iallgather, test, progress and free are replaced. c's counters count each collective as the
  * flat one (its bus-bandwidth bytes); what the stages move is counted in the sub-groups:
  * pt_comm_hier_stats gives those within the host and those that cross (0 if c is flat). */
 pt_status pt_comm_hier_setup(pt_comm *c);

@@ -115,7 +115,7 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
                      hier[i]->name);
     }
     if (said[0] && m->world_rank == 0)
-        pt_log_info("mesh: hierarchical all-reduces over %s (within a host, across, within; "
+        pt_log_info("mesh: hierarchical collectives over %s (within a host, across hosts; "
                     "PT_COMM_HIER = %s)", said, getenv("PT_COMM_HIER") ? getenv("PT_COMM_HIER") : "auto");
     pt_mesh_say_placement(m);
     return PT_OK;
