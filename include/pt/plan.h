@@ -18,6 +18,9 @@
  *   inter_latency = 5e-6          ; seconds
  *   gemm_shapes = "m,n,k,flops; ..." ; optional: measured FLOP/s of GEMM shapes (the planner
  *                                 ; interpolates; without it, the efficiency model of docs/plan.md)
+ *   gemm_units = 132              ; optional: SMs, for the tile and wave quantization
+ *   gemm_tile_m = 256             ; optional: the GEMM's output tile (with gemm_units)
+ *   gemm_tile_n = 128
  */
 #ifndef PT_PLAN_H
 #define PT_PLAN_H
@@ -27,7 +30,7 @@
 #include "pt/schedule.h"
 
 #define PT_HW_MAX_SHAPES 64
-#define PT_HW_N_KEYS 12 /* the keys of the file, in its order: name ... gemm_shapes */
+#define PT_HW_N_KEYS 15 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n */
 
 typedef struct {
     double m, n, k, flops; /* a GEMM of (m × k)·(k × n) measured at flops FLOP/s */
@@ -41,6 +44,10 @@ typedef struct {
     double intra_bw, intra_latency, inter_bw, inter_latency;
     int n_shapes;
     pt_gemm_shape shapes[PT_HW_MAX_SHAPES];
+    /* optional (0: not modelled): the processors a GEMM's output tiles are spread over (a GPU's
+     * SMs) and the tile (e.g. 256 × 128): the tile and wave quantization of NVIDIA's "Matrix
+     * Multiplication Background" guide scale gemm_efficiency for each shape */
+    int gemm_units, gemm_tile_m, gemm_tile_n;
 } pt_hardware;
 
 /* Reads a hardware file; PT_ERR_CONFIG / PT_ERR_IO naming the file and the key that is missing,
@@ -112,6 +119,10 @@ pt_status pt_plan_eval(const pt_config *c, const pt_hardware *hw, pt_plan *out);
  * first; *n_fit counts the layouts that fit, *n_tried those evaluated. */
 pt_status pt_plan_search(const pt_config *c, const pt_hardware *hw, pt_plan **out, int *n,
                          int *n_fit, int *n_tried);
+/* Seconds of a GEMM (m × k)·(k × n) of E-byte elements on one device of hw: at the measured rate
+ * of the nearest shapes (gemm_shapes), else at gemm_efficiency × peak_flops scaled by the tile and
+ * wave quantization (gemm_units), under the roofline of its bytes E(mk + kn + mn)/memory_bw. */
+double pt_plan_gemm_time(const pt_hardware *hw, double E, double m, double n, double k);
 /* One line of JSON (no newline) for p. */
 void pt_plan_json(const pt_plan *p, FILE *f);
 /* The text report of p (memory by kind per stage, the step's time by part). */

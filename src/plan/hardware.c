@@ -37,6 +37,9 @@ static const struct {
     {"inter_bw", PT_HW_NUM, offsetof(pt_hardware, inter_bw), 1, "bytes/s per direction"},
     {"inter_latency", PT_HW_NUM, offsetof(pt_hardware, inter_latency), 1, "seconds"},
     {"gemm_shapes", PT_HW_SHAPES, 0, 0, "m,n,k,flops; ..."},
+    {"gemm_units", PT_HW_INT, offsetof(pt_hardware, gemm_units), 0, "processors (SMs) per device"},
+    {"gemm_tile_m", PT_HW_INT, offsetof(pt_hardware, gemm_tile_m), 0, "rows of a GEMM's output tile"},
+    {"gemm_tile_n", PT_HW_INT, offsetof(pt_hardware, gemm_tile_n), 0, "columns of a GEMM's output tile"},
 };
 
 static int pt_hw_find(const char *key) {
@@ -174,7 +177,8 @@ static int pt_hw_handler(void *user, const char *section, const char *name, cons
     else if (i < 0)
         st = pt_errorf(PT_ERR_CONFIG, "unknown key \"%s\" (the keys: name, devices_per_node, "
                        "nodes, peak_flops, gemm_efficiency, memory_bytes, memory_bw, intra_bw, "
-                       "intra_latency, inter_bw, inter_latency, gemm_shapes)", name);
+                       "intra_latency, inter_bw, inter_latency, gemm_shapes, gemm_units, gemm_tile_m, "
+                       "gemm_tile_n)", name);
     else if (s->seen[i] && !(pt_hw_keys[i].type == PT_HW_SHAPES && !strcmp(s->last, name)))
         st = pt_errorf(PT_ERR_CONFIG, "%s given twice", name);
     else
@@ -241,6 +245,10 @@ pt_status pt_hardware_load(pt_hardware *hw, const char *path, const char *const 
     if (used)
         return pt_errorf(PT_ERR_CONFIG, "%s: missing key%s %s in [hardware]", path,
                          strchr(missing, ',') ? "s" : "", missing);
+    int quant = (hw->gemm_units > 0) + (hw->gemm_tile_m > 0) + (hw->gemm_tile_n > 0);
+    if (quant != 0 && quant != 3)
+        return pt_errorf(PT_ERR_CONFIG, "%s: gemm_units, gemm_tile_m and gemm_tile_n go together "
+                         "(the wave and tile quantization needs all three)", path);
     return PT_OK;
 }
 
@@ -280,7 +288,10 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
         char val[128];
         switch (pt_hw_keys[i].type) {
         case PT_HW_STR: snprintf(val, sizeof val, "\"%s\"", hw->name); break;
-        case PT_HW_INT: snprintf(val, sizeof val, "%d", *(const int *)v); break;
+        case PT_HW_INT:
+            if (!pt_hw_keys[i].required && *(const int *)v == 0) continue; /* not given */
+            snprintf(val, sizeof val, "%d", *(const int *)v);
+            break;
         case PT_HW_NUM: snprintf(val, sizeof val, "%.6g", *(const double *)v); break;
         case PT_HW_SHAPES:
             /* one line per shape after the first (continuation lines: inih reads lines of at

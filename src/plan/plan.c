@@ -21,6 +21,7 @@
  * behind compute subtracted per dimension; the pipeline's bubble from schedule.c's simulation of
  * the step with these costs. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,9 +110,7 @@ static double pt_plan_layer_flops(const pt_plan_model *M, const pt_config *c, in
 /* ------------------------------------------------------------------------------------------ */
 /* hardware: GEMMs, memory-bound work, collectives */
 
-/* Seconds of a GEMM (m × k)·(k × n) on one device. */
-static double pt_plan_gemm(const pt_hardware *hw, const pt_plan_model *M, double m, double n,
-                           double k) {
+double pt_plan_gemm_time(const pt_hardware *hw, double E, double m, double n, double k) {
     if (m < 1 || n < 1 || k < 1) return 0;
     double flops = 2 * m * n * k;
     if (hw->n_shapes > 0) {
@@ -136,9 +135,21 @@ static double pt_plan_gemm(const pt_hardware *hw, const pt_plan_model *M, double
         }
         return flops / (r / wsum);
     }
-    double bytes = M->E * (m * k + k * n + m * n);
-    double t_flops = flops / (hw->peak_flops * hw->gemm_efficiency), t_bytes = bytes / hw->memory_bw;
+    double bytes = E * (m * k + k * n + m * n), eff = hw->gemm_efficiency;
+    if (hw->gemm_units > 0) {
+        /* tile quantization (the output in whole tiles) and wave quantization (the tiles in
+         * whole waves over the processors): the share of the tiles' work that is useful */
+        double tm = hw->gemm_tile_m, tn = hw->gemm_tile_n;
+        double tiles = ceil(m / tm) * ceil(n / tn), waves = ceil(tiles / hw->gemm_units);
+        eff *= (m * n) / (tiles * tm * tn) * tiles / (waves * hw->gemm_units);
+    }
+    double t_flops = flops / (hw->peak_flops * eff), t_bytes = bytes / hw->memory_bw;
     return t_flops > t_bytes ? t_flops : t_bytes;
+}
+
+static double pt_plan_gemm(const pt_hardware *hw, const pt_plan_model *M, double m, double n,
+                           double k) {
+    return pt_plan_gemm_time(hw, M->E, m, n, k);
 }
 
 static double pt_plan_membound(const pt_hardware *hw, double bytes) { return bytes / hw->memory_bw; }
