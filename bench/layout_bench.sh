@@ -30,11 +30,8 @@ set -euo pipefail
 steps="${1:-12}"
 source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" layout
 shard="$(synthetic_shard 8192 $((steps * 8 * 256 + 1)))"
-cfg=(--model.vocab_size=8192 --model.dim=256 --model.n_layers=4 --model.n_heads=8 --model.n_kv_heads=2
-     --model.ffn_dim=688 --model.n_experts=4 --model.top_k=2 --model.moe_ffn_dim=344
-     --model.moe_first_dense=1 --model.tied_embeddings=false --model.max_seq_len=256
-     --training.seq_len=256 --training.global_batch=8 --training.micro_batch=2 --data.train="$shard"
-     --training.steps="$steps" --logging.every=1000 --logging.progress=false --logging.comm_every=1)
+source "$(dirname "${BASH_SOURCE[0]}")/layout_model.sh"
+cfg=("${layout_model[@]}" --training.steps="$steps" --logging.every=1000 --logging.progress=false --logging.comm_every=1)
 # cores busy outside this bench over 1 s, from /proc/stat (all processes; the bench runs none then)
 busy_cores() {
   local a b

@@ -11,7 +11,8 @@
 #   - memory against the measured peak resident memory: a 4.5M-parameter model against the tiny
 #     one, one process: the difference of their peak RSS (the process's own libraries cancel)
 #     against the difference of the plan plus the host's copy of the initial weights, within 10%.
-# (The memory of every layout of the 5D matrix against the run's accounting: test_5d.sh.)
+#   - the memory of bf16, selective and full recomputation and the head split against the run's
+#     accounting (the fp32 5D matrix's: test_5d.sh).
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
 src="$PT_SOURCE_DIR"
@@ -102,6 +103,22 @@ for r in res:
     print("search: dp%d pp%d cp%d tp%d zero %d %s mb %d %s: %.4g tok/s, %.1f GB" % (r["dp"], r["pp"], r["cp"], r["tp"], r["zero"], r["schedule"], r["micro_batch"], r["recompute"], r["tokens_per_second"], r["memory_bytes_max"] / 1e9))
 sys.exit(0 if ok else 1)
 PY
+
+# the memory of what test_5d's fp32 matrix does not cover: bf16, selective and full recomputation,
+# the head split (the run's accounting: rank 0's exact bytes, every rank's report row)
+P=--parallel
+while read -r -u 3 np name args; do
+  eval "a=($args)"
+  if run "$np" "$name" --model.n_layers=4 "${a[@]}" --training.steps=2 &&
+     plan "${tiny[@]}" --model.n_layers=4 "${a[@]}" --hardware "$src/hardware/h100_sxm.ini" --json > "$tmp/$name.plan" &&
+     "$PY" "$src/tests/ref/check_plan_memory.py" "$tmp/$name.log" "$tmp/$name.jsonl" "$tmp/$name.plan" "$name"
+  then ok; else bad "$name: the plan's memory differs from the run's: $(tail -2 "$tmp/$name.log")"; fi
+done 3<<'LAYOUTS'
+8 bf16_dp2_tp2_pp2_zb $P.dp=2 $P.tp=2 $P.pp=2 $P.pp_schedule=zb $P.zero=1 $P.sp=true --training.micro_batch=2 --training.precision=bf16
+4 sel_tp2_pp2_1f1b $P.tp=2 $P.pp=2 $P.pp_schedule=1f1b --training.micro_batch=2 --training.recompute=selective
+4 full_bf16_dp2_cp2 $P.dp=2 $P.cp=2 --training.micro_batch=2 --training.recompute=full --training.precision=bf16
+8 split_pp4_tp2 $P.pp=4 $P.tp=2 $P.sp=true $P.pp_schedule=zb $P.pp_head=split --training.micro_batch=2
+LAYOUTS
 
 # memory against the measured peak RSS (one process): the bench model against the tiny one
 big=(--model.vocab_size=8192 --model.dim=256 --model.n_layers=4 --model.n_heads=8 --model.n_kv_heads=2
