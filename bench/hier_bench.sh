@@ -13,13 +13,13 @@
 # the cores' share grows, which the 1 MiB rows show.
 #
 #   bench/hier_bench.sh [--reps N] [--plan "RATE:SIZES RATE:SIZES"] [--out FILE]
-#   default plan: "100mbit:1m,16m 1gbit:1m,16m,64m", 5 reps (about 2-3 minutes)
+#   default plan: "100mbit:64k,1m,16m 1gbit:64k,1m,16m,64m", 5 reps (about 2-3 minutes)
 #   env: PT_BENCH_HIER (the bench_hier binary; default build/bench_hier)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 C="$here/../scripts/cluster.sh"
 bin="${PT_BENCH_HIER:-$here/../build/bench_hier}"
-reps=5 plan="100mbit:1m,16m 1gbit:1m,16m,64m" out=/tmp/hier_bench.txt
+reps=5 plan="100mbit:64k,1m,16m 1gbit:64k,1m,16m,64m" out=/tmp/hier_bench.txt
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) reps="$2"; shift 2;;
@@ -34,7 +34,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 export PT_CLUSTER=hierb PT_CLUSTER_SLOTS=2
 trap '"$C" down' EXIT
-: > "$out"
+echo "# $(date -u '+%F %T') UTC, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out" >&2
 for step in $plan; do
   rate="${step%%:*}" sizes="${step#*:}"
   "$C" up 2 --rate "$rate" > /dev/null || { echo "hier_bench.sh: cluster.sh up 2 --rate $rate" >&2; exit 1; }
@@ -48,6 +48,7 @@ for step in $plan; do
       tee -a "$out" | grep -v "^rate" >&2
   done
 done
+echo "# done $(date -u '+%T') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out" >&2
 "$C" down > /dev/null
 # the table: per rate and size, each way's median ms (least) and MB crossing per call
 /usr/bin/python3 - "$out" <<'PY'

@@ -5,7 +5,7 @@
 #     all-reduces), ZeRO-1 (hierarchical reduce-scatters and all-gathers) and ZeRO-3 (the
 #     all-gathers from a separate input) reproduce the single-process run (step-1 gradients
 #     ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative); rank 0 logs the groups;
-#   - training puts the hierarchical figure on the links (ZeRO-0 2(H-1)·S a step, ZeRO-1 2.5 S,
+#   - training puts the hierarchical figure on the links (ZeRO-0 2(H-1)·S a step, ZeRO-1 2 S,
 #     S the buckets' bytes; below), by the links' counters (a 10-step run less a 1-step one, less
 #     66 bytes of headers a packet) within 10%; flat (PT_COMM_HIER = off) fails that;
 #   - the bytes that cross between the hosts (the links' counters, less 66 bytes of headers a
@@ -67,11 +67,10 @@ done
 # (N-1)/N each); n = S/N a rank's block. What crosses, a step:
 #   ZeRO-0: L slices of S/L all-reduced across H hosts (Open MPI's in-place all-reduce: reduce to
 #     one, broadcast back): 2(H-1) S;
-#   ZeRO-1: per local rank, the reduce-scatter of its H blocks across hosts (Open MPI's: a
-#     binomial reduce of H·n to one, (H-1) H n, then the blocks scattered, (H-1) n) and the
-#     all-gather of them (each block to the H-1 others): L (H-1)(H+1) n + L H (H-1) n (2.5 S on
-#     2 x 2).
-# The flat runs (PT_COMM_HIER = off) must fail the same checks (1.76x and 1.40x here).
+#   ZeRO-1: per local rank, the reduce-scatter of its H blocks across hosts (on 2 hosts an
+#     exchange: each of the pair sends the other its block, H (H-1) n) and the all-gather of
+#     them (each block to the H-1 others, H (H-1) n): 2 L H (H-1) n = 2 S on 2 x 2.
+# The flat runs (PT_COMM_HIER = off) must fail the same checks (1.76x and 1.76x here).
 tcross() {
   "$PY" - "$tmp" "$@" <<'PY'
 import re, sys
@@ -92,7 +91,7 @@ def link(name):  # payload the hosts sent: bytes less 66 a packet
 
 S = (dp_bytes(run) - dp_bytes(run + "s")) / (2 * (N - 1) / N)
 n = S / N
-want = 2 * (H - 1) * S if zero == 0 else L * (H - 1) * (H + 1) * n + L * H * (H - 1) * n
+want = 2 * (H - 1) * S if zero == 0 else 2 * L * H * (H - 1) * n
 got = link(run) - link(run + "s")
 print(f"{run}: ZeRO-{zero}, S = {S:.0f} bytes over 9 steps: {got} bytes crossed, the "
       f"hierarchical figure {want:.0f} ({got / want:.3f}x)")

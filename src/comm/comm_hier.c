@@ -15,7 +15,9 @@
  *   place so that local rank l's H blocks (those of the members with local rank l, one per
  *   host) lie together; reduce-scatter within the host (local rank l gets the host's sums of its
  *   H blocks), then across hosts among local rank l's members (each gets its own block's sum, at
- *   the start of the buffer, as the flat one leaves it);
+ *   the start of the buffer, as the flat one leaves it; on 2 hosts by an exchange, each rank
+ *   sending the other its block of the pair and adding what it receives, which crosses n each
+ *   way where MPI's reduce to one rank and scatter would cross 3n);
  * all-gather: the reverse: this rank's block to its place among its local rank's H, all-gather
  *   across hosts of those, all-gather within the host of the H·n runs, the blocks back to their
  *   order.
@@ -62,6 +64,7 @@ typedef struct {
      * local rank, one on each host (what crosses) */
     pt_lane host, gather, hosts;
     int L, H, l, g;   /* members per host, hosts, this rank's place on its host, in the group */
+    int xr;           /* this rank's place in its cross-host group */
     size_t min_bytes; /* smallest buffer reduced hierarchically */
     /* block order for the reduce-scatter and the all-gather: the group's rank g's block moves to
      * place to[g] (its local rank's H blocks together, in the order of the cross-host group) and
@@ -121,6 +124,30 @@ static void pt_permute(pt_hier *h, char *buf, size_t size, const int *map) {
     }
 }
 
+/* dst[i] += src[i], i < n (bf16: the sum in fp32, rounded to nearest even, as the flat one's). */
+static void pt_hier_add(void *dst, const void *src, size_t n, pt_dtype dt) {
+    switch (dt) {
+    case PT_DTYPE_F32:
+        for (size_t i = 0; i < n; i++) ((float *)dst)[i] += ((const float *)src)[i];
+        break;
+    case PT_DTYPE_F64:
+        for (size_t i = 0; i < n; i++) ((double *)dst)[i] += ((const double *)src)[i];
+        break;
+    case PT_DTYPE_I32:
+        for (size_t i = 0; i < n; i++) ((int32_t *)dst)[i] += ((const int32_t *)src)[i];
+        break;
+    case PT_DTYPE_I64:
+        for (size_t i = 0; i < n; i++) ((int64_t *)dst)[i] += ((const int64_t *)src)[i];
+        break;
+    case PT_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) {
+            pt_bf16 *d = (pt_bf16 *)dst + i;
+            *d = pt_bf16_round(pt_bf16_to_float(*d) + pt_bf16_to_float(((const pt_bf16 *)src)[i]));
+        }
+        break;
+    }
+}
+
 /* Posts r's current stage. */
 static void pt_hier_post(pt_hier *h, pt_hier_req *r) {
     size_t es = pt_dtype_size(r->dt), n = r->n, HB = (size_t)h->H * n * es;
@@ -144,6 +171,14 @@ static void pt_hier_post(pt_hier *h, pt_hier_req *r) {
         if (r->stage == 0) { /* local rank l's H blocks together, summed within the host */
             pt_permute(h, r->buf, n * es, h->to);
             sub[0] = c->ireduce_scatter(c, NULL, r->buf, (size_t)h->H * n, r->dt);
+        } else if (h->H == 2) { /* across two hosts: each sends the other its block of the pair
+                                 * and receives the other's partial sum of its own, into the
+                                 * space after the pair (the other local ranks' part, free now
+                                 * that the host's reduce-scatter is done: L ≥ 2) */
+            enum { TAG = 0x4852 };
+            int peer = 1 - h->xr;
+            sub[0] = c->irecv(c, r->buf + 2 * n * es, n, r->dt, peer, TAG);
+            sub[1] = c->isend(c, r->buf + (size_t)peer * n * es, n, r->dt, peer, TAG);
         } else { /* across: this rank's block of them (at the start, as the caller wants it) */
             sub[0] = c->ireduce_scatter(c, NULL, r->buf, n, r->dt);
         }
@@ -167,8 +202,15 @@ static int pt_hier_advance(pt_hier *h, pt_hier_req *r) {
                 if (r->sub[k] && c->test(c, r->sub[k])) r->sub[k] = NULL;
             if (r->sub[0] || r->sub[1]) return 0;
             r->posted = 0;
+            size_t bs = r->n * pt_dtype_size(r->dt);
             if (++r->stage == r->nst && r->head.op == PT_COMM_ALLGATHER) /* the blocks home */
-                pt_permute(h, r->buf, r->n * pt_dtype_size(r->dt), h->from);
+                pt_permute(h, r->buf, bs, h->from);
+            if (r->stage == r->nst && r->head.op == PT_COMM_REDUCE_SCATTER && h->H == 2) {
+                /* the other host's partial sum added; the block to the start */
+                char *mine = r->buf + (size_t)h->xr * bs;
+                pt_hier_add(mine, r->buf + 2 * bs, r->n, r->dt);
+                if (h->xr) memmove(r->buf, mine, bs);
+            }
             continue;
         }
         pt_lane *ln = r->lane[r->stage];
@@ -340,7 +382,7 @@ pt_status pt_comm_hier_setup(pt_comm *c) {
     /* local rank l's group starts on host l mod H: the slices' trees point different ways */
     h->hosts.c = c->split(c, l, (hi - l % H + H) % H, name);
     PT_ASSERT(h->host.c->size == L && h->hosts.c->size == H);
-    h->L = L, h->H = H, h->l = l, h->g = c->rank;
+    h->L = L, h->H = H, h->l = l, h->g = c->rank, h->xr = h->hosts.c->rank;
     /* member i's block: among its local rank's (lidx), at its rank in that local rank's
      * cross-host group */
     h->to = pt_calloc((size_t)N, sizeof *h->to);

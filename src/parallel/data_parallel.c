@@ -445,8 +445,9 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
 pt_status pt_dp_init(pt_dp *d, pt_comm *comm, pt_model *model, int zero, double bucket_mb,
                      int overlap) {
     /* ZeRO-0's reduce-scatter and all-gather are the flat all-reduce cut in two; over a group
-     * whose collectives are hierarchical (spanning hosts, include/pt/comm.h) the all-reduce,
-     * which crosses less than the pair (docs/parallelism.md, "Hierarchical collectives") */
+     * whose collectives are hierarchical (spanning hosts, include/pt/comm.h) the all-reduce
+     * itself: one request a bucket, crossing what the pair would (docs/parallelism.md,
+     * "Hierarchical collectives across hosts") */
     return pt_dp_setup(d, comm, model, zero, 0, model->alloc_total, bucket_mb, overlap,
                        zero == 0 && pt_comm_hierarchical(comm));
 }
