@@ -45,6 +45,7 @@ if timeout 120 mpiexec -np 2 "$bin" plan --measure --out "$tmp/two.ini" --thread
     "$ref * 1e9 / 3 <= h['peak_flops'] <= 3 * $ref * 1e9" "h['gemm_efficiency'] == 1" \
     "len(shapes) >= 16 and all(0 < f <= 2 * h['peak_flops'] for m, n, k, f in shapes)" \
     "h['memory_bw'] > 1e9" "h['memory_bytes'] > 0" "0 < h['intra_latency'] < 1e-3" \
+    "h['peak_flops'] / 100 < h['attention_flops'] < 2 * h['peak_flops']" "h['xent_rate'] > 1e7" \
     "h['intra_bw'] > 1e8" "h['inter_bw'] == h['intra_bw']" \
     "'not measured (one host): intra_bw copied' in text" "'1×2 ranks, 1 thread, fp32' in h['name']" \
     && ok || bad "2 ranks on one host: $(cat "$tmp/two.log")"

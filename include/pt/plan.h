@@ -21,6 +21,8 @@
  *   gemm_units = 132              ; optional: SMs, for the tile and wave quantization
  *   gemm_tile_m = 256             ; optional: the GEMM's output tile (with gemm_units)
  *   gemm_tile_n = 128
+ *   attention_flops = 2e10        ; optional: measured attention kernel FLOP/s (--measure writes it)
+ *   xent_rate = 3e8               ; optional: measured softmax cross-entropy logits/s
  */
 #ifndef PT_PLAN_H
 #define PT_PLAN_H
@@ -30,7 +32,7 @@
 #include "pt/schedule.h"
 
 #define PT_HW_MAX_SHAPES 64
-#define PT_HW_N_KEYS 15 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n */
+#define PT_HW_N_KEYS 17 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate */
 
 typedef struct {
     double m, n, k, flops; /* a GEMM of (m × k)·(k × n) measured at flops FLOP/s */
@@ -48,6 +50,10 @@ typedef struct {
      * SMs) and the tile (e.g. 256 × 128): the tile and wave quantization of NVIDIA's "Matrix
      * Multiplication Background" guide scale gemm_efficiency for each shape */
     int gemm_units, gemm_tile_m, gemm_tile_n;
+    /* optional (0: modelled from the GEMMs and memory_bw): the rate of the attention kernel, in
+     * the planner's FLOPs (forward 2 products over the causal half, backward 2.5× that), and of
+     * the fused softmax cross-entropy, in logits per second (forward and gradient) */
+    double attention_flops, xent_rate;
 } pt_hardware;
 
 /* Reads a hardware file; PT_ERR_CONFIG / PT_ERR_IO naming the file and the key that is missing,

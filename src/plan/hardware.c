@@ -40,6 +40,8 @@ static const struct {
     {"gemm_units", PT_HW_INT, offsetof(pt_hardware, gemm_units), 0, "processors (SMs) per device"},
     {"gemm_tile_m", PT_HW_INT, offsetof(pt_hardware, gemm_tile_m), 0, "rows of a GEMM's output tile"},
     {"gemm_tile_n", PT_HW_INT, offsetof(pt_hardware, gemm_tile_n), 0, "columns of a GEMM's output tile"},
+    {"attention_flops", PT_HW_NUM, offsetof(pt_hardware, attention_flops), 0, "attention FLOP/s"},
+    {"xent_rate", PT_HW_NUM, offsetof(pt_hardware, xent_rate), 0, "cross-entropy logits/s"},
 };
 
 static int pt_hw_find(const char *key) {
@@ -178,7 +180,7 @@ static int pt_hw_handler(void *user, const char *section, const char *name, cons
         st = pt_errorf(PT_ERR_CONFIG, "unknown key \"%s\" (the keys: name, devices_per_node, "
                        "nodes, peak_flops, gemm_efficiency, memory_bytes, memory_bw, intra_bw, "
                        "intra_latency, inter_bw, inter_latency, gemm_shapes, gemm_units, gemm_tile_m, "
-                       "gemm_tile_n)", name);
+                       "gemm_tile_n, attention_flops, xent_rate)", name);
     else if (s->seen[i] && !(pt_hw_keys[i].type == PT_HW_SHAPES && !strcmp(s->last, name)))
         st = pt_errorf(PT_ERR_CONFIG, "%s given twice", name);
     else
@@ -292,7 +294,11 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
             if (!pt_hw_keys[i].required && *(const int *)v == 0) continue; /* not given */
             snprintf(val, sizeof val, "%d", *(const int *)v);
             break;
-        case PT_HW_NUM: snprintf(val, sizeof val, "%.6g", *(const double *)v); break;
+        case PT_HW_NUM:
+            if (!pt_hw_keys[i].required && *(const double *)v == 0 && strcmp(key, "gemm_efficiency"))
+                continue; /* not given */
+            snprintf(val, sizeof val, "%.6g", *(const double *)v);
+            break;
         case PT_HW_SHAPES:
             /* one line per shape after the first (continuation lines: inih reads lines of at
              * most 199 characters) */

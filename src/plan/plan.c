@@ -468,7 +468,11 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
      * memory: scale, mask, softmax and dropout, 9 bytes an element forward, 11 backward) */
     double heads = M->b * d.H, Tq = M->s / y->cp, keys = M->s;
     double att_f, att_b;
-    if (M->flash) {
+    if (M->flash && hw->attention_flops > 0) { /* the kernel's measured rate */
+        double pair = heads * 2 * Tq * keys * M->hd / hw->attention_flops;
+        att_f = pair;
+        att_b = 2.5 * pair;
+    } else if (M->flash) {
         double pair = heads * pt_plan_gemm(hw, M, Tq, keys, M->hd); /* one product, all keys */
         att_f = pair;           /* 2 products × the causal half */
         att_b = 2.5 * pair;
@@ -766,8 +770,12 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
             nu = M->n_layers + 3;
             if (head_rows > 0) { /* the head's GEMMs and the loss's pass over the logits */
                 pt_plan_cost hc = {0};
-                hc.f = pt_plan_gemm(hw, M, N, head_rows, C) + pt_plan_membound(hw, N * head_rows * 4 * 2);
-                hc.b = pt_plan_gemm(hw, M, N, C, head_rows) + pt_plan_membound(hw, N * head_rows * 4 * 2);
+                /* the loss: the fused softmax cross-entropy at its measured rate, or two passes
+                 * over the fp32 logits each way */
+                double xent = hw->xent_rate > 0 ? N * head_rows / hw->xent_rate / 2
+                                                : pt_plan_membound(hw, N * head_rows * 4 * 2);
+                hc.f = pt_plan_gemm(hw, M, N, head_rows, C) + xent;
+                hc.b = pt_plan_gemm(hw, M, N, C, head_rows) + xent;
                 hc.w = pt_plan_gemm(hw, M, head_rows, C, N);
                 if (y.tp > 1 || head_split) { /* the head's input: gathered, its gradient reduced */
                     pt_plan_group g = head_split ? pt_plan_group_of(y.pp * y.tp, 1, hw->devices_per_node) : y.g_tp;
