@@ -173,6 +173,10 @@ static void test_bad_files_are_named(void **state) {
                  "missing2.ini: missing keys intra_bw, intra_latency, inter_bw, inter_latency", NULL);
     expect_error(load_variant("neg.ini", "peak_flops", "peak_flops = -3e12\n"), "negative",
                  "neg.ini:11", "peak_flops = -3e12: must be > 0");
+    expect_error(load_variant("ov.ini", NULL, "inter_overlap = 1.5\n"), "a share above 1",
+                 "ov.ini:12", "inter_overlap = 1.5: must be in [0, 1]");
+    expect_error(load_variant("quant.ini", NULL, "gemm_units = 108\n"), "units without tiles",
+                 "quant.ini: gemm_units, gemm_tile_m and gemm_tile_n go together", NULL);
     expect_error(load_variant("zero.ini", "memory_bw", "memory_bw = 0\n"), "zero", "zero.ini",
                  "memory_bw = 0: must be > 0");
     expect_error(load_variant("frac.ini", "nodes", "nodes = 2.5\n"), "fractional nodes",

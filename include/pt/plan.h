@@ -23,6 +23,8 @@
  *   gemm_tile_n = 128
  *   attention_flops = 2e10        ; optional: measured attention kernel FLOP/s (--measure writes it)
  *   xent_rate = 3e8               ; optional: measured softmax cross-entropy logits/s
+ *   intra_overlap = 1             ; optional, default 1: the share of a transfer that moves while
+ *   inter_overlap = 1             ; the ranks compute, within / across nodes (--measure: measured)
  */
 #ifndef PT_PLAN_H
 #define PT_PLAN_H
@@ -32,7 +34,7 @@
 #include "pt/schedule.h"
 
 #define PT_HW_MAX_SHAPES 64
-#define PT_HW_N_KEYS 17 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate */
+#define PT_HW_N_KEYS 19 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap */
 
 typedef struct {
     double m, n, k, flops; /* a GEMM of (m × k)·(k × n) measured at flops FLOP/s */
@@ -54,6 +56,10 @@ typedef struct {
      * the planner's FLOPs (forward 2 products over the causal half, backward 2.5× that), and of
      * the fused softmax cross-entropy, in logits per second (forward and gradient) */
     double attention_flops, xent_rate;
+    /* optional, default 1: the share of a transfer within a node / across nodes that moves while
+     * the ranks compute (1: the network progresses on its own, as NCCL's kernels and RDMA do; an
+     * MPI without a progress thread moves large messages only inside its calls: near 0) */
+    double intra_overlap, inter_overlap;
 } pt_hardware;
 
 /* Reads a hardware file; PT_ERR_CONFIG / PT_ERR_IO naming the file and the key that is missing,

@@ -42,6 +42,8 @@ static const struct {
     {"gemm_tile_n", PT_HW_INT, offsetof(pt_hardware, gemm_tile_n), 0, "columns of a GEMM's output tile"},
     {"attention_flops", PT_HW_NUM, offsetof(pt_hardware, attention_flops), 0, "attention FLOP/s"},
     {"xent_rate", PT_HW_NUM, offsetof(pt_hardware, xent_rate), 0, "cross-entropy logits/s"},
+    {"intra_overlap", PT_HW_NUM, offsetof(pt_hardware, intra_overlap), 0, "in [0, 1]"},
+    {"inter_overlap", PT_HW_NUM, offsetof(pt_hardware, inter_overlap), 0, "in [0, 1]"},
 };
 
 static int pt_hw_find(const char *key) {
@@ -146,7 +148,11 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
         if (!*s || *end || errno || !isfinite(v))
             return pt_errorf(PT_ERR_CONFIG, "%s: expected a number (%s), got \"%s\"", key,
                              pt_hw_keys[i].unit, s);
-        if (!(v > 0))
+        int share = strstr(key, "_overlap") != NULL; /* a share: 0 is a value */
+        if (share && !(v >= 0 && v <= 1))
+            return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be in [0, 1] (the share of a transfer "
+                             "that moves while the ranks compute)", key, s);
+        if (!share && !(v > 0))
             return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be > 0 (%s)", key, s, pt_hw_keys[i].unit);
         if (!strcmp(key, "gemm_efficiency") && v > 1)
             return pt_errorf(PT_ERR_CONFIG, "gemm_efficiency = %s: must be in (0, 1] (the fraction "
@@ -180,7 +186,7 @@ static int pt_hw_handler(void *user, const char *section, const char *name, cons
         st = pt_errorf(PT_ERR_CONFIG, "unknown key \"%s\" (the keys: name, devices_per_node, "
                        "nodes, peak_flops, gemm_efficiency, memory_bytes, memory_bw, intra_bw, "
                        "intra_latency, inter_bw, inter_latency, gemm_shapes, gemm_units, gemm_tile_m, "
-                       "gemm_tile_n, attention_flops, xent_rate)", name);
+                       "gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap)", name);
     else if (s->seen[i] && !(pt_hw_keys[i].type == PT_HW_SHAPES && !strcmp(s->last, name)))
         st = pt_errorf(PT_ERR_CONFIG, "%s given twice", name);
     else
@@ -198,6 +204,7 @@ static int pt_hw_handler(void *user, const char *section, const char *name, cons
 pt_status pt_hardware_load(pt_hardware *hw, const char *path, const char *const *overrides, int n) {
     memset(hw, 0, sizeof *hw);
     hw->gemm_efficiency = 1.0;
+    hw->intra_overlap = hw->inter_overlap = 1.0;
     pt_hw_state s = {.hw = hw, .status = PT_OK};
     int fd;
     PT_TRY(pt_open_regular(path, "hardware file", &fd));
@@ -295,7 +302,8 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
             snprintf(val, sizeof val, "%d", *(const int *)v);
             break;
         case PT_HW_NUM:
-            if (!pt_hw_keys[i].required && *(const double *)v == 0 && strcmp(key, "gemm_efficiency"))
+            if (!pt_hw_keys[i].required && *(const double *)v == 0 && strcmp(key, "gemm_efficiency") &&
+                !strstr(key, "_overlap"))
                 continue; /* not given */
             snprintf(val, sizeof val, "%.6g", *(const double *)v);
             break;

@@ -171,6 +171,11 @@ static pt_plan_group pt_plan_group_of(int n, int st, int D) {
     return g;
 }
 
+/* The share of a transfer over group g that moves while the ranks compute. */
+static double pt_plan_overlap(const pt_hardware *hw, pt_plan_group g) {
+    return g.spans ? hw->inter_overlap : hw->intra_overlap;
+}
+
 typedef enum { PT_COLL_AR, PT_COLL_AG, PT_COLL_RS, PT_COLL_A2A, PT_COLL_P2P } pt_coll;
 
 /* The ring's α–β time of a collective of S bytes (the whole buffer: the all-reduce's input, the
@@ -181,10 +186,11 @@ static double pt_plan_ring(pt_coll kind, double S, int n, double B, double a) {
     return steps * (a + S / n / B);
 }
 
-/* A collective over group g: flat within a node; across nodes the faster of the flat ring
- * (every step at the inter-node bandwidth) and the hierarchical form (within each node over
- * `local` ranks, across the nodes by slices: each local rank moves its 1/local of the buffer
- * with its peers on the other nodes, then back within the node). */
+/* A collective over group g: flat within a node; across nodes, as the comm layer does
+ * (PT_COMM_HIER = auto, src/comm/comm_hier.c), hierarchical when the group has more than one
+ * rank on each node and the buffer is 64 KiB or more (within each node over `local` ranks, then
+ * across the nodes by slices: each local rank moves its 1/local of the buffer with its peers on
+ * the other nodes, then back within the node), else the flat ring at the inter-node bandwidth. */
 static double pt_plan_coll(const pt_hardware *hw, pt_coll kind, double S, pt_plan_group g) {
     if (g.n <= 1 || S <= 0) return 0;
     if (kind == PT_COLL_P2P)
@@ -195,14 +201,12 @@ static double pt_plan_coll(const pt_hardware *hw, pt_coll kind, double S, pt_pla
         double out = S * (g.n - g.local) / g.n, in = S * (g.local - 1) / g.n;
         return (g.n - 1) * hw->inter_latency + out / hw->inter_bw + in / hw->intra_bw;
     }
-    double flat = pt_plan_ring(kind, S, g.n, hw->inter_bw, hw->inter_latency);
-    if (g.local <= 1) return flat;
+    if (g.local <= 1 || S < 65536) return pt_plan_ring(kind, S, g.n, hw->inter_bw, hw->inter_latency);
     int nodes = g.n / g.local;
     double in = pt_plan_ring(kind == PT_COLL_AR ? PT_COLL_RS : kind, S, g.local, hw->intra_bw,
                              hw->intra_latency);
     double across = pt_plan_ring(kind, S / g.local, nodes, hw->inter_bw, hw->inter_latency);
-    double hier = across + (kind == PT_COLL_AR ? 2 * in : in);
-    return hier < flat ? hier : flat;
+    return across + (kind == PT_COLL_AR ? 2 * in : in);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -511,13 +515,15 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
         double hide_f = 0, hide_b = 0;
         if (M->tp_overlap == 2 && sp) hide_f = gemm_f, hide_b = gemm_b + k.w;
         if (M->tp_overlap >= 1) hide_b = fmax(hide_b, k.w);
+        double ov = pt_plan_overlap(hw, y->g_tp);
+        hide_f *= ov, hide_b *= ov;
         k.tp_exp = fmax(0, fw - hide_f) + fmax(0, bw - hide_b) + fmax(0, rf - hide_f);
     }
     /* context parallelism: cp − 1 hops of the keys and values forward (hidden behind the block's
      * attention), twice as much backward (the gradients' hops exposed) */
     if (y->cp > 1) {
         double hop = pt_plan_coll(hw, PT_COLL_P2P, M->b * Tq * 2 * d.kv * E, y->g_cp);
-        double block = att_f / y->cp;
+        double block = att_f / y->cp * pt_plan_overlap(hw, y->g_cp);
         k.cp = (y->cp - 1) * 3 * hop;
         k.cp_exp = (y->cp - 1) * (fmax(0, hop - block) + hop + fmax(0, hop - block));
     }
@@ -528,7 +534,7 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
         double a2a = 2 * pt_plan_coll(hw, PT_COLL_A2A, S, y->g_ep);
         double experts = gf[1] + gf[2];
         k.ep = 2 * a2a;
-        k.ep_exp = fmax(0, a2a - experts * (y->ep - 1) / y->ep) * 2;
+        k.ep_exp = fmax(0, a2a - pt_plan_overlap(hw, y->g_ep) * experts * (y->ep - 1) / y->ep) * 2;
     }
     k.b += k.re;
     return k;
@@ -887,7 +893,8 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
             gather = pt_plan_coll(hw, PT_COLL_AG, pb * dense_el, y.g_dp) +
                      (exp_el > 0 && edp > 1 ? pt_plan_coll(hw, PT_COLL_AG, pb * exp_el, y.g_edp) : 0);
         }
-        double hide = M->dp_overlap ? (k->b + k->w) / chunks : 0;
+        double ovd = pt_plan_overlap(hw, y.g_dp);
+        double hide = M->dp_overlap ? ovd * (k->b + k->w) / chunks : 0;
         double nb = fmax(1, ceil(4 * dense_el / 1048576.0 /
                                  (c->parallel.bucket_mb > 0 ? c->parallel.bucket_mb
                                                             : fmin(25, fmax(1, 4 * dense_el / 1048576.0 / 8)))));
@@ -895,7 +902,7 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
             /* every micro-batch: gather forward and backward, reduce-scatter; behind the compute */
             double per = 2 * gather + red;
             dp = m * per;
-            dp_exp = m * fmax(0, per - (k->f + k->b + k->w)) + red / nb;
+            dp_exp = m * fmax(0, per - ovd * (k->f + k->b + k->w)) + red / nb;
         } else {
             dp = red + gather;
             dp_exp = fmax(red / nb, red - hide) + gather;
