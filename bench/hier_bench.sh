@@ -34,7 +34,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
 export PT_CLUSTER=hierb PT_CLUSTER_SLOTS=2
 trap '"$C" down' EXIT
-echo "# $(date -u '+%F %T') UTC, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out" >&2
+echo "# $(date -u '+%F %T') UTC, $(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out" >&2
 for step in $plan; do
   rate="${step%%:*}" sizes="${step#*:}"
   "$C" up 2 --rate "$rate" > /dev/null || { echo "hier_bench.sh: cluster.sh up 2 --rate $rate" >&2; exit 1; }
