@@ -740,7 +740,7 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
     pt_plan_local d = pt_plan_local_dims(M, y.tp);
     double N = M->b * M->s / y.cp, C = M->C;
     pt_plan_act a = {N, y.sp ? N / y.tp : N, C, M->E, M->hd, d, y.re, y.zb, y.cp > 1, y.sp, M->bf16};
-    double worst_f = 0, worst_b = 0, worst_w = 0, worst = -1;
+    double worst = -1;
     pt_plan_cost worst_cost = {0};
     double flops_token = 0;
     for (int l = 0; l < M->n_layers; l++) flops_token += pt_plan_layer_flops(M, c, l);
@@ -819,14 +819,12 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
         double tot = cost.f + cost.b + cost.w + cost.tp_exp + cost.cp_exp + cost.ep_exp;
         if (tot > worst) {
             worst = tot, worst_cost = cost;
-            worst_f = cost.f, worst_b = cost.b, worst_w = cost.w;
         }
         if (r == 0) { /* the optimizer: each owned parameter's AdamW update, memory-bound */
             double owned = (mem->optim - (M->bf16 ? 2 * mem->params : 0)) / 8;
             out->optimizer = pt_plan_membound(hw, owned * (M->bf16 ? 30 : 28));
         }
     }
-    (void)worst_f, (void)worst_b, (void)worst_w;
 
     /* the pipeline: the slowest rank's per-chunk costs, its exposed tp/cp/ep transfers inside
      * them, each stage boundary's send on the critical path */
@@ -839,7 +837,7 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
     if (y.pp > 1) {
         if (simulate) {
             pt_sched_sim sim;
-            st = pt_schedule_simulate(&sched, f, y.zb ? b : b, w, &sim);
+            st = pt_schedule_simulate(&sched, f, b, w, &sim);
             if (st == PT_OK) {
                 makespan = sim.makespan;
                 pt_sched_sim_free(&sim);
@@ -864,12 +862,9 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
 
     /* data parallelism: the gradients' reduction (all-reduce; ZeRO-1/2 reduce-scatter, then the
      * parameters' all-gather after the update; ZeRO-3 every micro-batch's gathers too) */
-    const pt_plan_memory *m0 = &out->stage[out->memory_max_stage];
     double gbytes = (!strcmp(c->parallel.grad_reduce, "bf16") ? 2 : 4);
     double dense_el = 0, exp_el = 0;
-    {
-        int sg0 = 0;
-        (void)sg0;
+    { /* the gradients a rank reduces: its share of the layers and the embedding and head */
         double pd, pe;
         for (int l = 0; l < M->n_layers; l++) {
             pt_plan_layer_params(M, c, l, y.tp, y.ep, &pd, &pe);
@@ -878,7 +873,6 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
         dense_el = dense_el / y.pp + 2 * d.V * C / y.pp;
         exp_el /= y.pp;
     }
-    (void)m0;
     double dp = 0, dp_exp = 0;
     if (y.dp * y.cp > 1) {
         int edp = y.dp * y.cp / y.ep;
