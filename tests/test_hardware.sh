@@ -23,13 +23,15 @@ import configparser, re, sys
 cp = configparser.ConfigParser(inline_comment_prefixes=(";",))
 cp.read(sys.argv[1])
 s = cp["hardware"]
-h = {k: (v if k in ("name", "gemm_shapes") else float(v)) for k, v in s.items()}
+h = {k: (v if k in ("name", "gemm_shapes", "collectives") else float(v)) for k, v in s.items()}
 shapes = [tuple(map(float, e.split(","))) for e in h.get("gemm_shapes", "").strip('"').replace("\n", "").split(";") if e.strip()]
+colls = [e.strip().split(",") for e in h.get("collectives", "").strip('"').replace("\n", "").split(";") if e.strip()]
+colls = [(k, w, int(n), float(b), float(t)) for k, w, n, b, t in colls]
 text = open(sys.argv[1]).read()
 bad = [c for c in sys.argv[2:] if not eval(c)]
 for c in bad:
     print("  false:", c)
-print({k: v for k, v in h.items() if k != "gemm_shapes"}, len(shapes), "shapes")
+print({k: v for k, v in h.items() if k not in ("gemm_shapes", "collectives")}, len(shapes), "shapes")
 sys.exit(1 if bad else 0)
 PY
 }
@@ -49,6 +51,8 @@ if timeout 120 mpiexec -np 2 "$bin" plan --measure --out "$tmp/two.ini" --thread
     "h['peak_flops'] / 100 < h['attention_flops'] < 2 * h['peak_flops']" "h['xent_rate'] > 1e7" \
     "h['intra_bw'] > 1e8" "h['inter_bw'] == h['intra_bw']" \
     "'not measured (one host): intra_bw copied' in text" "'1×2 ranks, 1 thread, fp32' in h['name']" \
+    "sorted(set(k for k, w, n, b, t in colls)) == ['ag', 'ar', 'rs'] and all(w == 'intra' and n == 2 and t > 0 for k, w, n, b, t in colls)" \
+    "0 <= h['skew'] < 0.5" \
     && ok || bad "2 ranks on one host: $(cat "$tmp/two.log")"
   grep -q "^wrote $tmp/two.ini" "$tmp/two.log" && ok || bad "no summary: $(cat "$tmp/two.log")"
 else
@@ -89,6 +93,8 @@ else
         "0.3 * $LINK_RATE <= h['inter_bw'] <= 1.05 * float(re.search(r'ping-pong: ([0-9.e+]+) B/s', text).group(1))" \
         "0 < h['inter_latency'] < 1e-2" \
         "h['intra_bw'] == h['inter_bw']" "'not measured (one rank a host): inter_bw copied' in text" \
+        "len(colls) >= 9 and all(w == 'inter' and n == 2 for k, w, n, b, t in colls)" \
+        "all(t >= 0.9 * (b if k == 'ar' else b / 2) / $LINK_RATE for k, w, n, b, t in colls if b >= 4 << 20)" "0 <= h['skew'] < 0.5" \
         && ok || bad "2 hosts: the one-way bandwidth not within 30% of $LINK_RATE B/s, or both ways at once above it or under 0.3 x: $(cat "$tmp/hosts.log")"
     else
       bad "plan --measure on 2 hosts: $(tail -5 "$tmp/hosts.log")"

@@ -127,6 +127,18 @@ static void test_defaults_and_shapes(void **state) {
     near("shape 0 m", hw.shapes[0].m, 64), near("shape 0 n", hw.shapes[0].n, 128);
     near("shape 0 k", hw.shapes[0].k, 256), near("shape 0 flops", hw.shapes[0].flops, 1.5e9);
     near("shape 2 m", hw.shapes[2].m, 4096), near("shape 2 flops", hw.shapes[2].flops, 3e10);
+    /* the measured collectives and skew (default: none, 0) */
+    near("default skew", hw.skew, 0);
+    assert_int_equal(hw.n_colls, 0);
+    snprintf(text, sizeof text, "%scollectives = \"ar,intra,2,65536,2.5e-4;\n    rs,inter,4,1048576,"
+             "0.5; ag,intra,8,16777216,1e-3\"\nskew = 0.03\n", good);
+    assert_int_equal(pt_hardware_load(&hw, write_ini("colls.ini", text), NULL, 0), PT_OK);
+    assert_int_equal(hw.n_colls, 3);
+    assert_int_equal(hw.colls[0].kind, PT_HW_AR), assert_int_equal(hw.colls[0].inter, 0);
+    assert_int_equal(hw.colls[1].kind, PT_HW_RS), assert_int_equal(hw.colls[1].inter, 1);
+    assert_int_equal(hw.colls[1].ranks, 4), assert_int_equal(hw.colls[2].kind, PT_HW_AG);
+    near("coll 1 bytes", hw.colls[1].bytes, 1048576), near("coll 1 s", hw.colls[1].seconds, 0.5);
+    near("coll 2 bytes", hw.colls[2].bytes, 16777216), near("skew", hw.skew, 0.03);
 }
 
 static void test_write_reads_back(void **state) {
@@ -153,6 +165,19 @@ static void test_write_reads_back(void **state) {
         if (fabs(back.shapes[i].flops / hw.shapes[i].flops - 1) > 1e-3)
             fail_msg("shape %d: %g read back as %g", i, hw.shapes[i].flops, back.shapes[i].flops);
     }
+    hw.n_colls = PT_HW_MAX_COLLS, hw.skew = 0.0125;
+    for (int i = 0; i < hw.n_colls; i++)
+        hw.colls[i] = (pt_coll_time){(pt_hw_coll)(i % 3), i % 2, 2 + i, 65536.0 * (i + 1), 1.5e-4 * (i + 1)};
+    assert_int_equal(pt_hardware_write(&hw, out, how), PT_OK);
+    if (pt_hardware_load(&back, out, NULL, 0) != PT_OK) fail_msg("%s", pt_last_error());
+    assert_int_equal(back.n_colls, PT_HW_MAX_COLLS);
+    near("skew back", back.skew, 0.0125);
+    for (int i = 0; i < hw.n_colls; i++) {
+        const pt_coll_time *a = &hw.colls[i], *b = &back.colls[i];
+        assert_true(a->kind == b->kind && a->inter == b->inter && a->ranks == b->ranks && a->bytes == b->bytes);
+        if (fabs(b->seconds / a->seconds - 1) > 1e-3) fail_msg("collective %d: %g read back as %g", i, a->seconds, b->seconds);
+    }
+    hw.n_colls = 0, hw.skew = 0;
     /* without comments, and without shapes: no gemm_shapes line */
     hw.n_shapes = 0;
     assert_int_equal(pt_hardware_write(&hw, out, NULL), PT_OK);
@@ -197,6 +222,16 @@ static void test_bad_files_are_named(void **state) {
                  "fractional m", "shapem.ini", "must be positive integers");
     expect_error(load_variant("shapef.ini", NULL, "gemm_shapes = 64,64,64,-1\n"),
                  "negative flops", "shapef.ini", "flops must be > 0");
+    expect_error(load_variant("collk.ini", NULL, "collectives = \"a2a,intra,2,65536,1e-4\"\n"),
+                 "unknown collective", "collk.ini", "collectives: entry 1 \"a2a,intra,2,65536,1e-4\"");
+    expect_error(load_variant("collw.ini", NULL, "collectives = ar,intra,2,65536,1e-4; ar,node,2,65536,1e-4\n"),
+                 "unknown where", "collw.ini", "entry 2 \"ar,node,2,65536,1e-4\": expected");
+    expect_error(load_variant("collr.ini", NULL, "collectives = ar,intra,1,65536,1e-4\n"),
+                 "one rank", "collr.ini", "ranks must be an integer >= 2");
+    expect_error(load_variant("colls.ini", NULL, "collectives = rs,inter,2,65536,0\n"),
+                 "zero seconds", "colls.ini", "bytes and seconds > 0");
+    expect_error(load_variant("skew.ini", NULL, "skew = -0.1\n"), "negative skew", "skew.ini",
+                 "skew = -0.1: must be in [0, 1]");
     expect_error(load_variant("quote.ini", "name", "name = \"H100 ; box\"\n"), "cut quote",
                  "quote.ini", "name: unmatched quote");
     /* the file itself */

@@ -27,9 +27,9 @@ import json, sys
 p = json.loads(open(sys.argv[1]).read())
 need = ["memory_bytes_max", "step_seconds", "tokens_per_second", "mfu", "dp", "tp", "pp", "cp", "ep",
         "zero", "schedule", "micro_batch", "memory_per_stage", "exposed_seconds", "bubble_seconds",
-        "compute_seconds"]
+        "compute_seconds", "skew_seconds"]
 missing = [k for k in need if k not in p]
-parts = p["compute_seconds"] + p["bubble_seconds"] + sum(p["exposed_seconds"].values())
+parts = p["compute_seconds"] + p["bubble_seconds"] + p["skew_seconds"] + sum(p["exposed_seconds"].values())
 kinds = [sum(s[k] for k in ("params", "grads", "optim", "transient", "activations")) - s["total"]
          for s in p["memory_per_stage"]]
 ok = not missing and abs(parts - p["step_seconds"]) <= 1e-4 * p["step_seconds"] and \
@@ -56,6 +56,29 @@ expect_plan_fail "nodes" "${tiny[@]}" --hardware "$src/hardware/h100_sxm.ini" --
 printf '[hardware]\nname = q\ndevices_per_node = 8\nnodes = 1\npeak_flops = 1e14\nmemory_bytes = 8e10\nmemory_bw = 2e12\nintra_bw = 2e11\nintra_latency = 3e-6\ninter_bw = 2e10\ninter_latency = 5e-6\n' > "$tmp/hwq.ini"
 expect_plan_fail "go together" "${tiny[@]}" --hardware "$tmp/hwq.ini" --hardware.gemm_units=108
 
+# the measured collectives and skew (docs/plan.md, "Collectives, measured" and "Skew"): the comm
+# layer's reduce-scatter and all-gather measured at twice the ring's α–β time at both ends of the
+# sizes (efficiency 0.5 throughout) double dp's communication; a skew of 0.1 adds a tenth of the
+# busy time to a 2-rank step and nothing to one process
+ring2() { "$PY" -c "import sys; S=float(sys.argv[1]); print('%.17g' % (2 * (3e-6 + S / 2 / 2e11)))" "$1"; }
+colls="rs,intra,2,1024,$(ring2 1024); rs,intra,2,1e12,$(ring2 1e12); ag,intra,2,1024,$(ring2 1024); ag,intra,2,1e12,$(ring2 1e12)"
+dp2=("${tiny[@]}" --parallel.dp=2 --parallel.zero=1 --training.micro_batch=2 --hardware "$tmp/hwq.ini" --json)
+if plan "${dp2[@]}" > "$tmp/c0.json" && plan "${dp2[@]}" --hardware.collectives="$colls" > "$tmp/c1.json" &&
+   plan "${dp2[@]}" --hardware.skew=0.1 > "$tmp/s1.json" && plan "${tiny[@]}" --hardware "$tmp/hwq.ini" --hardware.skew=0.1 --json > "$tmp/s0.json"; then
+  "$PY" - "$tmp" <<'PY' && ok || bad "measured collectives / skew"
+import json, sys
+d = sys.argv[1]
+c0, c1, s1, s0 = (json.loads(open("%s/%s.json" % (d, n)).read()) for n in ("c0", "c1", "s1", "s0"))
+dp0, dp1 = c0["comm_seconds"]["dp"], c1["comm_seconds"]["dp"]
+busy = s1["compute_seconds"] - s1["optimizer_seconds"]
+print("collectives at efficiency 0.5: dp %.6g s -> %.6g s (x%.4f); skew 0.1: %.6g s of busy %.6g s, one process %g"
+      % (dp0, dp1, dp1 / dp0, s1["skew_seconds"], busy, s0["skew_seconds"]))
+ok = abs(dp1 / dp0 - 2) < 1e-4 and abs(s1["skew_seconds"] - 0.1 * busy) < 1e-9 + 1e-6 * busy and \
+     abs(s1["step_seconds"] - c0["step_seconds"] - s1["skew_seconds"]) < 1e-4 * s1["step_seconds"] and s0["skew_seconds"] == 0
+sys.exit(0 if ok else 1)
+PY
+else bad "plan with measured collectives failed"; fi
+
 # the published runs: NAME CONFIG HARDWARE NODES PUBLISHED_S DOCUMENTED_S
 while read -r name cfg hw nodes pub documented; do
   plan --config "$src/configs/plan/$cfg" --hardware "$src/hardware/$hw" --hardware.nodes="$nodes" --json > "$tmp/$name.json" 2> "$tmp/$name.err" ||
@@ -74,9 +97,9 @@ sys.exit(0 if within or same else 1)
 PY
 done <<'CASES'
 korthikanti_22b korthikanti_22b.ini selene.ini 1 1.10 0.8260
-korthikanti_175b korthikanti_175b.ini selene.ini 8 13.75 11.14
-korthikanti_530b korthikanti_530b.ini selene.ini 35 37.83 31.43
-korthikanti_1t korthikanti_1t.ini selene.ini 64 71.49 63.37
+korthikanti_175b korthikanti_175b.ini selene.ini 8 13.75 11.05
+korthikanti_530b korthikanti_530b.ini selene.ini 35 37.83 30.78
+korthikanti_1t korthikanti_1t.ini selene.ini 64 71.49 63.36
 mpt7b mpt7b_8h100.ini h100_sxm.ini 1 1.155 0.7602
 CASES
 

@@ -809,6 +809,33 @@ static void test_head_split_simulated_by_hand(void **state) {
     pt_schedule_free(&s);
 }
 
+/* Transfers as messages (pt_schedule_simulate_transfers), by hand. 1f1b, pp 2, m 1, f 1, b 2,
+ * each message 0.5: F on rank 0 (1), its activations (0.5), F and B on rank 1 (3), the gradient
+ * (0.5), B on rank 0 (2): 7. afab, pp 2, m 2, f = b = 0.1, messages of 1: rank 0 sends F0's at
+ * 0.1 and F1's at 0.2, but one at a time on the link: F1's arrives at 2.1 (1.2 if they could
+ * share it), when rank 1's F1 starts. Delay 0 is pt_schedule_simulate_head. */
+static void test_transfers_simulated_by_hand(void **state) {
+    (void)state;
+    pt_schedule s;
+    pt_sched_sim sim;
+    build_ok(&s, PT_SCHED_1F1B, 2, 1, 1);
+    assert_int_equal(pt_schedule_simulate_transfers(&s, 1, 2, 0, 0, 0.5, &sim), PT_OK);
+    expect_near("1f1b m 1 makespan with transfers", sim.makespan, 7);
+    pt_sched_sim_free(&sim);
+    pt_schedule_free(&s);
+    build_ok(&s, PT_SCHED_AFAB, 2, 2, 1);
+    assert_int_equal(pt_schedule_simulate_transfers(&s, 0.1, 0.1, 0, 0, 1, &sim), PT_OK);
+    expect_near("afab F1 on rank 1 after the link's first message", sim.start[1][find(&s, 1, PT_ACT_FWD, 1)], 2.1);
+    pt_sched_sim_free(&sim);
+    pt_sched_sim a, b;
+    assert_int_equal(pt_schedule_simulate_transfers(&s, 1, 2, 0.5, 0, 0, &a), PT_OK);
+    assert_int_equal(pt_schedule_simulate_head(&s, 1, 2, 0.5, 0, &b), PT_OK);
+    expect_near("delay 0 = simulate_head", a.makespan, b.makespan);
+    pt_sched_sim_free(&a), pt_sched_sim_free(&b);
+    EXPECT_MESSAGE(pt_schedule_simulate_transfers(&s, 1, 1, 0, 0, -1, &sim), "must be >= 0");
+    pt_schedule_free(&s);
+}
+
 /* Broken HEAD placements, each rejected by name (1f1b, pp = 4, m = 8 unless said). */
 static void test_head_split_errors_are_named(void **state) {
     (void)state;
@@ -958,6 +985,7 @@ int main(void) {
         cmocka_unit_test(test_head_split_schedules),
         cmocka_unit_test(test_head_split_refused_kinds),
         cmocka_unit_test(test_head_split_simulated_by_hand),
+        cmocka_unit_test(test_transfers_simulated_by_hand),
         cmocka_unit_test(test_head_placement_shortens_the_step),
         cmocka_unit_test(test_head_split_errors_are_named),
         cmocka_unit_test(test_svg_draws_the_heads),

@@ -25,6 +25,11 @@
  *   xent_rate = 3e8               ; optional: measured softmax cross-entropy logits/s
  *   intra_overlap = 1             ; optional, default 1: the share of a transfer that moves while
  *   inter_overlap = 1             ; the ranks compute, within / across nodes (--measure: measured)
+ *   collectives = "kind,where,ranks,bytes,seconds; ..." ; optional: measured times of the comm
+ *                                 ; layer's collectives (kind ar|rs|ag, where intra|inter); the
+ *                                 ; planner scales its ring times by them (docs/plan.md)
+ *   skew = 0.02                   ; optional, default 0: the ranks' skew, the mean wait at a
+ *                                 ; synchronization per second of computation before it (measured)
  */
 #ifndef PT_PLAN_H
 #define PT_PLAN_H
@@ -34,11 +39,21 @@
 #include "pt/schedule.h"
 
 #define PT_HW_MAX_SHAPES 64
-#define PT_HW_N_KEYS 19 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap */
+#define PT_HW_MAX_COLLS 64
+#define PT_HW_N_KEYS 21 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, collectives, skew */
 
 typedef struct {
     double m, n, k, flops; /* a GEMM of (m × k)·(k × n) measured at flops FLOP/s */
 } pt_gemm_shape;
+
+typedef enum { PT_HW_AR = 0, PT_HW_RS, PT_HW_AG } pt_hw_coll;
+
+typedef struct {
+    pt_hw_coll kind;
+    int inter;             /* 0: the ranks of one node (intra), 1: one rank on each of `ranks` nodes */
+    int ranks;
+    double bytes, seconds; /* the whole buffer (all-reduce's input, all-gather's output); the time */
+} pt_coll_time;
 
 typedef struct {
     char name[96];
@@ -60,6 +75,11 @@ typedef struct {
      * the ranks compute (1: the network progresses on its own, as NCCL's kernels and RDMA do; an
      * MPI without a progress thread moves large messages only inside its calls: near 0) */
     double intra_overlap, inter_overlap;
+    /* optional (none: the α–β ring of the bandwidths and latencies): the comm layer's measured
+     * collectives, each the slowest rank's time of one call; and the ranks' skew (default 0) */
+    int n_colls;
+    pt_coll_time colls[PT_HW_MAX_COLLS];
+    double skew;
 } pt_hardware;
 
 /* Reads a hardware file; PT_ERR_CONFIG / PT_ERR_IO naming the file and the key that is missing,
@@ -75,7 +95,8 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
  * with `threads` threads per rank (gemm_efficiency 1: the peak is the GEMM rate) and gemm_shapes
  * a grid of measured shapes, memory_bw a STREAM triad, memory_bytes the host's memory per rank,
  * devices_per_node the ranks per host, nodes the hosts, intra_* / inter_* ping-pongs between
- * two ranks of one host / of two hosts. how (PT_HW_N_KEYS pointers, filled; may be NULL) says
+ * two ranks of one host / of two hosts, collectives the comm layer's all-reduce, reduce-scatter
+ * and all-gather within a host and across, skew the ranks' skew over equal GEMMs. how (PT_HW_N_KEYS pointers, filled; may be NULL) says
  * per key how its figure was found (static strings, valid until the next call). Every rank gets
  * the same figures. */
 pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char **how);
@@ -113,6 +134,7 @@ typedef struct {
     double exposed[PT_PLAN_DIMS];     /* communication not hidden, per dimension */
     double comm[PT_PLAN_DIMS];        /* all the communication's time, hidden or not */
     double bubble;                    /* pipeline idle */
+    double skew;                      /* the ranks' waits for each other: hw skew × busy */
     double step, tokens_per_second, mfu;
     double model_flops;               /* per step, all ranks (6Ψ-style model FLOPs: no recompute) */
     double flops_per_token;

@@ -160,6 +160,13 @@ pt_status pt_schedule_simulate(const pt_schedule *s, double f, double b, double 
  * is this with h = 0. */
 pt_status pt_schedule_simulate_head(const pt_schedule *s, double f, double b, double w, double h,
                                     pt_sched_sim *out);
+/* The same with each message taking `delay` (seconds, like the costs): a SEND leaves the sender at
+ * once (it computes on) and arrives `delay` after it, or after the previous message the sender
+ * put on the same link (that direction, fwd or bwd) arrived, whichever is later: one message at
+ * a time on a link; the RECV completes when the message has arrived. pt_schedule_simulate_head
+ * is this with delay = 0. */
+pt_status pt_schedule_simulate_transfers(const pt_schedule *s, double f, double b, double w, double h,
+                                         double delay, pt_sched_sim *out);
 void pt_sched_sim_free(pt_sched_sim *r);
 
 /* The literature's bubble for this schedule's kind and shape: (pp − 1)/(v·m) for afab, 1f1b and

@@ -45,6 +45,9 @@ typedef struct {
     int grads_dumped;
     int preempted;                 /* pt_trainer_run stopped on a signal (pt/preempt.h) */
     int64_t skips_in_row, skips; /* training.on_nonfinite = skip: steps skipped (in a row, in all) */
+    double loop_t0; /* pt_trainer_run: when this step's turn of the loop began (before the preemption
+                     * agreement, a world all-reduce that waits for every rank and for transfers
+                     * still on the links); the step's seconds count from it. 0: from the step */
     const char *inject_nonfinite; /* PT_INJECT_NONFINITE (tests): steps whose gradient is made NaN */
     /* checkpoint.async: the state's host copy, its pieces (allocated at set-up), the save being
      * written by save_thread (save_pending) and whether the thread is done */

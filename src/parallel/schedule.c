@@ -542,7 +542,9 @@ typedef struct {
     const double *cost;     /* per action kind; NULL when only checking */
     unsigned char *did;     /* [r][micro][chunk] PT_DID_* */
     int *sent[2];           /* [dst r][micro][dst chunk]: 1 + the sender's action index (0: unsent); fwd, bwd */
-    double *sent_t[2];      /* when it was sent */
+    double *sent_t[2];      /* when it arrives (sent, plus the transfer's delay) */
+    double delay;           /* a message's transfer time (0: instantaneous) */
+    double *link[2];        /* [sender r]: when its link in that direction (fwd, bwd) is free */
     int *pc, *inflight, *peak;
     unsigned char *headed;  /* [micro]: HEAD ran (on every rank at once) */
     double *t;              /* each rank's clock */
@@ -638,7 +640,13 @@ static pt_status pt_exec_send(pt_exec *e, int r, int k) {
     e->did[c] |= flag;
     size_t dst = pt_cell(s, x->peer, x->micro, pt_stage_chunk(s, pt_msg_stage(s, r, x)));
     e->sent[bwd][dst] = k + 1;
-    e->sent_t[bwd][dst] = e->t[r];
+    double at = e->t[r];
+    if (e->delay > 0) { /* one message at a time on the link, each `delay` long */
+        double *free_at = &e->link[bwd][r];
+        at = (at > *free_at ? at : *free_at) + e->delay;
+        *free_at = at;
+    }
+    e->sent_t[bwd][dst] = at;
     return PT_OK;
 }
 
@@ -885,6 +893,7 @@ static void pt_exec_free(pt_exec *e) {
     for (int b = 0; b < 2; b++) {
         free(e->sent[b]);
         free(e->sent_t[b]);
+        free(e->link[b]);
     }
     free(e->pc);
     free(e->inflight);
@@ -904,6 +913,7 @@ static pt_status pt_exec_run(pt_exec *e) {
     for (int b = 0; b < 2; b++) {
         e->sent[b] = pt_calloc(cells, sizeof(int));
         e->sent_t[b] = pt_calloc(cells, sizeof(double));
+        e->link[b] = pt_calloc((size_t)s->pp, sizeof(double));
     }
     e->pc = pt_calloc((size_t)s->pp, sizeof(int));
     e->inflight = pt_calloc((size_t)s->pp, sizeof(int));
@@ -937,12 +947,18 @@ pt_status pt_schedule_simulate(const pt_schedule *s, double f, double b, double 
 
 pt_status pt_schedule_simulate_head(const pt_schedule *s, double f, double b, double w, double h,
                                     pt_sched_sim *out) {
+    return pt_schedule_simulate_transfers(s, f, b, w, h, 0, out);
+}
+
+pt_status pt_schedule_simulate_transfers(const pt_schedule *s, double f, double b, double w, double h,
+                                         double delay, pt_sched_sim *out) {
     memset(out, 0, sizeof *out);
-    if (!(f >= 0 && b >= 0 && w >= 0 && h >= 0))
-        return pt_errorf(PT_ERR_CONFIG, "schedule: costs f = %g, b = %g, w = %g, h = %g must be >= 0", f, b, w, h);
+    if (!(f >= 0 && b >= 0 && w >= 0 && h >= 0 && delay >= 0))
+        return pt_errorf(PT_ERR_CONFIG, "schedule: costs f = %g, b = %g, w = %g, h = %g and the "
+                         "transfer's %g must be >= 0", f, b, w, h, delay);
     const double cost[PT_ACT_KINDS] = {[PT_ACT_FWD] = f, [PT_ACT_BWD] = b + w, [PT_ACT_BWD_INPUT] = b,
                                        [PT_ACT_BWD_WEIGHT] = w, [PT_ACT_HEAD] = h};
-    pt_exec e = {.s = s, .cost = cost};
+    pt_exec e = {.s = s, .cost = cost, .delay = delay};
     if (s && s->pp >= 1 && s->n) {
         e.start = pt_calloc((size_t)s->pp, sizeof *e.start);
         for (int r = 0; r < s->pp; r++) e.start[r] = pt_calloc((size_t)s->n[r] + 1, sizeof(double));

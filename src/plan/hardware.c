@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { PT_HW_STR, PT_HW_INT, PT_HW_NUM, PT_HW_SHAPES } pt_hw_type;
+typedef enum { PT_HW_STR, PT_HW_INT, PT_HW_NUM, PT_HW_SHAPES, PT_HW_COLLS } pt_hw_type;
 
 /* The keys, in the file's order (the order of pt_hardware_write's `how`). */
 static const struct {
@@ -44,7 +44,11 @@ static const struct {
     {"xent_rate", PT_HW_NUM, offsetof(pt_hardware, xent_rate), 0, "cross-entropy logits/s"},
     {"intra_overlap", PT_HW_NUM, offsetof(pt_hardware, intra_overlap), 0, "in [0, 1]"},
     {"inter_overlap", PT_HW_NUM, offsetof(pt_hardware, inter_overlap), 0, "in [0, 1]"},
+    {"collectives", PT_HW_COLLS, 0, 0, "kind,where,ranks,bytes,seconds; ..."},
+    {"skew", PT_HW_NUM, offsetof(pt_hardware, skew), 0, "in [0, 1)"},
 };
+
+static const char *const pt_hw_coll_names[] = {"ar", "rs", "ag"};
 
 static int pt_hw_find(const char *key) {
     for (int i = 0; i < PT_HW_N_KEYS; i++)
@@ -57,35 +61,44 @@ static const char *pt_hw_skip_space(const char *s) {
     return s;
 }
 
-/* Appends the shapes of "m,n,k,flops; m,n,k,flops; ..." (empty entries skipped) to hw. */
-static pt_status pt_hw_parse_shapes(pt_hardware *hw, const char *val) {
-    const char *p = val;
-    while (*p) {
-        const char *semi = strchr(p, ';');
-        size_t len = semi ? (size_t)(semi - p) : strlen(p);
-        char entry[256];
-        if (len >= sizeof entry)
-            return pt_errorf(PT_ERR_CONFIG, "gemm_shapes: an entry of %zu characters (expected "
-                             "\"m,n,k,flops\")", len);
-        memcpy(entry, p, len);
+/* Reads n numbers separated by commas from q into v; the count read (n: all, and nothing after). */
+static int pt_hw_numbers(const char *q, double *v, int n) {
+    for (int i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        v[i] = strtod(q, &end);
+        if (end == q || errno || !isfinite(v[i])) return i;
+        q = pt_hw_skip_space(end);
+        if (i < n - 1 && *q++ != ',') return i;
+    }
+    return *q ? n - 1 : n;
+}
+
+/* The next entry of a list "a; b; ..." from *p into entry (advancing *p); 0 at the end, -1 when
+ * it is longer than cap. Empty entries are skipped. */
+static int pt_hw_entry(const char **p, char *entry, size_t cap) {
+    while (**p) {
+        const char *semi = strchr(*p, ';');
+        size_t len = semi ? (size_t)(semi - *p) : strlen(*p);
+        if (len >= cap) return -1;
+        memcpy(entry, *p, len);
         entry[len] = 0;
-        p += len + (semi ? 1 : 0);
-        if (!*pt_hw_skip_space(entry)) continue;
+        *p += len + (semi ? 1 : 0);
+        if (*pt_hw_skip_space(entry)) return 1;
+    }
+    return 0;
+}
+
+/* Appends the shapes of "m,n,k,flops; m,n,k,flops; ..." to hw. */
+static pt_status pt_hw_parse_shapes(pt_hardware *hw, const char *val) {
+    char entry[256];
+    int got;
+    while ((got = pt_hw_entry(&val, entry, sizeof entry)) != 0) {
+        if (got < 0)
+            return pt_errorf(PT_ERR_CONFIG, "gemm_shapes: an entry of more than %zu characters "
+                             "(expected \"m,n,k,flops\")", sizeof entry - 1);
         double v[4];
-        const char *q = entry;
-        int n = 0;
-        for (; n < 4; n++) {
-            char *end;
-            errno = 0;
-            v[n] = strtod(q, &end);
-            if (end == q || errno || !isfinite(v[n])) break;
-            q = pt_hw_skip_space(end);
-            if (n < 3 && *q++ != ',') {
-                n++;
-                break;
-            }
-        }
-        if (n < 4 || *q)
+        if (pt_hw_numbers(entry, v, 4) < 4)
             return pt_errorf(PT_ERR_CONFIG, "gemm_shapes: entry %d \"%s\": expected "
                              "\"m,n,k,flops\" (four numbers separated by commas, entries by ';')",
                              hw->n_shapes + 1, pt_hw_skip_space(entry));
@@ -104,6 +117,38 @@ static pt_status pt_hw_parse_shapes(pt_hardware *hw, const char *val) {
     return PT_OK;
 }
 
+/* Appends the collectives of "kind,where,ranks,bytes,seconds; ..." to hw. */
+static pt_status pt_hw_parse_colls(pt_hardware *hw, const char *val) {
+    char entry[256];
+    int got;
+    while ((got = pt_hw_entry(&val, entry, sizeof entry)) != 0) {
+        const int e = hw->n_colls + 1;
+        if (got < 0)
+            return pt_errorf(PT_ERR_CONFIG, "collectives: an entry of more than %zu characters "
+                             "(expected \"kind,where,ranks,bytes,seconds\")", sizeof entry - 1);
+        const char *q = pt_hw_skip_space(entry);
+        int kind = -1, inter = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strncmp(q, pt_hw_coll_names[i], 2) && q[2] == ',') kind = i;
+        if (kind >= 0) q = pt_hw_skip_space(q + 3);
+        if (!strncmp(q, "intra,", 6)) inter = 0, q += 6;
+        else if (!strncmp(q, "inter,", 6)) inter = 1, q += 6;
+        double v[3];
+        if (kind < 0 || inter < 0 || pt_hw_numbers(q, v, 3) < 3)
+            return pt_errorf(PT_ERR_CONFIG, "collectives: entry %d \"%s\": expected "
+                             "\"kind,where,ranks,bytes,seconds\" (kind ar, rs or ag; where intra "
+                             "or inter; entries separated by ';')", e, pt_hw_skip_space(entry));
+        if (!(v[0] >= 2) || v[0] != floor(v[0]) || v[0] > 1e9 || !(v[1] > 0) || !(v[2] > 0))
+            return pt_errorf(PT_ERR_CONFIG, "collectives: entry %d \"%s\": ranks must be an "
+                             "integer >= 2, bytes and seconds > 0", e, pt_hw_skip_space(entry));
+        if (hw->n_colls >= PT_HW_MAX_COLLS)
+            return pt_errorf(PT_ERR_CONFIG, "collectives: more than the %d entries allowed",
+                             PT_HW_MAX_COLLS);
+        hw->colls[hw->n_colls++] = (pt_coll_time){(pt_hw_coll)kind, inter, (int)v[0], v[1], v[2]};
+    }
+    return PT_OK;
+}
+
 /* Sets key i from the text raw (quotes around it taken off). */
 static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
     const char *key = pt_hw_keys[i].key;
@@ -114,7 +159,7 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
                          key, len, sizeof val - 1);
     memcpy(val, raw, len + 1);
     char *s = val;
-    if (pt_hw_keys[i].type == PT_HW_SHAPES) {
+    if (pt_hw_keys[i].type == PT_HW_SHAPES || pt_hw_keys[i].type == PT_HW_COLLS) {
         /* it may run over several lines (continuation lines, each passed here), the quotes
          * opening on the first and closing on the last */
         if (*s == '"') s++, len--;
@@ -148,10 +193,12 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
         if (!*s || *end || errno || !isfinite(v))
             return pt_errorf(PT_ERR_CONFIG, "%s: expected a number (%s), got \"%s\"", key,
                              pt_hw_keys[i].unit, s);
-        int share = strstr(key, "_overlap") != NULL; /* a share: 0 is a value */
+        int share = strstr(key, "_overlap") != NULL || !strcmp(key, "skew"); /* 0 is a value */
         if (share && !(v >= 0 && v <= 1))
-            return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be in [0, 1] (the share of a transfer "
-                             "that moves while the ranks compute)", key, s);
+            return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be in [0, 1] (%s)", key, s,
+                             strcmp(key, "skew") ? "the share of a transfer that moves while the "
+                             "ranks compute" : "the mean wait at a synchronization per second of "
+                             "computation");
         if (!share && !(v > 0))
             return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be > 0 (%s)", key, s, pt_hw_keys[i].unit);
         if (!strcmp(key, "gemm_efficiency") && v > 1)
@@ -162,6 +209,8 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
     }
     case PT_HW_SHAPES:
         return pt_hw_parse_shapes(hw, s);
+    case PT_HW_COLLS:
+        return pt_hw_parse_colls(hw, s);
     }
     return PT_OK;
 }
@@ -186,8 +235,9 @@ static int pt_hw_handler(void *user, const char *section, const char *name, cons
         st = pt_errorf(PT_ERR_CONFIG, "unknown key \"%s\" (the keys: name, devices_per_node, "
                        "nodes, peak_flops, gemm_efficiency, memory_bytes, memory_bw, intra_bw, "
                        "intra_latency, inter_bw, inter_latency, gemm_shapes, gemm_units, gemm_tile_m, "
-                       "gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap)", name);
-    else if (s->seen[i] && !(pt_hw_keys[i].type == PT_HW_SHAPES && !strcmp(s->last, name)))
+                       "gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, collectives, skew)",
+                       name);
+    else if (s->seen[i] && !(pt_hw_keys[i].type >= PT_HW_SHAPES && !strcmp(s->last, name)))
         st = pt_errorf(PT_ERR_CONFIG, "%s given twice", name);
     else
         st = pt_hw_set(s->hw, i, value);
@@ -237,6 +287,7 @@ pt_status pt_hardware_load(pt_hardware *hw, const char *path, const char *const 
             return pt_errorf(PT_ERR_CONFIG, "override \"%s\": unknown key \"%s\" of %s",
                              overrides[j], key, path);
         if (pt_hw_keys[i].type == PT_HW_SHAPES) hw->n_shapes = 0; /* replaces the file's */
+        if (pt_hw_keys[i].type == PT_HW_COLLS) hw->n_colls = 0;
         pt_status st = pt_hw_set(hw, i, eq + 1);
         if (st != PT_OK) {
             char why[1024]; /* copied out of the buffer pt_errorf writes */
@@ -303,7 +354,7 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
             break;
         case PT_HW_NUM:
             if (!pt_hw_keys[i].required && *(const double *)v == 0 && strcmp(key, "gemm_efficiency") &&
-                !strstr(key, "_overlap"))
+                !strstr(key, "_overlap") && !(note && !strcmp(key, "skew")))
                 continue; /* not given */
             snprintf(val, sizeof val, "%.6g", *(const double *)v);
             break;
@@ -316,6 +367,16 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
                 const pt_gemm_shape *g = &hw->shapes[j];
                 pt_hw_printf(&t, "%s%.0f,%.0f,%.0f,%.4g%s\n", j ? "    " : "gemm_shapes = \"", g->m,
                              g->n, g->k, g->flops, j + 1 < hw->n_shapes ? ";" : "\"");
+            }
+            continue;
+        case PT_HW_COLLS:
+            if (hw->n_colls == 0) continue;
+            if (note) pt_hw_printf(&t, "; collectives: %.176s\n", note);
+            for (int j = 0; j < hw->n_colls; j++) {
+                const pt_coll_time *c = &hw->colls[j];
+                pt_hw_printf(&t, "%s%s,%s,%d,%.0f,%.4g%s\n", j ? "    " : "collectives = \"",
+                             pt_hw_coll_names[c->kind], c->inter ? "inter" : "intra", c->ranks,
+                             c->bytes, c->seconds, j + 1 < hw->n_colls ? ";" : "\"");
             }
             continue;
         }

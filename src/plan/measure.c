@@ -1,8 +1,9 @@
 /* measure.c: `pentatron plan --measure`: a hardware file (include/pt/plan.h) for the machine it
  * runs on, measured by the job's ranks together: the backend's GEMM peak and a grid of GEMM
- * shapes, a STREAM triad, the memory per rank, the hosts and ranks per host, and ping-pongs
- * between two ranks of one host and of two hosts over the comm layer (docs/plan.md, "The
- * hardware file"). */
+ * shapes, a STREAM triad, the memory per rank, the hosts and ranks per host, ping-pongs
+ * between two ranks of one host and of two hosts over the comm layer, the comm layer's
+ * collectives within a host and across, and the ranks' skew (docs/plan.md, "The hardware
+ * file"). */
 #include "pt/plan.h"
 
 #include <math.h>
@@ -18,7 +19,8 @@
 #include "pt/metrics.h"
 
 enum { K_NAME, K_DPN, K_NODES, K_PEAK, K_EFF, K_MEM, K_MEMBW, K_INTRA_BW, K_INTRA_LAT, K_INTER_BW,
-       K_INTER_LAT, K_SHAPES, K_UNITS, K_TILE_M, K_TILE_N, K_ATTN, K_XENT, K_INTRA_OV, K_INTER_OV };
+       K_INTER_LAT, K_SHAPES, K_UNITS, K_TILE_M, K_TILE_N, K_ATTN, K_XENT, K_INTRA_OV, K_INTER_OV,
+       K_COLLS, K_SKEW };
 
 static char pt_how[PT_HW_N_KEYS][200];
 
@@ -331,6 +333,71 @@ static void pt_measure_link(pt_comm *w, int a, int b, float *buf, double *lat, d
     pt_comm_set_busy_wait(0);
 }
 
+/* ---- the comm layer's collectives and the ranks' skew --------------------------------------- */
+
+/* The comm layer's all-reduce, reduce-scatter and all-gather over group c (inter: its ranks on
+ * different hosts) at 64 KiB, 256 KiB, ... 16 MiB (the whole buffer), each the best of 3 after one
+ * untimed of the slowest rank's time; a kind stops growing once a call takes over 0.25 s. buf:
+ * 32 MiB. Appended to hw->colls on c's ranks. */
+static void pt_measure_colls(pt_comm *c, int inter, float *buf, pt_hardware *hw) {
+    if (c->size < 2) return;
+    for (int kind = PT_HW_AR; kind <= PT_HW_AG; kind++)
+        for (size_t bytes = 65536; bytes <= ((size_t)16 << 20); bytes *= 4) {
+            const size_t count = bytes / sizeof(float), part = count / (size_t)c->size;
+            double best = 0, *t = pt_calloc((size_t)c->size, sizeof *t);
+            for (int r = 0; r <= 3; r++) {
+                pt_barrier(c);
+                double t0 = pt_now();
+                if (kind == PT_HW_AR) pt_allreduce_sum(c, buf, count, PT_DTYPE_F32);
+                else if (kind == PT_HW_RS) pt_reduce_scatter_sum(c, buf, buf + count, part, PT_DTYPE_F32);
+                else pt_allgather(c, buf + count, buf, part, PT_DTYPE_F32);
+                double mine = pt_now() - t0, slowest = 0;
+                pt_allgather(c, &mine, t, 1, PT_DTYPE_F64);
+                for (int q = 0; q < c->size; q++) slowest = t[q] > slowest ? t[q] : slowest;
+                if (r == 1 || (r > 1 && slowest < best)) best = slowest;
+            }
+            free(t);
+            if (hw->n_colls < PT_HW_MAX_COLLS)
+                hw->colls[hw->n_colls++] = (pt_coll_time){(pt_hw_coll)kind, inter, c->size, (double)bytes, best};
+            if (best > 0.25) break;
+        }
+}
+
+/* The ranks' skew: every rank runs the same GEMMs for ~20 ms, then an 8-byte all-reduce (the
+ * ranks start each round together), 25 times. At a synchronization every rank leaves when the
+ * slowest arrives: the mean wait is the slowest's compute less the mean. Skew = the sum over the
+ * rounds of (the slowest rank's GEMM time − the ranks' mean) / the sum of the mean: from the
+ * ranks' own clocks, so the all-reduce's latency and its jitter (a shaped link's) do not count. */
+static double pt_measure_skew(pt_comm *w, pt_gemm_bufs *g) {
+    enum { ROUNDS = 25 };
+    double one = pt_now();
+    pt_gemm_once(g, 256, 256, 256);
+    g->be->synchronize(g->be);
+    one = pt_now() - one;
+    double calls = ceil(20e-3 / (one > 1e-6 ? one : 1e-6)), x = 1, mine[ROUNDS];
+    pt_bcast(w, &calls, 1, PT_DTYPE_F64, 0);
+    pt_barrier(w);
+    for (int r = 0; r < ROUNDS; r++) {
+        double t0 = pt_now();
+        for (int i = 0; i < (int)calls; i++) pt_gemm_once(g, 256, 256, 256);
+        g->be->synchronize(g->be);
+        mine[r] = pt_now() - t0;
+        pt_allreduce_sum(w, &x, 1, PT_DTYPE_F64);
+    }
+    double *all = pt_calloc((size_t)w->size * ROUNDS, sizeof *all), wait = 0, busy = 0;
+    pt_allgather(w, mine, all, ROUNDS, PT_DTYPE_F64);
+    for (int r = 0; r < ROUNDS; r++) {
+        double most = 0, sum = 0;
+        for (int q = 0; q < w->size; q++) {
+            double t = all[(size_t)q * ROUNDS + r];
+            most = t > most ? t : most, sum += t;
+        }
+        wait += most - sum / w->size, busy += sum / w->size;
+    }
+    free(all);
+    return wait / busy;
+}
+
 /* ---- the machine --------------------------------------------------------------------------- */
 
 static void pt_cpu_model(char *out, size_t cap) {
@@ -420,6 +487,12 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     snprintf(pt_how[K_EFF], sizeof pt_how[K_EFF], "1: peak_flops is the measured GEMM rate");
     pt_measure_shapes(w, hw, &g, peak[1], threads);
     pt_barrier(w);
+    if (world > 1) {
+        hw->skew = pt_measure_skew(w, &g);
+        snprintf(pt_how[K_SKEW], sizeof pt_how[K_SKEW], "%d ranks each %d ms of sgemm 256³ then "
+                 "an 8-byte all-reduce, 25 times: the slowest rank's GEMM time less the mean, per "
+                 "second of the mean (each rank's own clock)", world, 20);
+    }
     double kr[2];
     pt_measure_kernels(be, &kr[0], &kr[1]);
     pt_world_mean(w, kr, 2);
@@ -499,6 +572,23 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
         snprintf(pt_how[K_INTER_LAT], sizeof pt_how[K_INTER_LAT],
                  "not measured (one host): intra_latency copied");
     }
+    /* the comm layer's collectives: the ranks of each host together (host 0's kept), then one
+     * rank of each host together (ranks with the same rank on their host) */
+    int host_id, local_id;
+    pt_comm_host(&host_id, &local_id);
+    pt_comm *on_host = w->split(w, host_id, w->rank, "measure-host");
+    pt_comm *across = w->split(w, local_id, w->rank, "measure-across");
+    hw->n_colls = 0;
+    if (dpn > 1) pt_measure_colls(on_host, 0, buf, hw);
+    pt_barrier(w);
+    if (nodes > 1) pt_measure_colls(across, 1, buf, hw);
+    on_host->free(on_host), across->free(across);
+    pt_bcast(w, &hw->n_colls, 1, PT_DTYPE_I32, 0);
+    pt_bcast(w, hw->colls, sizeof hw->colls / 4, PT_DTYPE_I32, 0);
+    if (hw->n_colls > 0)
+        snprintf(pt_how[K_COLLS], sizeof pt_how[K_COLLS], "the comm layer's all-reduce (ar), "
+                 "reduce-scatter (rs), all-gather (ag) within a host (intra: rank 0's) and across "
+                 "(inter), the slowest rank's seconds, best of 3");
     free(buf);
 
     char host[64] = "?", cpu[128];

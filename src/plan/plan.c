@@ -186,26 +186,51 @@ static double pt_plan_ring(pt_coll kind, double S, int n, double B, double a) {
     return steps * (a + S / n / B);
 }
 
+/* The comm layer's measured efficiency for a collective of this kind within (inter = 0) or
+ * across nodes at S bytes: the ring's α–β time over the measured ranks / the measured time,
+ * linear in log S between the sizes measured (beyond them, the nearest); 1 when none was. */
+static double pt_plan_coll_eff(const pt_hardware *hw, pt_coll kind, int inter, double S) {
+    int hk = kind == PT_COLL_AR ? PT_HW_AR : kind == PT_COLL_RS ? PT_HW_RS : kind == PT_COLL_AG ? PT_HW_AG : -1;
+    double B = inter ? hw->inter_bw : hw->intra_bw, a = inter ? hw->inter_latency : hw->intra_latency;
+    double lo = 0, lo_e = 1, hi = 0, hi_e = 1;
+    for (int i = 0; i < hw->n_colls; i++) {
+        const pt_coll_time *e = &hw->colls[i];
+        if ((int)e->kind != hk || e->inter != inter) continue;
+        double eff = pt_plan_ring(kind, e->bytes, e->ranks, B, a) / e->seconds;
+        if (e->bytes <= S && e->bytes > lo) lo = e->bytes, lo_e = eff;
+        if (e->bytes >= S && (hi == 0 || e->bytes < hi)) hi = e->bytes, hi_e = eff;
+    }
+    if (lo == 0 || hi == 0 || hi == lo) return lo > 0 ? lo_e : hi_e;
+    return lo_e + log(S / lo) / log(hi / lo) * (hi_e - lo_e);
+}
+
+/* The ring's time within (inter = 0) or across nodes, scaled by the measured efficiency. */
+static double pt_plan_ring_at(const pt_hardware *hw, pt_coll kind, double S, int n, int inter) {
+    if (n <= 1 || S <= 0) return 0;
+    double B = inter ? hw->inter_bw : hw->intra_bw, a = inter ? hw->inter_latency : hw->intra_latency;
+    return pt_plan_ring(kind, S, n, B, a) / pt_plan_coll_eff(hw, kind, inter, S);
+}
+
 /* A collective over group g: flat within a node; across nodes, as the comm layer does
  * (PT_COMM_HIER = auto, src/comm/comm_hier.c), hierarchical when the group has more than one
  * rank on each node and the buffer is 64 KiB or more (within each node over `local` ranks, then
  * across the nodes by slices: each local rank moves its 1/local of the buffer with its peers on
- * the other nodes, then back within the node), else the flat ring at the inter-node bandwidth. */
+ * the other nodes, then back within the node), else the flat ring at the inter-node bandwidth.
+ * Each ring at the comm layer's measured efficiency where the hardware file has one. */
 static double pt_plan_coll(const pt_hardware *hw, pt_coll kind, double S, pt_plan_group g) {
     if (g.n <= 1 || S <= 0) return 0;
     if (kind == PT_COLL_P2P)
         return g.spans ? hw->inter_latency + S / hw->inter_bw : hw->intra_latency + S / hw->intra_bw;
-    if (!g.spans) return pt_plan_ring(kind, S, g.n, hw->intra_bw, hw->intra_latency);
+    if (!g.spans) return pt_plan_ring_at(hw, kind, S, g.n, 0);
     if (kind == PT_COLL_A2A) {
         /* (n − local)/n of the buffer leaves the node, at the inter-node bandwidth */
         double out = S * (g.n - g.local) / g.n, in = S * (g.local - 1) / g.n;
         return (g.n - 1) * hw->inter_latency + out / hw->inter_bw + in / hw->intra_bw;
     }
-    if (g.local <= 1 || S < 65536) return pt_plan_ring(kind, S, g.n, hw->inter_bw, hw->inter_latency);
+    if (g.local <= 1 || S < 65536) return pt_plan_ring_at(hw, kind, S, g.n, 1);
     int nodes = g.n / g.local;
-    double in = pt_plan_ring(kind == PT_COLL_AR ? PT_COLL_RS : kind, S, g.local, hw->intra_bw,
-                             hw->intra_latency);
-    double across = pt_plan_ring(kind, S / g.local, nodes, hw->inter_bw, hw->inter_latency);
+    double in = pt_plan_ring_at(hw, kind == PT_COLL_AR ? PT_COLL_RS : kind, S, g.local, 0);
+    double across = pt_plan_ring_at(hw, kind, S / g.local, nodes, 1);
     return across + (kind == PT_COLL_AR ? 2 * in : in);
 }
 
@@ -518,6 +543,14 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
         double ov = pt_plan_overlap(hw, y->g_tp);
         hide_f *= ov, hide_b *= ov;
         k.tp_exp = fmax(0, fw - hide_f) + fmax(0, bw - hide_b) + fmax(0, rf - hide_f);
+        if (!M->gpt) {
+            /* pentatron's small blocking sums in the backward (latency-bound): with sp the two
+             * norms' weight gradients (each rank's rows give a part: 2C floats), and a MoE
+             * layer's router-weight gradient (N·k doubles: each rank's expert slices' part) */
+            double small = (sp ? pt_plan_coll(hw, PT_COLL_AR, 2 * C * 4, y->g_tp) : 0) +
+                           (moe ? pt_plan_coll(hw, PT_COLL_AR, N * M->k * 8, y->g_tp) : 0);
+            k.tp += small, k.tp_exp += small;
+        }
     }
     /* context parallelism: cp − 1 hops of the keys and values forward (hidden behind the block's
      * attention), twice as much backward (the gradients' hops exposed) */
@@ -787,6 +820,11 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
                     pt_plan_group g = head_split ? pt_plan_group_of(y.pp * y.tp, 1, hw->devices_per_node) : y.g_tp;
                     double S2 = N * C * M->E;
                     hc.tp = (y.sp ? 2 : 1) * pt_plan_coll(hw, y.sp ? PT_COLL_AG : PT_COLL_AR, S2, g);
+                    if (!M->gpt && y.tp > 1) /* the vocabulary-parallel loss: each row's max, sum
+                                              * and target logit gathered (3 floats a row); sp:
+                                              * the final norm's weight gradient summed */
+                        hc.tp += pt_plan_coll(hw, PT_COLL_AG, 3.0 * N * 4 * y.tp, g) +
+                                 (y.sp ? pt_plan_coll(hw, PT_COLL_AR, C * 4, g) : 0);
                     hc.tp_exp = hc.tp;
                 }
                 pt_plan_add(&cost, &hc, 1);
@@ -827,28 +865,33 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
     }
 
     /* the pipeline: the slowest rank's per-chunk costs, its exposed tp/cp/ep transfers inside
-     * them, each stage boundary's send on the critical path */
+     * them; each stage boundary's transfer a message in the schedule's simulation (it moves
+     * while the ranks compute, one at a time on a link), or, screening by the formulas, added to
+     * each forward and backward */
     const pt_plan_cost *k = &worst_cost;
     double p2p = y.pp > 1 ? pt_plan_coll(hw, PT_COLL_P2P, a.R * C * M->E, y.g_pp) : 0;
-    double f = (k->f + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks + p2p;
-    double b = (k->b + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks + p2p;
+    double f = (k->f + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks;
+    double b = (k->b + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks;
     double w = k->w / chunks;
-    double busy = m * chunks * (f + b + w), makespan = busy;
+    double busy = m * chunks * (f + b + w), makespan = busy, pp_exp = 0;
     if (y.pp > 1) {
         if (simulate) {
             pt_sched_sim sim;
-            st = pt_schedule_simulate(&sched, f, b, w, &sim);
-            if (st == PT_OK) {
-                makespan = sim.makespan;
-                pt_sched_sim_free(&sim);
+            double span[2] = {busy, busy}; /* without the transfers' time, with it */
+            for (int i = 0; i < 2 && st == PT_OK; i++) {
+                st = pt_schedule_simulate_transfers(&sched, f, b, w, 0, i ? p2p : 0, &sim);
+                if (st == PT_OK) span[i] = sim.makespan, pt_sched_sim_free(&sim);
             }
+            makespan = span[0], pp_exp = span[1] - span[0];
             out->simulated = 1;
+            pt_schedule_free(&sched);
         } else {
-            double per = f + b + w;
-            if (kind == PT_SCHED_ZB) makespan = busy + (y.pp - 1) * fmax(0, f + b - 2 * w) / chunks * chunks;
-            else makespan = busy + (y.pp - 1) * per / chunks;
+            double fp = f + p2p, bp = b + p2p, per = fp + bp + w;
+            pp_exp = m * chunks * 2 * p2p;
+            if (kind == PT_SCHED_ZB) makespan = busy + pp_exp + (y.pp - 1) * fmax(0, fp + bp - 2 * w);
+            else makespan = busy + pp_exp + (y.pp - 1) * per / chunks;
+            makespan -= pp_exp;
         }
-        if (simulate) pt_schedule_free(&sched);
     }
     free(stages), free(rows);
     PT_TRY(st);
@@ -857,8 +900,9 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
     out->comm[PT_PLAN_TP] = m * k->tp, out->exposed[PT_PLAN_TP] = m * k->tp_exp;
     out->comm[PT_PLAN_CP] = m * k->cp, out->exposed[PT_PLAN_CP] = m * k->cp_exp;
     out->comm[PT_PLAN_EP] = m * k->ep, out->exposed[PT_PLAN_EP] = m * k->ep_exp;
-    out->comm[PT_PLAN_PP] = out->exposed[PT_PLAN_PP] = m * chunks * 2 * p2p;
+    out->comm[PT_PLAN_PP] = m * chunks * 2 * p2p, out->exposed[PT_PLAN_PP] = pp_exp;
     out->bubble = makespan - busy;
+    makespan += pp_exp;
 
     /* data parallelism: the gradients' reduction (all-reduce; ZeRO-1/2 reduce-scatter, then the
      * parameters' all-gather after the update; ZeRO-3 every micro-batch's gathers too) */
@@ -903,7 +947,10 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
         }
     }
     out->comm[PT_PLAN_DP] = dp, out->exposed[PT_PLAN_DP] = dp_exp;
-    out->step = makespan + dp_exp + out->optimizer;
+    /* the ranks' skew: at every synchronization the others wait for the slowest; the measured
+     * mean wait per second of the computation before it (docs/plan.md, "Skew") */
+    out->skew = world > 1 ? hw->skew * busy : 0;
+    out->step = makespan + dp_exp + out->optimizer + out->skew;
     out->compute += out->optimizer;
     double tokens = (double)c->training.global_batch * c->training.seq_len;
     out->tokens_per_second = tokens / out->step;
@@ -943,8 +990,9 @@ void pt_plan_json(const pt_plan *p, FILE *f) {
                 m->optim, m->transient, m->activations, m->total);
     }
     fprintf(f, "], \"step_seconds\": %.6g, \"compute_seconds\": %.6g, \"recompute_seconds\": %.6g, "
-            "\"optimizer_seconds\": %.6g, \"bubble_seconds\": %.6g, \"exposed_seconds\": {",
-            p->step, p->compute, p->recompute_s, p->optimizer, p->bubble);
+            "\"optimizer_seconds\": %.6g, \"bubble_seconds\": %.6g, \"skew_seconds\": %.6g, "
+            "\"exposed_seconds\": {", p->step, p->compute, p->recompute_s, p->optimizer, p->bubble,
+            p->skew);
     for (int i = 0; i < PT_PLAN_DIMS; i++)
         fprintf(f, "%s\"%s\": %.6g", i ? ", " : "", dims[i], p->exposed[i]);
     fprintf(f, "}, \"comm_seconds\": {");
@@ -990,6 +1038,7 @@ void pt_plan_print(const pt_plan *p, const pt_config *c, const pt_hardware *hw, 
     fprintf(f, "  largest rank %s of %s (%.0f%%)\n", mx, dev, 100 * p->memory_max / hw->memory_bytes);
     fprintf(f, "step %.4g s: compute %.4g s (recompute %.3g, optimizer %.3g), bubble %.4g s",
             p->step, p->compute, p->recompute_s, p->optimizer, p->bubble);
+    if (p->skew > 0) fprintf(f, ", skew %.3g s", p->skew);
     for (int i = 0; i < PT_PLAN_DIMS; i++)
         if (p->comm[i] > 0)
             fprintf(f, ", %s %.3g s exposed of %.3g", dims[i], p->exposed[i], p->comm[i]);

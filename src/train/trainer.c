@@ -616,7 +616,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
     pt_layout *lay = &t->lay;
     int per_rank = G / lay->dp_size, n_micro = per_rank / mb, Tl = lay->T_local;
-    double t0 = pt_now();
+    double t0 = t->loop_t0 > 0 ? t->loop_t0 : pt_now();
+    t->loop_t0 = 0;
     int64_t allocs0 = pt_alloc_count();
     double pp_wait0 = t->pipe.model ? t->mesh->pp->stats.wait_seconds : 0;
     double busy0 = t->pipe.busy_s, head0 = t->pipe.head_s;
@@ -1092,6 +1093,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
     int64_t saved = first; /* the step of the newest checkpoint (preempt) */
     while (t->step < total) {
         char why[160];
+        t->loop_t0 = pt_now();
         if (pt_preempt_agree(t->mesh ? t->mesh->world : NULL, why, sizeof why))
             return pt_trainer_preempt(t, why, saved);
         pt_step_stats s;
