@@ -888,9 +888,7 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
         } else {
             double fp = f + p2p, bp = b + p2p, per = fp + bp + w;
             pp_exp = m * chunks * 2 * p2p;
-            if (kind == PT_SCHED_ZB) makespan = busy + pp_exp + (y.pp - 1) * fmax(0, fp + bp - 2 * w);
-            else makespan = busy + pp_exp + (y.pp - 1) * per / chunks;
-            makespan -= pp_exp;
+            makespan = busy + (y.pp - 1) * (kind == PT_SCHED_ZB ? fmax(0, fp + bp - 2 * w) : per / chunks);
         }
     }
     free(stages), free(rows);
