@@ -179,6 +179,10 @@ run() {
   if [ -z "${OMPI_MCA_mpi_yield_when_idle:-}" ] && [ $(($(cat "$state/n") * slots)) -gt "$(nproc)" ]; then
     export OMPI_MCA_mpi_yield_when_idle=1
   fi
+  # every host's daemon sees all of this machine's cores and binds its first rank to core 0:
+  # the hosts' ranks would share one core (a 2-host x 1-rank run computed at half speed), so
+  # nothing is bound unless the caller asks (OMPI_MCA_hwloc_base_binding_policy or --bind-to)
+  export OMPI_MCA_hwloc_base_binding_policy="${OMPI_MCA_hwloc_base_binding_policy:-none}"
   hostfile
   in_host 0 mpirun --hostfile "$state/hostfile" "$@"
 }
