@@ -836,6 +836,36 @@ static void test_transfers_simulated_by_hand(void **state) {
     pt_schedule_free(&s);
 }
 
+/* The rendezvous (pt_sched_link), by hand: 1f1b, pp 2, m 2, f = b = 1, messages of 0.5, latency
+ * 0. Rank 0 sends F0's activations at 1 and computes F1: rank 1 answers at once (it waits at its
+ * RECV), but the data leaves only at rank 0's next poll, 2 (arrives 2.5); F1's, sent at 2 while
+ * rank 0 waits, leaves when the link is free (2.5, arrives 3). Rank 1: F0 2.5-3.5, B0 3.5-4.5,
+ * sends B0's gradient at 4.5 and computes F1 4.5-5.5: the gradient leaves at 5.5, arrives 6;
+ * rank 0 B0 6-7. Rank 1: B1 5.5-6.5, its gradient's request answered at rank 0's poll at 7
+ * (rank 1, done, polls): arrives 7.5, B1 7.5-8.5. Without the rendezvous: 7. With latency 0.1
+ * the flights hide behind the computation but the last: its answer leaves rank 0 at 7 and reaches
+ * rank 1 at 7.1, B1 7.6-8.6. */
+static void test_rendezvous_simulated_by_hand(void **state) {
+    (void)state;
+    pt_schedule s;
+    pt_sched_sim sim;
+    build_ok(&s, PT_SCHED_1F1B, 2, 2, 1);
+    pt_sched_link eager = {.delay = 0.5}, rv = {.delay = 0.5, .rendezvous = 1};
+    assert_int_equal(pt_schedule_simulate_link(&s, 1, 1, 0, 0, &eager, &sim), PT_OK);
+    expect_near("1f1b m 2 makespan, messages leave when sent", sim.makespan, 7);
+    pt_sched_sim_free(&sim);
+    assert_int_equal(pt_schedule_simulate_link(&s, 1, 1, 0, 0, &rv, &sim), PT_OK);
+    expect_near("rendezvous: rank 1's F0 after rank 0's poll at 2", sim.start[1][find(&s, 1, PT_ACT_FWD, 0)], 2.5);
+    expect_near("rendezvous: rank 0's B0 after rank 1's poll at 5.5", sim.start[0][find(&s, 0, PT_ACT_BWD, 0)], 6);
+    expect_near("1f1b m 2 makespan with the rendezvous", sim.makespan, 8.5);
+    pt_sched_sim_free(&sim);
+    rv.latency = 0.1;
+    assert_int_equal(pt_schedule_simulate_link(&s, 1, 1, 0, 0, &rv, &sim), PT_OK);
+    expect_near("rendezvous, latency 0.1: makespan", sim.makespan, 8.6);
+    pt_sched_sim_free(&sim);
+    pt_schedule_free(&s);
+}
+
 /* Broken HEAD placements, each rejected by name (1f1b, pp = 4, m = 8 unless said). */
 static void test_head_split_errors_are_named(void **state) {
     (void)state;
@@ -986,6 +1016,7 @@ int main(void) {
         cmocka_unit_test(test_head_split_refused_kinds),
         cmocka_unit_test(test_head_split_simulated_by_hand),
         cmocka_unit_test(test_transfers_simulated_by_hand),
+        cmocka_unit_test(test_rendezvous_simulated_by_hand),
         cmocka_unit_test(test_head_placement_shortens_the_step),
         cmocka_unit_test(test_head_split_errors_are_named),
         cmocka_unit_test(test_svg_draws_the_heads),

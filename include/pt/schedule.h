@@ -167,6 +167,21 @@ pt_status pt_schedule_simulate_head(const pt_schedule *s, double f, double b, do
  * is this with delay = 0. */
 pt_status pt_schedule_simulate_transfers(const pt_schedule *s, double f, double b, double w, double h,
                                          double delay, pt_sched_sim *out);
+/* How a message between stages moves, in the costs' time units. */
+typedef struct {
+    double delay;   /* from leaving the sender to arriving (α + S/B); one at a time on a link */
+    double latency; /* α: each of the rendezvous's request and answer */
+    int rendezvous; /* 0: it leaves when sent. 1: the sender's request reaches the receiver
+                       `latency` after the SEND, the receiver answers at its first poll from then
+                       on (an action boundary, or at once while it waits at a RECV or a HEAD), the
+                       answer takes `latency`, and the data leaves at the sender's first poll after
+                       that: an MPI without a progress thread moving a message past its eager
+                       limit (Open MPI over TCP) */
+} pt_sched_link;
+/* The same with messages moving as `link` says; pt_schedule_simulate_transfers is this with
+ * {delay, 0, 0}. Runs in time order (events); the schedule is checked first. */
+pt_status pt_schedule_simulate_link(const pt_schedule *s, double f, double b, double w, double h,
+                                    const pt_sched_link *link, pt_sched_sim *out);
 void pt_sched_sim_free(pt_sched_sim *r);
 
 /* The literature's bubble for this schedule's kind and shape: (pp − 1)/(v·m) for afab, 1f1b and

@@ -542,9 +542,7 @@ typedef struct {
     const double *cost;     /* per action kind; NULL when only checking */
     unsigned char *did;     /* [r][micro][chunk] PT_DID_* */
     int *sent[2];           /* [dst r][micro][dst chunk]: 1 + the sender's action index (0: unsent); fwd, bwd */
-    double *sent_t[2];      /* when it arrives (sent, plus the transfer's delay) */
-    double delay;           /* a message's transfer time (0: instantaneous) */
-    double *link[2];        /* [sender r]: when its link in that direction (fwd, bwd) is free */
+    double *sent_t[2];      /* the timed run: when it arrived (valid once it has) */
     int *pc, *inflight, *peak;
     unsigned char *headed;  /* [micro]: HEAD ran (on every rank at once) */
     double *t;              /* each rank's clock */
@@ -554,6 +552,9 @@ typedef struct {
 static size_t pt_cell(const pt_schedule *s, int r, int micro, int chunk) {
     return ((size_t)r * s->m + micro) * s->v + chunk;
 }
+
+/* The cell of a SEND's or RECV's message on its receiver: [dst r][micro][dst chunk]. */
+static size_t pt_msg_cell(const pt_schedule *s, int r, const pt_action *x);
 
 /* "RECV_FWD micro 3 chunk 0 from rank 1", "HEAD micro 3" */
 static const char *pt_desc(const pt_action *x, char *buf, size_t len) {
@@ -585,6 +586,11 @@ static int pt_msg_stage(const pt_schedule *s, int r, const pt_action *x) {
     int st = pt_stage(s, r, x->chunk);
     int to = x->kind == PT_ACT_SEND_FWD || x->kind == PT_ACT_RECV_BWD ? st + 1 : st - 1;
     return to < 0 || to > pt_last_stage(s) ? -1 : to;
+}
+
+static size_t pt_msg_cell(const pt_schedule *s, int r, const pt_action *x) {
+    if (x->kind == PT_ACT_RECV_FWD || x->kind == PT_ACT_RECV_BWD) return pt_cell(s, r, x->micro, x->chunk);
+    return pt_cell(s, x->peer, x->micro, pt_stage_chunk(s, pt_msg_stage(s, r, x)));
 }
 
 /* Fields in range, and a message's peer the rank of the neighbouring stage. */
@@ -638,15 +644,7 @@ static pt_status pt_exec_send(pt_exec *e, int r, int k) {
         return pt_act_err(s, r, k, "sent before the %s that computes it", bwd ? "backward" : "forward");
     if (e->did[c] & flag) return pt_act_err(s, r, k, "sent a second time");
     e->did[c] |= flag;
-    size_t dst = pt_cell(s, x->peer, x->micro, pt_stage_chunk(s, pt_msg_stage(s, r, x)));
-    e->sent[bwd][dst] = k + 1;
-    double at = e->t[r];
-    if (e->delay > 0) { /* one message at a time on the link, each `delay` long */
-        double *free_at = &e->link[bwd][r];
-        at = (at > *free_at ? at : *free_at) + e->delay;
-        *free_at = at;
-    }
-    e->sent_t[bwd][dst] = at;
+    e->sent[bwd][pt_msg_cell(s, r, x)] = k + 1;
     return PT_OK;
 }
 
@@ -893,7 +891,6 @@ static void pt_exec_free(pt_exec *e) {
     for (int b = 0; b < 2; b++) {
         free(e->sent[b]);
         free(e->sent_t[b]);
-        free(e->link[b]);
     }
     free(e->pc);
     free(e->inflight);
@@ -902,24 +899,34 @@ static void pt_exec_free(pt_exec *e) {
     free(e->t);
 }
 
-/* Executes all ranks with blocking receives, in rounds, until nobody can move. The partial order
- * the messages impose does not depend on the interleaving, so one run decides termination. */
-static pt_status pt_exec_run(pt_exec *e) {
+/* The executor's state for schedule s (checked: not empty). */
+static void pt_exec_alloc(pt_exec *e) {
     const pt_schedule *s = e->s;
-    if (!s || s->pp < 1 || s->m < 1 || s->v < 1 || !s->n || !s->a)
-        return pt_errorf(PT_ERR_CONFIG, "schedule: empty or malformed (pp, m and v must be >= 1)");
     size_t cells = (size_t)s->pp * s->m * s->v;
     e->did = pt_calloc(cells, 1);
     for (int b = 0; b < 2; b++) {
         e->sent[b] = pt_calloc(cells, sizeof(int));
         e->sent_t[b] = pt_calloc(cells, sizeof(double));
-        e->link[b] = pt_calloc((size_t)s->pp, sizeof(double));
     }
     e->pc = pt_calloc((size_t)s->pp, sizeof(int));
     e->inflight = pt_calloc((size_t)s->pp, sizeof(int));
     e->peak = pt_calloc((size_t)s->pp, sizeof(int));
     e->headed = pt_calloc((size_t)s->m, 1);
     e->t = pt_calloc((size_t)s->pp, sizeof(double));
+}
+
+static pt_status pt_exec_shape(const pt_schedule *s) {
+    if (!s || s->pp < 1 || s->m < 1 || s->v < 1 || !s->n || !s->a)
+        return pt_errorf(PT_ERR_CONFIG, "schedule: empty or malformed (pp, m and v must be >= 1)");
+    return PT_OK;
+}
+
+/* Executes all ranks with blocking receives, in rounds, until nobody can move. The partial order
+ * the messages impose does not depend on the interleaving, so one run decides termination. */
+static pt_status pt_exec_run(pt_exec *e) {
+    const pt_schedule *s = e->s;
+    PT_TRY(pt_exec_shape(s));
+    pt_exec_alloc(e);
     for (int progress = 1; progress;) {
         progress = 0;
         for (int r = 0; r < s->pp; r++) {
@@ -941,6 +948,187 @@ pt_status pt_schedule_check(const pt_schedule *s) {
     return st;
 }
 
+/* ---- the timed run: events in time order ------------------------------------------------
+ * Each rank is at an action boundary (where it calls into the comm layer: it polls), computing
+ * until its next one, or blocked at a RECV or a HEAD (polling all the while). A message without
+ * the rendezvous leaves when sent, after the previous one on its link and direction, and arrives
+ * `delay` later. With it, the sender's request reaches the receiver `latency` after the SEND;
+ * the receiver answers at its first poll from then on; the answer takes `latency`; the data
+ * leaves at the sender's first poll after the answer arrived (then as without). That is Open
+ * MPI's rendezvous over TCP for a message past the eager limit, with no progress thread. */
+
+enum { PT_EV_READY, PT_EV_RTS, PT_EV_ACK, PT_EV_DATA };
+typedef struct {
+    double t;
+    long seq; /* ties: first pushed, first out */
+    int kind, id;
+} pt_event;
+
+typedef struct {
+    pt_exec *e;
+    pt_sched_link link;
+    pt_event *heap;
+    size_t n, cap;
+    long seq;
+    size_t cells;
+    int *from, *next;        /* [message]: its sender; the next in the list it is in */
+    unsigned char *arrived;  /* [message] */
+    int *acks, *pushes;      /* [r]: messages waiting for r's poll: to answer; to send (-1 ends) */
+    unsigned char *blocked;  /* [r]: polling: 1 at a RECV, 2 at a HEAD, 3 done; 0 computing */
+    double *free_at[2];      /* [sender r]: when its link in that direction (fwd, bwd) is free */
+} pt_timed;
+
+static int pt_ev_before(const pt_event *a, const pt_event *b) {
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static void pt_ev_push(pt_timed *T, double t, int kind, int id) {
+    if (T->n == T->cap) {
+        T->cap = T->cap ? 2 * T->cap : 256;
+        T->heap = pt_realloc(T->heap, T->cap * sizeof *T->heap);
+    }
+    size_t i = T->n++;
+    pt_event ev = {.t = t, .seq = T->seq++, .kind = kind, .id = id};
+    for (; i > 0 && pt_ev_before(&ev, &T->heap[(i - 1) / 2]); i = (i - 1) / 2) T->heap[i] = T->heap[(i - 1) / 2];
+    T->heap[i] = ev;
+}
+
+static pt_event pt_ev_pop(pt_timed *T) {
+    pt_event top = T->heap[0], last = T->heap[--T->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= T->n) break;
+        if (c + 1 < T->n && pt_ev_before(&T->heap[c + 1], &T->heap[c])) c++;
+        if (!pt_ev_before(&T->heap[c], &last)) break;
+        T->heap[i] = T->heap[c];
+        i = c;
+    }
+    if (T->n) T->heap[i] = last;
+    return top;
+}
+
+/* Message id: [bwd][dst cell]. */
+static int pt_msg_receiver(const pt_timed *T, int id) {
+    return (int)((size_t)id % T->cells / ((size_t)T->e->s->m * T->e->s->v));
+}
+
+/* The data of message id leaves its sender at t (or once the link is free) */
+static void pt_timed_data(pt_timed *T, int id, double t) {
+    double *free_at = &T->free_at[(size_t)id >= T->cells][T->from[id]];
+    double at = (t > *free_at ? t : *free_at) + T->link.delay;
+    *free_at = at;
+    pt_ev_push(T, at, PT_EV_DATA, id);
+}
+
+/* Rank r polls at t: answers the requests that reached it, sends the data it was answered for. */
+static void pt_timed_poll(pt_timed *T, int r, double t) {
+    for (int id = T->acks[r]; id >= 0; id = T->next[id]) pt_ev_push(T, t + T->link.latency, PT_EV_ACK, id);
+    int id = T->pushes[r];
+    T->acks[r] = T->pushes[r] = -1;
+    while (id >= 0) { /* in the order the answers came */
+        int nx = T->next[id];
+        pt_timed_data(T, id, t);
+        id = nx;
+    }
+}
+
+static void pt_timed_list(pt_timed *T, int *head, int id) {
+    int *p = head;
+    while (*p >= 0) p = &T->next[*p];
+    *p = id, T->next[id] = -1;
+}
+
+/* Rank r at an action boundary at time t: it polls, then runs its actions until it computes (the
+ * next boundary an event) or blocks. */
+static pt_status pt_timed_rank(pt_timed *T, int r, double t) {
+    pt_exec *e = T->e;
+    const pt_schedule *s = e->s;
+    e->t[r] = t;
+    T->blocked[r] = 0;
+    pt_timed_poll(T, r, t);
+    while (e->pc[r] < s->n[r]) {
+        const pt_action *x = &s->a[r][e->pc[r]];
+        int recv = x->kind == PT_ACT_RECV_FWD || x->kind == PT_ACT_RECV_BWD, adv;
+        int send = x->kind == PT_ACT_SEND_FWD || x->kind == PT_ACT_SEND_BWD;
+        int id = recv || send ? (int)((x->kind == PT_ACT_RECV_BWD || x->kind == PT_ACT_SEND_BWD) * T->cells +
+                                      pt_msg_cell(s, r, x))
+                              : -1;
+        if (recv && !T->arrived[id]) {
+            T->blocked[r] = 1;
+            return PT_OK;
+        }
+        if (x->kind == PT_ACT_HEAD) { /* a collective: the last rank to arrive starts it */
+            T->blocked[r] = 2;
+            for (int q = 0; q < s->pp; q++)
+                if (T->blocked[q] != 2) return PT_OK;
+        }
+        PT_TRY(pt_exec_step(e, r, &adv));
+        PT_ASSERT(adv);
+        if (send) {
+            T->from[id] = r;
+            if (T->link.rendezvous) pt_ev_push(T, t + T->link.latency, PT_EV_RTS, id);
+            else pt_timed_data(T, id, t);
+        } else if (x->kind == PT_ACT_HEAD) {
+            for (int q = 0; q < s->pp; q++) {
+                T->blocked[q] = 0;
+                pt_ev_push(T, e->t[q], PT_EV_READY, q);
+            }
+            return PT_OK;
+        } else if (!recv) {
+            pt_ev_push(T, e->t[r], PT_EV_READY, r);
+            return PT_OK;
+        }
+    }
+    T->blocked[r] = 3; /* done: it waits for its sends to complete, polling */
+    return PT_OK;
+}
+
+/* Runs the (checked) schedule in time order; e has its costs. */
+static pt_status pt_timed_run(pt_exec *e, const pt_sched_link *link) {
+    const pt_schedule *s = e->s;
+    pt_timed T = {.e = e, .link = *link, .cells = (size_t)s->pp * s->m * s->v};
+    pt_exec_alloc(e);
+    T.from = pt_calloc(2 * T.cells, sizeof(int));
+    T.next = pt_calloc(2 * T.cells, sizeof(int));
+    T.arrived = pt_calloc(2 * T.cells, 1);
+    T.acks = pt_malloc((size_t)s->pp * sizeof(int));
+    T.pushes = pt_malloc((size_t)s->pp * sizeof(int));
+    T.blocked = pt_calloc((size_t)s->pp, 1);
+    for (int b = 0; b < 2; b++) T.free_at[b] = pt_calloc((size_t)s->pp, sizeof(double));
+    for (int r = 0; r < s->pp; r++) {
+        T.acks[r] = T.pushes[r] = -1;
+        pt_ev_push(&T, 0, PT_EV_READY, r);
+    }
+    pt_status st = PT_OK;
+    while (T.n && st == PT_OK) {
+        pt_event ev = pt_ev_pop(&T);
+        int q = ev.kind == PT_EV_READY ? ev.id : pt_msg_receiver(&T, ev.id);
+        switch (ev.kind) {
+        case PT_EV_READY: st = pt_timed_rank(&T, q, ev.t); break;
+        case PT_EV_RTS: /* answered now if the receiver polls, else at its next boundary */
+            if (T.blocked[q]) pt_ev_push(&T, ev.t + T.link.latency, PT_EV_ACK, ev.id);
+            else pt_timed_list(&T, &T.acks[q], ev.id);
+            break;
+        case PT_EV_ACK:
+            if (T.blocked[T.from[ev.id]]) pt_timed_data(&T, ev.id, ev.t);
+            else pt_timed_list(&T, &T.pushes[T.from[ev.id]], ev.id);
+            break;
+        case PT_EV_DATA:
+            T.arrived[ev.id] = 1;
+            e->sent_t[(size_t)ev.id >= T.cells][(size_t)ev.id % T.cells] = ev.t;
+            if (T.blocked[q] == 1) st = pt_timed_rank(&T, q, ev.t); /* it waits for this one, or polls on */
+            break;
+        }
+    }
+    for (int r = 0; r < s->pp && st == PT_OK; r++)
+        if (e->pc[r] < s->n[r]) st = pt_report_deadlock(e);
+    if (st == PT_OK) st = pt_check_complete(e);
+    free(T.heap), free(T.from), free(T.next), free(T.arrived), free(T.acks), free(T.pushes), free(T.blocked);
+    free(T.free_at[0]), free(T.free_at[1]);
+    return st;
+}
+
 pt_status pt_schedule_simulate(const pt_schedule *s, double f, double b, double w, pt_sched_sim *out) {
     return pt_schedule_simulate_head(s, f, b, w, 0, out);
 }
@@ -952,18 +1140,22 @@ pt_status pt_schedule_simulate_head(const pt_schedule *s, double f, double b, do
 
 pt_status pt_schedule_simulate_transfers(const pt_schedule *s, double f, double b, double w, double h,
                                          double delay, pt_sched_sim *out) {
+    return pt_schedule_simulate_link(s, f, b, w, h, &(pt_sched_link){.delay = delay}, out);
+}
+
+pt_status pt_schedule_simulate_link(const pt_schedule *s, double f, double b, double w, double h,
+                                    const pt_sched_link *link, pt_sched_sim *out) {
     memset(out, 0, sizeof *out);
-    if (!(f >= 0 && b >= 0 && w >= 0 && h >= 0 && delay >= 0))
+    if (!(f >= 0 && b >= 0 && w >= 0 && h >= 0 && link->delay >= 0 && link->latency >= 0))
         return pt_errorf(PT_ERR_CONFIG, "schedule: costs f = %g, b = %g, w = %g, h = %g and the "
-                         "transfer's %g must be >= 0", f, b, w, h, delay);
+                         "transfer's %g (latency %g) must be >= 0", f, b, w, h, link->delay, link->latency);
+    PT_TRY(pt_schedule_check(s));
     const double cost[PT_ACT_KINDS] = {[PT_ACT_FWD] = f, [PT_ACT_BWD] = b + w, [PT_ACT_BWD_INPUT] = b,
                                        [PT_ACT_BWD_WEIGHT] = w, [PT_ACT_HEAD] = h};
-    pt_exec e = {.s = s, .cost = cost, .delay = delay};
-    if (s && s->pp >= 1 && s->n) {
-        e.start = pt_calloc((size_t)s->pp, sizeof *e.start);
-        for (int r = 0; r < s->pp; r++) e.start[r] = pt_calloc((size_t)s->n[r] + 1, sizeof(double));
-    }
-    pt_status st = pt_exec_run(&e);
+    pt_exec e = {.s = s, .cost = cost};
+    e.start = pt_calloc((size_t)s->pp, sizeof *e.start);
+    for (int r = 0; r < s->pp; r++) e.start[r] = pt_calloc((size_t)s->n[r] + 1, sizeof(double));
+    pt_status st = pt_timed_run(&e, link);
     if (st == PT_OK) {
         *out = (pt_sched_sim){
             .pp = s->pp, .peak_inflight = e.peak, .start = e.start, .f = f, .b = b, .w = w, .h = h};
@@ -973,7 +1165,7 @@ pt_status pt_schedule_simulate_transfers(const pt_schedule *s, double f, double 
             for (int k = 0; k < s->n[r]; k++) out->busy += cost[s->a[r][k].kind];
         }
         out->bubble = out->busy > 0 ? (s->pp * out->makespan - out->busy) / out->busy : 0;
-    } else if (e.start) {
+    } else {
         for (int r = 0; r < s->pp; r++) free(e.start[r]);
         free(e.start);
     }
