@@ -131,7 +131,8 @@ static void test_defaults_and_shapes(void **state) {
     near("default skew", hw.skew, 0);
     assert_int_equal(hw.n_colls, 0);
     snprintf(text, sizeof text, "%scollectives = \"ar,intra,2,65536,2.5e-4;\n    rs,inter,4,1048576,"
-             "0.5; ag,intra,8,16777216,1e-3\"\nskew = 0.03\n", good);
+             "0.5; ag,intra,8,16777216,1e-3\"\nskew = 0.03\ninter_rendezvous = \"4096,0; 16384,1\"\n"
+             "inter_overlap = \"65536,0.8;\n    16777216,0.05\"\nintra_overlap = 0.3\n", good);
     assert_int_equal(pt_hardware_load(&hw, write_ini("colls.ini", text), NULL, 0), PT_OK);
     assert_int_equal(hw.n_colls, 3);
     assert_int_equal(hw.colls[0].kind, PT_HW_AR), assert_int_equal(hw.colls[0].inter, 0);
@@ -139,6 +140,16 @@ static void test_defaults_and_shapes(void **state) {
     assert_int_equal(hw.colls[1].ranks, 4), assert_int_equal(hw.colls[2].kind, PT_HW_AG);
     near("coll 1 bytes", hw.colls[1].bytes, 1048576), near("coll 1 s", hw.colls[1].seconds, 0.5);
     near("coll 2 bytes", hw.colls[2].bytes, 16777216), near("skew", hw.skew, 0.03);
+    /* figures by message size: linear in log bytes between entries, the ends beyond them */
+    assert_int_equal(hw.rendezvous[1].n, 2), assert_int_equal(hw.overlap[1].n, 2);
+    near("rendezvous at 4 KiB", pt_hw_sizes_at(&hw.rendezvous[1], 4096, 0), 0);
+    near("rendezvous at 1 MiB", pt_hw_sizes_at(&hw.rendezvous[1], 1 << 20, 0), 1);
+    near("rendezvous at 1 KiB", pt_hw_sizes_at(&hw.rendezvous[1], 1024, 0), 0);
+    near("overlap at 64 KiB", pt_hw_sizes_at(&hw.overlap[1], 65536, 1), 0.8);
+    near("overlap at 1 MiB (halfway in log)", pt_hw_sizes_at(&hw.overlap[1], 1 << 20, 1), 0.425);
+    near("overlap at 64 MiB", pt_hw_sizes_at(&hw.overlap[1], 64 << 20, 1), 0.05);
+    near("intra_overlap, one share", pt_hw_sizes_at(&hw.overlap[0], 1 << 20, 1), 0.3);
+    near("no intra_rendezvous: the default", pt_hw_sizes_at(&hw.rendezvous[0], 1 << 20, 0), 0);
 }
 
 static void test_write_reads_back(void **state) {
@@ -166,12 +177,20 @@ static void test_write_reads_back(void **state) {
             fail_msg("shape %d: %g read back as %g", i, hw.shapes[i].flops, back.shapes[i].flops);
     }
     hw.n_colls = PT_HW_MAX_COLLS, hw.skew = 0.0125;
+    hw.overlap[1] = (pt_hw_sizes){.n = PT_HW_MAX_SIZES};
+    for (int i = 0; i < PT_HW_MAX_SIZES; i++) hw.overlap[1].bytes[i] = 4096 << i, hw.overlap[1].value[i] = 0.0625 * i;
+    hw.rendezvous[0] = (pt_hw_sizes){.n = 1, .value = {1}};
     for (int i = 0; i < hw.n_colls; i++)
         hw.colls[i] = (pt_coll_time){(pt_hw_coll)(i % 3), i % 2, 2 + i, 65536.0 * (i + 1), 1.5e-4 * (i + 1)};
     assert_int_equal(pt_hardware_write(&hw, out, how), PT_OK);
     if (pt_hardware_load(&back, out, NULL, 0) != PT_OK) fail_msg("%s", pt_last_error());
     assert_int_equal(back.n_colls, PT_HW_MAX_COLLS);
     near("skew back", back.skew, 0.0125);
+    assert_int_equal(back.overlap[1].n, PT_HW_MAX_SIZES), assert_int_equal(back.rendezvous[0].n, 1);
+    for (int i = 0; i < PT_HW_MAX_SIZES; i++)
+        near("overlap entry back", back.overlap[1].value[i], 0.0625 * i), near("its size", back.overlap[1].bytes[i], 4096 << i);
+    near("one rendezvous value back", pt_hw_sizes_at(&back.rendezvous[0], 1, 0), 1);
+    hw.overlap[1].n = 0, hw.rendezvous[0].n = 0;
     for (int i = 0; i < hw.n_colls; i++) {
         const pt_coll_time *a = &hw.colls[i], *b = &back.colls[i];
         assert_true(a->kind == b->kind && a->inter == b->inter && a->ranks == b->ranks && a->bytes == b->bytes);
@@ -199,7 +218,7 @@ static void test_bad_files_are_named(void **state) {
     expect_error(load_variant("neg.ini", "peak_flops", "peak_flops = -3e12\n"), "negative",
                  "neg.ini:11", "peak_flops = -3e12: must be > 0");
     expect_error(load_variant("ov.ini", NULL, "inter_overlap = 1.5\n"), "a share above 1",
-                 "ov.ini:12", "inter_overlap = 1.5: must be in [0, 1]");
+                 "ov.ini:12", "inter_overlap: entry 1 \"1.5\": the value must be in [0, 1]");
     expect_error(load_variant("quant.ini", NULL, "gemm_units = 108\n"), "units without tiles",
                  "quant.ini: gemm_units, gemm_tile_m and gemm_tile_n go together", NULL);
     expect_error(load_variant("zero.ini", "memory_bw", "memory_bw = 0\n"), "zero", "zero.ini",
@@ -232,6 +251,14 @@ static void test_bad_files_are_named(void **state) {
                  "zero seconds", "colls.ini", "bytes and seconds > 0");
     expect_error(load_variant("skew.ini", NULL, "skew = -0.1\n"), "negative skew", "skew.ini",
                  "skew = -0.1: must be in [0, 1]");
+    expect_error(load_variant("rv.ini", NULL, "inter_rendezvous = \"4096,0; 16384,0.5\"\n"), "a half rendezvous",
+                 "rv.ini", "inter_rendezvous: entry 2 \"16384,0.5\": the value must be 0 or 1");
+    expect_error(load_variant("ovs.ini", NULL, "inter_overlap = \"65536,0.5; 4096,0.9\"\n"), "sizes descending",
+                 "ovs.ini", "inter_overlap: entry 2 \"4096,0.9\": sizes must be >= 1 byte and ascending");
+    expect_error(load_variant("ovm.ini", NULL, "intra_overlap = \"0.5; 4096,0.9\"\n"), "one share and a list",
+                 "ovm.ini", "sizes must be >= 1 byte and ascending, or one value alone");
+    expect_error(load_variant("ovv.ini", NULL, "intra_overlap = \"4096,1.5\"\n"), "a share above 1 at a size",
+                 "ovv.ini", "the value must be in [0, 1]");
     expect_error(load_variant("quote.ini", "name", "name = \"H100 ; box\"\n"), "cut quote",
                  "quote.ini", "name: unmatched quote");
     /* the file itself */

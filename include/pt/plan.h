@@ -24,7 +24,10 @@
  *   attention_flops = 2e10        ; optional: measured attention kernel FLOP/s (--measure writes it)
  *   xent_rate = 3e8               ; optional: measured softmax cross-entropy logits/s
  *   intra_overlap = 1             ; optional, default 1: the share of a transfer that moves while
- *   inter_overlap = 1             ; the ranks compute, within / across nodes (--measure: measured)
+ *   inter_overlap = "65536,0.8; 16777216,0.05" ; the ranks compute, within / across nodes: one
+ *                                 ; share, or bytes,share entries by size (--measure: measured)
+ *   intra_rendezvous = 0          ; optional, default 0: 1 if a message moves only when both
+ *   inter_rendezvous = "4096,0; 16384,1" ; peers call in (a rendezvous), or bytes,0|1 by size
  *   collectives = "kind,where,ranks,bytes,seconds; ..." ; optional: measured times of the comm
  *                                 ; layer's collectives (kind ar|rs|ag, where intra|inter); the
  *                                 ; planner scales its ring times by them (docs/plan.md)
@@ -40,7 +43,8 @@
 
 #define PT_HW_MAX_SHAPES 64
 #define PT_HW_MAX_COLLS 64
-#define PT_HW_N_KEYS 21 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, collectives, skew */
+#define PT_HW_MAX_SIZES 12
+#define PT_HW_N_KEYS 23 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, intra_rendezvous, inter_rendezvous, collectives, skew */
 
 typedef struct {
     double m, n, k, flops; /* a GEMM of (m × k)·(k × n) measured at flops FLOP/s */
@@ -54,6 +58,17 @@ typedef struct {
     int ranks;
     double bytes, seconds; /* the whole buffer (all-reduce's input, all-gather's output); the time */
 } pt_coll_time;
+
+/* A figure that depends on a message's size: entries of (bytes, value), bytes ascending; one entry
+ * of bytes 0 is the same value at every size; none: not given. */
+typedef struct {
+    int n;
+    double bytes[PT_HW_MAX_SIZES], value[PT_HW_MAX_SIZES];
+} pt_hw_sizes;
+
+/* l's value for a message of `bytes`: linear in log bytes between entries, the nearest entry's
+ * beyond them; dflt when l has none. */
+double pt_hw_sizes_at(const pt_hw_sizes *l, double bytes, double dflt);
 
 typedef struct {
     char name[96];
@@ -71,10 +86,15 @@ typedef struct {
      * the planner's FLOPs (forward 2 products over the causal half, backward 2.5× that), and of
      * the fused softmax cross-entropy, in logits per second (forward and gradient) */
     double attention_flops, xent_rate;
-    /* optional, default 1: the share of a transfer within a node / across nodes that moves while
-     * the ranks compute (1: the network progresses on its own, as NCCL's kernels and RDMA do; an
-     * MPI without a progress thread moves large messages only inside its calls: near 0) */
-    double intra_overlap, inter_overlap;
+    /* optional, default 1: the share of a transfer within a node [0] / across nodes [1] that
+     * moves while the ranks compute, by its size (1: the network progresses on its own, as NCCL's
+     * kernels and RDMA do; an MPI without a progress thread moves what its buffers hold) */
+    pt_hw_sizes overlap[2];
+    /* optional, default 0: whether a message within a node [0] / across nodes [1] moves only when
+     * both peers call into the comm layer, by its size (1: the receiver answers the sender's
+     * request at its next call, the data leaves at the sender's next call after that: an MPI's
+     * rendezvous past its eager limit, without a progress thread; pt_sched_link) */
+    pt_hw_sizes rendezvous[2];
     /* optional (none: the α–β ring of the bandwidths and latencies): the comm layer's measured
      * collectives, each the slowest rank's time of one call; and the ranks' skew (default 0) */
     int n_colls;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { PT_HW_STR, PT_HW_INT, PT_HW_NUM, PT_HW_SHAPES, PT_HW_COLLS } pt_hw_type;
+typedef enum { PT_HW_STR, PT_HW_INT, PT_HW_NUM, PT_HW_SHAPES, PT_HW_COLLS, PT_HW_SIZES } pt_hw_type;
 
 /* The keys, in the file's order (the order of pt_hardware_write's `how`). */
 static const struct {
@@ -42,8 +42,10 @@ static const struct {
     {"gemm_tile_n", PT_HW_INT, offsetof(pt_hardware, gemm_tile_n), 0, "columns of a GEMM's output tile"},
     {"attention_flops", PT_HW_NUM, offsetof(pt_hardware, attention_flops), 0, "attention FLOP/s"},
     {"xent_rate", PT_HW_NUM, offsetof(pt_hardware, xent_rate), 0, "cross-entropy logits/s"},
-    {"intra_overlap", PT_HW_NUM, offsetof(pt_hardware, intra_overlap), 0, "in [0, 1]"},
-    {"inter_overlap", PT_HW_NUM, offsetof(pt_hardware, inter_overlap), 0, "in [0, 1]"},
+    {"intra_overlap", PT_HW_SIZES, offsetof(pt_hardware, overlap[0]), 0, "a share in [0, 1], or bytes,share; ..."},
+    {"inter_overlap", PT_HW_SIZES, offsetof(pt_hardware, overlap[1]), 0, "a share in [0, 1], or bytes,share; ..."},
+    {"intra_rendezvous", PT_HW_SIZES, offsetof(pt_hardware, rendezvous[0]), 0, "0 or 1, or bytes,0|1; ..."},
+    {"inter_rendezvous", PT_HW_SIZES, offsetof(pt_hardware, rendezvous[1]), 0, "0 or 1, or bytes,0|1; ..."},
     {"collectives", PT_HW_COLLS, 0, 0, "kind,where,ranks,bytes,seconds; ..."},
     {"skew", PT_HW_NUM, offsetof(pt_hardware, skew), 0, "in [0, 1)"},
 };
@@ -149,6 +151,47 @@ static pt_status pt_hw_parse_colls(pt_hardware *hw, const char *val) {
     return PT_OK;
 }
 
+/* Appends the entries of "bytes,value; ..." (or the one value of "value") to l, key i's. */
+static pt_status pt_hw_parse_sizes(pt_hw_sizes *l, int i, const char *val) {
+    const char *key = pt_hw_keys[i].key;
+    int binary = strstr(key, "_rendezvous") != NULL;
+    char entry[256];
+    int got;
+    while ((got = pt_hw_entry(&val, entry, sizeof entry)) != 0) {
+        const char *q = pt_hw_skip_space(entry);
+        double v[2];
+        int one = got > 0 && !strchr(q, ','); /* one value for every size */
+        int n = got < 0 ? 0 : pt_hw_numbers(q, v, one ? 1 : 2);
+        if (one && n == 1) v[1] = v[0], v[0] = 0;
+        else if (n < 2)
+            return pt_errorf(PT_ERR_CONFIG, "%s: entry %d \"%.60s\": expected a value or \"bytes,value\" "
+                             "entries separated by ';' (%s)", key, l->n + 1, q, pt_hw_keys[i].unit);
+        if ((l->n > 0 && (v[0] == 0 || l->bytes[0] == 0)) || (v[0] != 0 && !(v[0] >= 1)) ||
+            (l->n > 0 && !(v[0] > l->bytes[l->n - 1])))
+            return pt_errorf(PT_ERR_CONFIG, "%s: entry %d \"%.60s\": sizes must be >= 1 byte and "
+                             "ascending, or one value alone", key, l->n + 1, q);
+        if (!(v[1] >= 0 && v[1] <= 1) || (binary && v[1] != 0 && v[1] != 1))
+            return pt_errorf(PT_ERR_CONFIG, "%s: entry %d \"%.60s\": the value must be %s", key, l->n + 1, q,
+                             binary ? "0 or 1 (1: the message waits for both peers to call in)"
+                                    : "in [0, 1] (the share of a transfer that moves while the ranks compute)");
+        if (l->n >= PT_HW_MAX_SIZES)
+            return pt_errorf(PT_ERR_CONFIG, "%s: more than the %d entries allowed", key, PT_HW_MAX_SIZES);
+        l->bytes[l->n] = v[0], l->value[l->n++] = v[1];
+    }
+    return PT_OK;
+}
+
+double pt_hw_sizes_at(const pt_hw_sizes *l, double bytes, double dflt) {
+    if (l->n == 0) return dflt;
+    if (bytes <= l->bytes[0] || l->n == 1) return l->value[0];
+    for (int j = 1; j < l->n; j++)
+        if (bytes <= l->bytes[j]) {
+            double x = log(bytes / l->bytes[j - 1]) / log(l->bytes[j] / l->bytes[j - 1]);
+            return l->value[j - 1] + x * (l->value[j] - l->value[j - 1]);
+        }
+    return l->value[l->n - 1];
+}
+
 /* Sets key i from the text raw (quotes around it taken off). */
 static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
     const char *key = pt_hw_keys[i].key;
@@ -159,7 +202,7 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
                          key, len, sizeof val - 1);
     memcpy(val, raw, len + 1);
     char *s = val;
-    if (pt_hw_keys[i].type == PT_HW_SHAPES || pt_hw_keys[i].type == PT_HW_COLLS) {
+    if (pt_hw_keys[i].type >= PT_HW_SHAPES) {
         /* it may run over several lines (continuation lines, each passed here), the quotes
          * opening on the first and closing on the last */
         if (*s == '"') s++, len--;
@@ -193,7 +236,7 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
         if (!*s || *end || errno || !isfinite(v))
             return pt_errorf(PT_ERR_CONFIG, "%s: expected a number (%s), got \"%s\"", key,
                              pt_hw_keys[i].unit, s);
-        int share = strstr(key, "_overlap") != NULL || !strcmp(key, "skew"); /* 0 is a value */
+        int share = !strcmp(key, "skew"); /* 0 is a value */
         if (share && !(v >= 0 && v <= 1))
             return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be in [0, 1] (%s)", key, s,
                              strcmp(key, "skew") ? "the share of a transfer that moves while the "
@@ -211,6 +254,8 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
         return pt_hw_parse_shapes(hw, s);
     case PT_HW_COLLS:
         return pt_hw_parse_colls(hw, s);
+    case PT_HW_SIZES:
+        return pt_hw_parse_sizes((pt_hw_sizes *)((char *)hw + pt_hw_keys[i].offset), i, s);
     }
     return PT_OK;
 }
@@ -235,7 +280,7 @@ static int pt_hw_handler(void *user, const char *section, const char *name, cons
         st = pt_errorf(PT_ERR_CONFIG, "unknown key \"%s\" (the keys: name, devices_per_node, "
                        "nodes, peak_flops, gemm_efficiency, memory_bytes, memory_bw, intra_bw, "
                        "intra_latency, inter_bw, inter_latency, gemm_shapes, gemm_units, gemm_tile_m, "
-                       "gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, collectives, skew)",
+                       "gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, intra_rendezvous, inter_rendezvous, collectives, skew)",
                        name);
     else if (s->seen[i] && !(pt_hw_keys[i].type >= PT_HW_SHAPES && !strcmp(s->last, name)))
         st = pt_errorf(PT_ERR_CONFIG, "%s given twice", name);
@@ -254,7 +299,6 @@ static int pt_hw_handler(void *user, const char *section, const char *name, cons
 pt_status pt_hardware_load(pt_hardware *hw, const char *path, const char *const *overrides, int n) {
     memset(hw, 0, sizeof *hw);
     hw->gemm_efficiency = 1.0;
-    hw->intra_overlap = hw->inter_overlap = 1.0;
     pt_hw_state s = {.hw = hw, .status = PT_OK};
     int fd;
     PT_TRY(pt_open_regular(path, "hardware file", &fd));
@@ -288,6 +332,7 @@ pt_status pt_hardware_load(pt_hardware *hw, const char *path, const char *const 
                              overrides[j], key, path);
         if (pt_hw_keys[i].type == PT_HW_SHAPES) hw->n_shapes = 0; /* replaces the file's */
         if (pt_hw_keys[i].type == PT_HW_COLLS) hw->n_colls = 0;
+        if (pt_hw_keys[i].type == PT_HW_SIZES) ((pt_hw_sizes *)((char *)hw + pt_hw_keys[i].offset))->n = 0;
         pt_status st = pt_hw_set(hw, i, eq + 1);
         if (st != PT_OK) {
             char why[1024]; /* copied out of the buffer pt_errorf writes */
@@ -354,7 +399,7 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
             break;
         case PT_HW_NUM:
             if (!pt_hw_keys[i].required && *(const double *)v == 0 && strcmp(key, "gemm_efficiency") &&
-                !strstr(key, "_overlap") && !(note && !strcmp(key, "skew")))
+                !(note && !strcmp(key, "skew")))
                 continue; /* not given */
             snprintf(val, sizeof val, "%.6g", *(const double *)v);
             break;
@@ -379,6 +424,19 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
                              c->bytes, c->seconds, j + 1 < hw->n_colls ? ";" : "\"");
             }
             continue;
+        case PT_HW_SIZES: {
+            const pt_hw_sizes *l = v;
+            if (l->n == 0) continue;
+            if (note) pt_hw_printf(&t, "; %.190s\n", note);
+            if (l->bytes[0] == 0) {
+                pt_hw_printf(&t, "%s = %.6g\n", key, l->value[0]);
+                continue;
+            }
+            for (int j = 0; j < l->n; j++)
+                pt_hw_printf(&t, "%s%s%.0f,%.4g%s\n", j ? "    " : key, j ? "" : " = \"", l->bytes[j],
+                             l->value[j], j + 1 < l->n ? ";" : "\"");
+            continue;
+        }
         }
         /* a value's comment on the lines above it: inih takes a ';' after a space as the start
          * of a comment, and lines are at most 199 characters */

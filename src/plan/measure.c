@@ -20,7 +20,7 @@
 
 enum { K_NAME, K_DPN, K_NODES, K_PEAK, K_EFF, K_MEM, K_MEMBW, K_INTRA_BW, K_INTRA_LAT, K_INTER_BW,
        K_INTER_LAT, K_SHAPES, K_UNITS, K_TILE_M, K_TILE_N, K_ATTN, K_XENT, K_INTRA_OV, K_INTER_OV,
-       K_COLLS, K_SKEW };
+       K_INTRA_RV, K_INTER_RV, K_COLLS, K_SKEW };
 
 static char pt_how[PT_HW_N_KEYS][200];
 
@@ -286,12 +286,12 @@ static double pt_exchange(pt_comm *w, int a, int b, float *buf, size_t bytes, in
     return best;
 }
 
-/* The share of an exchange of 16 MiB each way between a and b that moves while both compute
+/* The share of an exchange of `bytes` each way between a and b that moves while both compute
  * (spin, no call into the comm layer) for twice its time alone: 1 − (the wait after the compute)
- * / (its time alone), in [0, 1]; broadcast from a. */
-static double pt_exchange_overlap(pt_comm *w, int a, int b, float *buf, double alone) {
+ * / (its time alone), in [0, 1], the best of 3; broadcast from a. */
+static double pt_exchange_overlap(pt_comm *w, int a, int b, float *buf, size_t bytes, double alone) {
     enum { TAG = 0x706e };
-    const size_t count = ((size_t)16 << 20) / sizeof(float);
+    const size_t count = bytes / sizeof(float);
     double share = 1;
     if ((w->rank == a || w->rank == b) && a != b) {
         const int peer = w->rank == a ? b : a;
@@ -314,13 +314,46 @@ static double pt_exchange_overlap(pt_comm *w, int a, int b, float *buf, double a
     return share;
 }
 
+/* Whether a message of `bytes` waits for its sender to call into the comm layer (a rendezvous:
+ * docs/plan.md, "Pipeline"): b posts the receive, tells a and waits; a sends and then spins
+ * without calling in for D (4 × the message's time alone, at least 20 ms); it waited if b's wait
+ * lasted over 3/4 of D. 1 or 0, broadcast from a. */
+static double pt_waits_for_sender(pt_comm *w, int a, int b, float *buf, size_t bytes, double alone) {
+    enum { TAG = 0x7070 };
+    double verdict = 0;
+    if (a != b && (w->rank == a || w->rank == b)) {
+        const int peer = w->rank == a ? b : a;
+        const size_t count = bytes / sizeof(float);
+        float *flag = buf + count;
+        double spin = fmax(0.02, 4 * alone);
+        if (w->rank == b) {
+            pt_comm_req *rr = w->irecv(w, buf, count, PT_DTYPE_F32, peer, TAG);
+            pt_comm_wait(w, w->isend(w, flag, 1, PT_DTYPE_F32, peer, TAG + 1));
+            double t0 = pt_now();
+            pt_comm_wait(w, rr);
+            verdict = pt_now() - t0 > 0.75 * spin;
+            pt_comm_wait(w, w->isend(w, &verdict, 1, PT_DTYPE_F64, peer, TAG + 2));
+        } else {
+            pt_comm_wait(w, w->irecv(w, flag, 1, PT_DTYPE_F32, peer, TAG + 1));
+            pt_comm_req *sr = w->isend(w, buf, count, PT_DTYPE_F32, peer, TAG);
+            double t0 = pt_now();
+            while (pt_now() - t0 < spin) {
+            }
+            pt_comm_wait(w, sr);
+            pt_comm_wait(w, w->irecv(w, &verdict, 1, PT_DTYPE_F64, peer, TAG + 2));
+        }
+    }
+    pt_bcast(w, &verdict, 1, PT_DTYPE_F64, a);
+    return verdict;
+}
+
 /* Latency (half the median round trip of 8 bytes) and bandwidth between a and b, into *lat and
  * *bw: 16 MiB sent both ways at once, per direction (what a ring's steps see: a link carrying one
  * direction at a time, as a ping-pong measures, can be faster: across the shaped test links by
  * half as much again, the acknowledgements of one direction's TCP queueing behind the other's
  * data). One process (a = b): half the round trip of 16 MiB to itself. */
 static void pt_measure_link(pt_comm *w, int a, int b, float *buf, double *lat, double *bw,
-                            double *overlap, double *one_way_out) {
+                            pt_hw_sizes *overlap, pt_hw_sizes *rendezvous, double *one_way_out) {
     const size_t big = (size_t)16 << 20;
     pt_barrier(w);
     /* the two ranks poll without napping (a nap lasts far longer than a small message) */
@@ -329,7 +362,19 @@ static void pt_measure_link(pt_comm *w, int a, int b, float *buf, double *lat, d
     double one_way = (double)big / (0.5 * pt_pingpong(w, a, b, buf, big, 5, 1));
     *bw = a == b ? one_way : (double)big / pt_exchange(w, a, b, buf, big, 5);
     if (one_way_out) *one_way_out = one_way;
-    *overlap = pt_exchange_overlap(w, a, b, buf, (double)big / *bw);
+    /* what moves while the ranks compute, and which messages wait for the sender, by size (one
+     * process: everything moves, nothing waits) */
+    *overlap = (pt_hw_sizes){0};
+    *rendezvous = (pt_hw_sizes){0};
+    if (a == b) *overlap = (pt_hw_sizes){.n = 1, .value = {1}};
+    for (size_t n = 65536; a != b && n <= big; n *= 4) {
+        overlap->bytes[overlap->n] = (double)n;
+        overlap->value[overlap->n++] = pt_exchange_overlap(w, a, b, buf, n, *lat + (double)n / *bw);
+    }
+    for (size_t n = 4096; a != b && n <= ((size_t)1 << 20); n *= 4) {
+        rendezvous->bytes[rendezvous->n] = (double)n;
+        rendezvous->value[rendezvous->n++] = pt_waits_for_sender(w, a, b, buf, n, *lat + (double)n / *bw);
+    }
     pt_comm_set_busy_wait(0);
 }
 
@@ -522,10 +567,13 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     if (intra_ok) {
         double one_way;
         pt_measure_link(w, intra_a, intra_b, buf, &hw->intra_latency, &hw->intra_bw,
-                        &hw->intra_overlap, &one_way);
-        snprintf(pt_how[K_INTRA_OV], sizeof pt_how[K_INTRA_OV], "ranks %d and %d exchanging 16 "
-                 "MiB while both spin for twice its time: 1 - the wait after / its time alone, "
-                 "best of 3 (1: one process)", intra_a, intra_b);
+                        &hw->overlap[0], &hw->rendezvous[0], &one_way);
+        snprintf(pt_how[K_INTRA_RV], sizeof pt_how[K_INTRA_RV], "ranks %d and %d (one host): bytes,1 "
+                 "if a message of 4 KiB, 16 KiB, ... 1 MiB waited for its sender to call in, else "
+                 "0", intra_a, intra_b);
+        snprintf(pt_how[K_INTRA_OV], sizeof pt_how[K_INTRA_OV], "ranks %d and %d exchanging 64 KiB "
+                 "... 16 MiB while both spin for twice its time: bytes,1 - the wait after / its "
+                 "time alone, best of 3", intra_a, intra_b);
         snprintf(pt_how[K_INTRA_BW], sizeof pt_how[K_INTRA_BW], "ranks %d and %d (one host) "
                  "exchanging 16 MiB each way at once, per direction, best of 5 (one way at a "
                  "time, a ping-pong: %.4g B/s)", intra_a, intra_b, one_way);
@@ -534,8 +582,11 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     }
     if (inter_ok) {
         double one_way;
-        pt_measure_link(w, 0, inter_b, buf, &hw->inter_latency, &hw->inter_bw, &hw->inter_overlap,
-                        &one_way);
+        pt_measure_link(w, 0, inter_b, buf, &hw->inter_latency, &hw->inter_bw, &hw->overlap[1],
+                        &hw->rendezvous[1], &one_way);
+        snprintf(pt_how[K_INTER_RV], sizeof pt_how[K_INTER_RV], "ranks 0 and %d (two hosts): bytes,1 "
+                 "if a message of 4 KiB, 16 KiB, ... 1 MiB waited for its sender to call in, else "
+                 "0", inter_b);
         snprintf(pt_how[K_INTER_OV], sizeof pt_how[K_INTER_OV], "ranks 0 and %d (two hosts) "
                  "exchanging 16 MiB while both spin for twice its time: 1 - the wait after / its "
                  "time alone, best of 3", inter_b);
@@ -547,15 +598,18 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     }
     if (!intra_ok && inter_ok) {
         hw->intra_bw = hw->inter_bw, hw->intra_latency = hw->inter_latency;
-        hw->intra_overlap = hw->inter_overlap;
+        hw->overlap[0] = hw->overlap[1], hw->rendezvous[0] = hw->rendezvous[1];
         snprintf(pt_how[K_INTRA_OV], sizeof pt_how[K_INTRA_OV],
                  "not measured (one rank a host): inter_overlap copied");
+        snprintf(pt_how[K_INTRA_RV], sizeof pt_how[K_INTRA_RV],
+                 "not measured (one rank a host): inter_rendezvous copied");
         snprintf(pt_how[K_INTRA_BW], sizeof pt_how[K_INTRA_BW],
                  "not measured (one rank a host): inter_bw copied");
         snprintf(pt_how[K_INTRA_LAT], sizeof pt_how[K_INTRA_LAT],
                  "not measured (one rank a host): inter_latency copied");
     } else if (!intra_ok) { /* one process: MPI's path to itself stands in for a host's */
-        pt_measure_link(w, 0, 0, buf, &hw->intra_latency, &hw->intra_bw, &hw->intra_overlap, NULL);
+        pt_measure_link(w, 0, 0, buf, &hw->intra_latency, &hw->intra_bw, &hw->overlap[0],
+                        &hw->rendezvous[0], NULL);
         snprintf(pt_how[K_INTRA_OV], sizeof pt_how[K_INTRA_OV], "not measured (one process): 1");
         snprintf(pt_how[K_INTRA_BW], sizeof pt_how[K_INTRA_BW], "not measured (one process): "
                  "a ping-pong of rank 0 with itself (MPI's self path), 16 MiB");
@@ -564,9 +618,11 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     }
     if (!inter_ok) {
         hw->inter_bw = hw->intra_bw, hw->inter_latency = hw->intra_latency;
-        hw->inter_overlap = hw->intra_overlap;
+        hw->overlap[1] = hw->overlap[0], hw->rendezvous[1] = hw->rendezvous[0];
         snprintf(pt_how[K_INTER_OV], sizeof pt_how[K_INTER_OV],
                  "not measured (one host): intra_overlap copied");
+        snprintf(pt_how[K_INTER_RV], sizeof pt_how[K_INTER_RV],
+                 "not measured (one host): intra_rendezvous copied");
         snprintf(pt_how[K_INTER_BW], sizeof pt_how[K_INTER_BW],
                  "not measured (one host): intra_bw copied");
         snprintf(pt_how[K_INTER_LAT], sizeof pt_how[K_INTER_LAT],
@@ -742,15 +798,16 @@ int pt_plan_measure_cmd(int argc, char **argv) {
                "  GEMM peak %.1f GFLOP/s (%d shapes from %.1f to %.1f GFLOP/s)\n"
                "  memory bandwidth %.2f GB/s (triad)\n"
                "  attention %.2f GFLOP/s, cross-entropy %.3g logits/s\n"
-               "  within a host %.3g GB/s, %.2f us, overlap %.2f; across hosts %.3g GB/s, %.2f us, "
-               "overlap %.2f\n"
+               "  within a host %.3g GB/s, %.2f us, overlap %.2f at 16 MiB; across hosts %.3g GB/s, "
+               "%.2f us, overlap %.2f at 16 MiB\n"
                "wrote %s\n",
                pt_now() - t0, hw.name, hw.nodes, hw.nodes == 1 ? "" : "s", hw.devices_per_node,
                hw.devices_per_node == 1 ? "" : "s", hw.memory_bytes / 1e9, hw.peak_flops / 1e9,
                hw.n_shapes, hw.n_shapes ? hw.shapes[0].flops / 1e9 : 0,
                hw.n_shapes ? hw.shapes[hw.n_shapes - 1].flops / 1e9 : 0, hw.memory_bw / 1e9,
                hw.attention_flops / 1e9, hw.xent_rate, hw.intra_bw / 1e9, hw.intra_latency * 1e6,
-               hw.intra_overlap, hw.inter_bw / 1e9, hw.inter_latency * 1e6, hw.inter_overlap, out);
+               pt_hw_sizes_at(&hw.overlap[0], 16 << 20, 1), hw.inter_bw / 1e9, hw.inter_latency * 1e6,
+               pt_hw_sizes_at(&hw.overlap[1], 16 << 20, 1), out);
         fflush(stdout);
     }
     pt_comm_runtime_finalize();

@@ -171,9 +171,10 @@ static pt_plan_group pt_plan_group_of(int n, int st, int D) {
     return g;
 }
 
-/* The share of a transfer over group g that moves while the ranks compute. */
-static double pt_plan_overlap(const pt_hardware *hw, pt_plan_group g) {
-    return g.spans ? hw->inter_overlap : hw->intra_overlap;
+/* The share of a transfer over group g, in messages of `bytes`, that moves while the ranks
+ * compute. */
+static double pt_plan_overlap(const pt_hardware *hw, pt_plan_group g, double bytes) {
+    return pt_hw_sizes_at(&hw->overlap[g.spans != 0], bytes, 1);
 }
 
 typedef enum { PT_COLL_AR, PT_COLL_AG, PT_COLL_RS, PT_COLL_A2A, PT_COLL_P2P } pt_coll;
@@ -540,7 +541,7 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
         double hide_f = 0, hide_b = 0;
         if (M->tp_overlap == 2 && sp) hide_f = gemm_f, hide_b = gemm_b + k.w;
         if (M->tp_overlap >= 1) hide_b = fmax(hide_b, k.w);
-        double ov = pt_plan_overlap(hw, y->g_tp);
+        double ov = pt_plan_overlap(hw, y->g_tp, S / y->tp); /* each rank's rows to each other */
         hide_f *= ov, hide_b *= ov;
         k.tp_exp = fmax(0, fw - hide_f) + fmax(0, bw - hide_b) + fmax(0, rf - hide_f);
         if (!M->gpt) {
@@ -555,8 +556,8 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
     /* context parallelism: cp − 1 hops of the keys and values forward (hidden behind the block's
      * attention), twice as much backward (the gradients' hops exposed) */
     if (y->cp > 1) {
-        double hop = pt_plan_coll(hw, PT_COLL_P2P, M->b * Tq * 2 * d.kv * E, y->g_cp);
-        double block = att_f / y->cp * pt_plan_overlap(hw, y->g_cp);
+        double kv = M->b * Tq * 2 * d.kv * E, hop = pt_plan_coll(hw, PT_COLL_P2P, kv, y->g_cp);
+        double block = att_f / y->cp * pt_plan_overlap(hw, y->g_cp, kv);
         k.cp = (y->cp - 1) * 3 * hop;
         k.cp_exp = (y->cp - 1) * (fmax(0, hop - block) + hop + fmax(0, hop - block));
     }
@@ -567,7 +568,7 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
         double a2a = 2 * pt_plan_coll(hw, PT_COLL_A2A, S, y->g_ep);
         double experts = gf[1] + gf[2];
         k.ep = 2 * a2a;
-        k.ep_exp = fmax(0, a2a - pt_plan_overlap(hw, y->g_ep) * experts * (y->ep - 1) / y->ep) * 2;
+        k.ep_exp = fmax(0, a2a - pt_plan_overlap(hw, y->g_ep, S / y->ep) * experts * (y->ep - 1) / y->ep) * 2;
     }
     k.b += k.re;
     return k;
@@ -865,11 +866,14 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
     }
 
     /* the pipeline: the slowest rank's per-chunk costs, its exposed tp/cp/ep transfers inside
-     * them; each stage boundary's transfer a message in the schedule's simulation (it moves
-     * while the ranks compute, one at a time on a link), or, screening by the formulas, added to
-     * each forward and backward */
+     * them; each stage boundary's transfer a message in the schedule's simulation (one at a time
+     * on a link; from the hardware's rendezvous size on, it leaves only once the receiver and
+     * then the sender have polled: pt_sched_link), or, screening by the formulas, added to each
+     * forward and backward */
     const pt_plan_cost *k = &worst_cost;
-    double p2p = y.pp > 1 ? pt_plan_coll(hw, PT_COLL_P2P, a.R * C * M->E, y.g_pp) : 0;
+    double p2p_bytes = a.R * C * M->E, p2p = y.pp > 1 ? pt_plan_coll(hw, PT_COLL_P2P, p2p_bytes, y.g_pp) : 0;
+    pt_sched_link link = {.delay = p2p, .latency = y.g_pp.spans ? hw->inter_latency : hw->intra_latency,
+                          .rendezvous = pt_hw_sizes_at(&hw->rendezvous[y.g_pp.spans != 0], p2p_bytes, 0) >= 0.5};
     double f = (k->f + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks;
     double b = (k->b + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks;
     double w = k->w / chunks;
@@ -879,7 +883,7 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
             pt_sched_sim sim;
             double span[2] = {busy, busy}; /* without the transfers' time, with it */
             for (int i = 0; i < 2 && st == PT_OK; i++) {
-                st = pt_schedule_simulate_transfers(&sched, f, b, w, 0, i ? p2p : 0, &sim);
+                st = pt_schedule_simulate_link(&sched, f, b, w, 0, i ? &link : &(pt_sched_link){0}, &sim);
                 if (st == PT_OK) span[i] = sim.makespan, pt_sched_sim_free(&sim);
             }
             makespan = span[0], pp_exp = span[1] - span[0];
@@ -929,11 +933,12 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
             gather = pt_plan_coll(hw, PT_COLL_AG, pb * dense_el, y.g_dp) +
                      (exp_el > 0 && edp > 1 ? pt_plan_coll(hw, PT_COLL_AG, pb * exp_el, y.g_edp) : 0);
         }
-        double ovd = pt_plan_overlap(hw, y.g_dp);
-        double hide = M->dp_overlap ? ovd * (k->b + k->w) / chunks : 0;
         double nb = fmax(1, ceil(4 * dense_el / 1048576.0 /
                                  (c->parallel.bucket_mb > 0 ? c->parallel.bucket_mb
                                                             : fmin(25, fmax(1, 4 * dense_el / 1048576.0 / 8)))));
+        /* a ring step of a bucket's reduction moves bucket / n */
+        double ovd = pt_plan_overlap(hw, y.g_dp, gbytes * dense_el / nb / y.g_dp.n);
+        double hide = M->dp_overlap ? ovd * (k->b + k->w) / chunks : 0;
         if (y.zero == 3) {
             /* every micro-batch: gather forward and backward, reduce-scatter; behind the compute */
             double per = 2 * gather + red;
