@@ -14,12 +14,14 @@
 #     (inter_rendezvous): not 4 KiB, every size from the first measured at or past Open MPI's
 #     own TCP eager limit on (ompi_info's btl_tcp_eager_limit: past it a message is a
 #     rendezvous); of the messages up to 1 MiB, one size at least half moving while the ranks
-#     compute (the socket buffers hold them) (skipped where no cluster can be made);
+#     compute (the socket buffers hold them); one message of ≥ 4 MiB no faster than the link's
+#     rate allows past its burst (skipped where no cluster can be made);
 #   - bad arguments: one message each, exit 2, before anything is measured.
 # The file's loading, keys and bad contents are tested by test_hardware_file.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
 LINK_RATE="${PT_TEST_LINK_RATE:-125e6}" # what --rate 1gbit gives, bytes/s
+LINK_BURST=1.25e6 # its tbf bucket: 10 ms of the rate (scripts/cluster.sh), passed at once
 # Open MPI's TCP eager limit, and the first of the sizes --measure tries (4 KiB × 4^k) at or past it
 tcp_eager=$(ompi_info --param btl tcp --level 9 2>/dev/null |
   sed -nE 's/.*"btl_tcp_eager_limit" \(current value: "([0-9]+)".*/\1/p')
@@ -69,7 +71,7 @@ if timeout 120 mpiexec -np 2 "$bin" plan --measure --out "$tmp/two.ini" --thread
     "h['peak_flops'] / 100 < h['attention_flops'] < 2 * h['peak_flops']" "h['xent_rate'] > 1e7" \
     "h['intra_bw'] > 1e8" "h['inter_bw'] == h['intra_bw']" \
     "'not measured (one host): intra_bw copied' in text" "'1×2 ranks, 1 thread, fp32' in h['name']" \
-    "sorted(set(k for k, w, n, b, t in colls)) == ['ag', 'ar', 'rs'] and all(w == 'intra' and n == 2 and t > 0 for k, w, n, b, t in colls)" \
+    "sorted(set(k for k, w, n, b, t in colls)) == ['ag', 'ar', 'p2p', 'rs'] and all(w == 'intra' and n == 2 and t > 0 for k, w, n, b, t in colls)" \
     "0 <= h['skew'] < 0.5" \
     "sorted(ov['intra']) == [65536.0 * 4 ** i for i in range(5)] and all(0 <= v <= 1 for v in ov['intra'].values())" \
     "sorted(rv['intra']) == [4096.0 * 4 ** i for i in range(5)] and all(v in (0, 1) for v in rv['intra'].values())" \
@@ -117,6 +119,7 @@ else
         "len(colls) >= 9 and all(w == 'inter' and n == 2 for k, w, n, b, t in colls)" \
         "all(t >= 0.9 * (b if k == 'ar' else b / 2) / $LINK_RATE for k, w, n, b, t in colls if b >= 4 << 20)" "0 <= h['skew'] < 0.5" \
         "rv['inter'][4096] == 0 and all(v == 1 for b, v in rv['inter'].items() if b >= $tcp_grid)" \
+        "all(t >= (b - $LINK_BURST) / $LINK_RATE for k, w, n, b, t in colls if k == 'p2p' and b >= 4 << 20)" \
         "max(v for b, v in ov['inter'].items() if b <= 1 << 20) >= 0.5" \
         && ok || bad "2 hosts: the one-way bandwidth not within 30% of $LINK_RATE B/s, or both ways at once above it or under 0.3 x: $(cat "$tmp/hosts.log")"
     else

@@ -131,10 +131,12 @@ static void test_defaults_and_shapes(void **state) {
     near("default skew", hw.skew, 0);
     assert_int_equal(hw.n_colls, 0);
     snprintf(text, sizeof text, "%scollectives = \"ar,intra,2,65536,2.5e-4;\n    rs,inter,4,1048576,"
-             "0.5; ag,intra,8,16777216,1e-3\"\nskew = 0.03\ninter_rendezvous = \"4096,0; 16384,1\"\n"
+             "0.5; ag,intra,8,16777216,1e-3; p2p,inter,2,524288,4e-3\"\nskew = 0.03\ninter_rendezvous = \"4096,0; 16384,1\"\n"
              "inter_overlap = \"65536,0.8;\n    16777216,0.05\"\nintra_overlap = 0.3\n", good);
     assert_int_equal(pt_hardware_load(&hw, write_ini("colls.ini", text), NULL, 0), PT_OK);
-    assert_int_equal(hw.n_colls, 3);
+    assert_int_equal(hw.n_colls, 4);
+    assert_int_equal(hw.colls[3].kind, PT_HW_P2P), assert_int_equal(hw.colls[3].inter, 1);
+    near("p2p bytes", hw.colls[3].bytes, 524288), near("p2p s", hw.colls[3].seconds, 4e-3);
     assert_int_equal(hw.colls[0].kind, PT_HW_AR), assert_int_equal(hw.colls[0].inter, 0);
     assert_int_equal(hw.colls[1].kind, PT_HW_RS), assert_int_equal(hw.colls[1].inter, 1);
     assert_int_equal(hw.colls[1].ranks, 4), assert_int_equal(hw.colls[2].kind, PT_HW_AG);
@@ -182,6 +184,7 @@ static void test_write_reads_back(void **state) {
     hw.rendezvous[0] = (pt_hw_sizes){.n = 1, .value = {1}};
     for (int i = 0; i < hw.n_colls; i++)
         hw.colls[i] = (pt_coll_time){(pt_hw_coll)(i % 3), i % 2, 2 + i, 65536.0 * (i + 1), 1.5e-4 * (i + 1)};
+    hw.colls[PT_HW_MAX_COLLS - 1] = (pt_coll_time){PT_HW_P2P, 1, 2, 1048576, 8e-3};
     assert_int_equal(pt_hardware_write(&hw, out, how), PT_OK);
     if (pt_hardware_load(&back, out, NULL, 0) != PT_OK) fail_msg("%s", pt_last_error());
     assert_int_equal(back.n_colls, PT_HW_MAX_COLLS);
@@ -245,6 +248,8 @@ static void test_bad_files_are_named(void **state) {
                  "unknown collective", "collk.ini", "collectives: entry 1 \"a2a,intra,2,65536,1e-4\"");
     expect_error(load_variant("collw.ini", NULL, "collectives = ar,intra,2,65536,1e-4; ar,node,2,65536,1e-4\n"),
                  "unknown where", "collw.ini", "entry 2 \"ar,node,2,65536,1e-4\": expected");
+    expect_error(load_variant("collp.ini", NULL, "collectives = p2p,inter,4,65536,1e-4\n"),
+                 "p2p among 4", "collp.ini", "a p2p entry is one message between 2 ranks");
     expect_error(load_variant("collr.ini", NULL, "collectives = ar,intra,1,65536,1e-4\n"),
                  "one rank", "collr.ini", "ranks must be an integer >= 2");
     expect_error(load_variant("colls.ini", NULL, "collectives = rs,inter,2,65536,0\n"),

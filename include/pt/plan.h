@@ -29,7 +29,7 @@
  *   intra_rendezvous = 0          ; optional, default 0: 1 if a message moves only when both
  *   inter_rendezvous = "4096,0; 16384,1" ; peers call in (a rendezvous), or bytes,0|1 by size
  *   collectives = "kind,where,ranks,bytes,seconds; ..." ; optional: measured times of the comm
- *                                 ; layer's collectives (kind ar|rs|ag, where intra|inter); the
+ *                                 ; layer's collectives (kind ar|rs|ag|p2p, where intra|inter); the
  *                                 ; planner scales its ring times by them (docs/plan.md)
  *   skew = 0.02                   ; optional, default 0: the ranks' skew, the mean wait at a
  *                                 ; synchronization per second of computation before it (measured)
@@ -50,7 +50,7 @@ typedef struct {
     double m, n, k, flops; /* a GEMM of (m × k)·(k × n) measured at flops FLOP/s */
 } pt_gemm_shape;
 
-typedef enum { PT_HW_AR = 0, PT_HW_RS, PT_HW_AG } pt_hw_coll;
+typedef enum { PT_HW_AR = 0, PT_HW_RS, PT_HW_AG, PT_HW_P2P } pt_hw_coll; /* p2p: one message, one way */
 
 typedef struct {
     pt_hw_coll kind;

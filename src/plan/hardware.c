@@ -50,7 +50,7 @@ static const struct {
     {"skew", PT_HW_NUM, offsetof(pt_hardware, skew), 0, "in [0, 1)"},
 };
 
-static const char *const pt_hw_coll_names[] = {"ar", "rs", "ag"};
+static const char *const pt_hw_coll_names[] = {"ar", "rs", "ag", "p2p"};
 
 static int pt_hw_find(const char *key) {
     for (int i = 0; i < PT_HW_N_KEYS; i++)
@@ -130,19 +130,23 @@ static pt_status pt_hw_parse_colls(pt_hardware *hw, const char *val) {
                              "(expected \"kind,where,ranks,bytes,seconds\")", sizeof entry - 1);
         const char *q = pt_hw_skip_space(entry);
         int kind = -1, inter = -1;
-        for (int i = 0; i < 3; i++)
-            if (!strncmp(q, pt_hw_coll_names[i], 2) && q[2] == ',') kind = i;
-        if (kind >= 0) q = pt_hw_skip_space(q + 3);
+        for (int i = 0; i < 4 && kind < 0; i++) {
+            size_t len = strlen(pt_hw_coll_names[i]);
+            if (!strncmp(q, pt_hw_coll_names[i], len) && q[len] == ',') kind = i, q = pt_hw_skip_space(q + len + 1);
+        }
         if (!strncmp(q, "intra,", 6)) inter = 0, q += 6;
         else if (!strncmp(q, "inter,", 6)) inter = 1, q += 6;
         double v[3];
         if (kind < 0 || inter < 0 || pt_hw_numbers(q, v, 3) < 3)
             return pt_errorf(PT_ERR_CONFIG, "collectives: entry %d \"%s\": expected "
-                             "\"kind,where,ranks,bytes,seconds\" (kind ar, rs or ag; where intra "
+                             "\"kind,where,ranks,bytes,seconds\" (kind ar, rs, ag or p2p; where intra "
                              "or inter; entries separated by ';')", e, pt_hw_skip_space(entry));
         if (!(v[0] >= 2) || v[0] != floor(v[0]) || v[0] > 1e9 || !(v[1] > 0) || !(v[2] > 0))
             return pt_errorf(PT_ERR_CONFIG, "collectives: entry %d \"%s\": ranks must be an "
                              "integer >= 2, bytes and seconds > 0", e, pt_hw_skip_space(entry));
+        if (kind == PT_HW_P2P && v[0] != 2)
+            return pt_errorf(PT_ERR_CONFIG, "collectives: entry %d \"%s\": a p2p entry is one "
+                             "message between 2 ranks", e, pt_hw_skip_space(entry));
         if (hw->n_colls >= PT_HW_MAX_COLLS)
             return pt_errorf(PT_ERR_CONFIG, "collectives: more than the %d entries allowed",
                              PT_HW_MAX_COLLS);

@@ -353,7 +353,8 @@ static double pt_waits_for_sender(pt_comm *w, int a, int b, float *buf, size_t b
  * half as much again, the acknowledgements of one direction's TCP queueing behind the other's
  * data). One process (a = b): half the round trip of 16 MiB to itself. */
 static void pt_measure_link(pt_comm *w, int a, int b, float *buf, double *lat, double *bw,
-                            pt_hw_sizes *overlap, pt_hw_sizes *rendezvous, double *one_way_out) {
+                            pt_hw_sizes *overlap, pt_hw_sizes *rendezvous, double *one_way_out,
+                            pt_hardware *hw, int inter) {
     const size_t big = (size_t)16 << 20;
     pt_barrier(w);
     /* the two ranks poll without napping (a nap lasts far longer than a small message) */
@@ -362,6 +363,13 @@ static void pt_measure_link(pt_comm *w, int a, int b, float *buf, double *lat, d
     double one_way = (double)big / (0.5 * pt_pingpong(w, a, b, buf, big, 5, 1));
     *bw = a == b ? one_way : (double)big / pt_exchange(w, a, b, buf, big, 5);
     if (one_way_out) *one_way_out = one_way;
+    /* one message at a time, by size (p2p entries of `collectives`): half a ping-pong's round
+     * trip at 64 KiB ... 16 MiB, the median of 5, until one takes over 0.25 s */
+    for (size_t n = 65536; a != b && n <= big && hw->n_colls < PT_HW_MAX_COLLS; n *= 4) {
+        double t = 0.5 * pt_pingpong(w, a, b, buf, n, 5, 1);
+        hw->colls[hw->n_colls++] = (pt_coll_time){PT_HW_P2P, inter, 2, (double)n, t};
+        if (t > 0.25) break;
+    }
     /* what moves while the ranks compute, and which messages wait for the sender, by size (one
      * process: everything moves, nothing waits) */
     *overlap = (pt_hw_sizes){0};
@@ -381,16 +389,17 @@ static void pt_measure_link(pt_comm *w, int a, int b, float *buf, double *lat, d
 /* ---- the comm layer's collectives and the ranks' skew --------------------------------------- */
 
 /* The comm layer's all-reduce, reduce-scatter and all-gather over group c (inter: its ranks on
- * different hosts) at 64 KiB, 256 KiB, ... 16 MiB (the whole buffer), each the best of 3 after one
- * untimed of the slowest rank's time; a kind stops growing once a call takes over 0.25 s. buf:
- * 32 MiB. Appended to hw->colls on c's ranks. */
+ * different hosts) at 64 KiB, 256 KiB, ... 16 MiB (the whole buffer), each the median of 5 after
+ * one untimed of the slowest rank's time (the best would take a shaped link's burst allowance
+ * for its rate, which training's steady traffic does not get); a kind stops growing once a call
+ * takes over 0.25 s. buf: 32 MiB. Appended to hw->colls on c's ranks. */
 static void pt_measure_colls(pt_comm *c, int inter, float *buf, pt_hardware *hw) {
     if (c->size < 2) return;
     for (int kind = PT_HW_AR; kind <= PT_HW_AG; kind++)
         for (size_t bytes = 65536; bytes <= ((size_t)16 << 20); bytes *= 4) {
             const size_t count = bytes / sizeof(float), part = count / (size_t)c->size;
-            double best = 0, *t = pt_calloc((size_t)c->size, sizeof *t);
-            for (int r = 0; r <= 3; r++) {
+            double s[5], *t = pt_calloc((size_t)c->size, sizeof *t);
+            for (int r = 0; r <= 5; r++) {
                 pt_barrier(c);
                 double t0 = pt_now();
                 if (kind == PT_HW_AR) pt_allreduce_sum(c, buf, count, PT_DTYPE_F32);
@@ -399,9 +408,10 @@ static void pt_measure_colls(pt_comm *c, int inter, float *buf, pt_hardware *hw)
                 double mine = pt_now() - t0, slowest = 0;
                 pt_allgather(c, &mine, t, 1, PT_DTYPE_F64);
                 for (int q = 0; q < c->size; q++) slowest = t[q] > slowest ? t[q] : slowest;
-                if (r == 1 || (r > 1 && slowest < best)) best = slowest;
+                if (r > 0) s[r - 1] = slowest;
             }
             free(t);
+            double best = pt_median(s, 5);
             if (hw->n_colls < PT_HW_MAX_COLLS)
                 hw->colls[hw->n_colls++] = (pt_coll_time){(pt_hw_coll)kind, inter, c->size, (double)bytes, best};
             if (best > 0.25) break;
@@ -567,7 +577,7 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     if (intra_ok) {
         double one_way;
         pt_measure_link(w, intra_a, intra_b, buf, &hw->intra_latency, &hw->intra_bw,
-                        &hw->overlap[0], &hw->rendezvous[0], &one_way);
+                        &hw->overlap[0], &hw->rendezvous[0], &one_way, hw, 0);
         snprintf(pt_how[K_INTRA_RV], sizeof pt_how[K_INTRA_RV], "ranks %d and %d (one host): bytes,1 "
                  "if a message of 4 KiB, 16 KiB, ... 1 MiB waited for its sender to call in, else "
                  "0", intra_a, intra_b);
@@ -583,7 +593,7 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     if (inter_ok) {
         double one_way;
         pt_measure_link(w, 0, inter_b, buf, &hw->inter_latency, &hw->inter_bw, &hw->overlap[1],
-                        &hw->rendezvous[1], &one_way);
+                        &hw->rendezvous[1], &one_way, hw, 1);
         snprintf(pt_how[K_INTER_RV], sizeof pt_how[K_INTER_RV], "ranks 0 and %d (two hosts): bytes,1 "
                  "if a message of 4 KiB, 16 KiB, ... 1 MiB waited for its sender to call in, else "
                  "0", inter_b);
@@ -609,7 +619,7 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
                  "not measured (one rank a host): inter_latency copied");
     } else if (!intra_ok) { /* one process: MPI's path to itself stands in for a host's */
         pt_measure_link(w, 0, 0, buf, &hw->intra_latency, &hw->intra_bw, &hw->overlap[0],
-                        &hw->rendezvous[0], NULL);
+                        &hw->rendezvous[0], NULL, hw, 0);
         snprintf(pt_how[K_INTRA_OV], sizeof pt_how[K_INTRA_OV], "not measured (one process): 1");
         snprintf(pt_how[K_INTRA_BW], sizeof pt_how[K_INTRA_BW], "not measured (one process): "
                  "a ping-pong of rank 0 with itself (MPI's self path), 16 MiB");
@@ -634,8 +644,7 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     pt_comm_host(&host_id, &local_id);
     pt_comm *on_host = w->split(w, host_id, w->rank, "measure-host");
     pt_comm *across = w->split(w, local_id, w->rank, "measure-across");
-    hw->n_colls = 0;
-    if (dpn > 1) pt_measure_colls(on_host, 0, buf, hw);
+    if (dpn > 1) pt_measure_colls(on_host, 0, buf, hw); /* after the links' p2p entries */
     pt_barrier(w);
     if (nodes > 1) pt_measure_colls(across, 1, buf, hw);
     on_host->free(on_host), across->free(across);
@@ -643,8 +652,8 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
     pt_bcast(w, hw->colls, sizeof hw->colls / 4, PT_DTYPE_I32, 0);
     if (hw->n_colls > 0)
         snprintf(pt_how[K_COLLS], sizeof pt_how[K_COLLS], "the comm layer's all-reduce (ar), "
-                 "reduce-scatter (rs), all-gather (ag) within a host (intra: rank 0's) and across "
-                 "(inter), the slowest rank's seconds, best of 3");
+                 "reduce-scatter (rs), all-gather (ag) within a host (intra) and across (inter): "
+                 "the slowest rank's seconds, median of 5; p2p: a message, half a ping-pong");
     free(buf);
 
     char host[64] = "?", cpu[128];

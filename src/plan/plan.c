@@ -177,12 +177,16 @@ static double pt_plan_overlap(const pt_hardware *hw, pt_plan_group g, double byt
     return pt_hw_sizes_at(&hw->overlap[g.spans != 0], bytes, 1);
 }
 
-typedef enum { PT_COLL_AR, PT_COLL_AG, PT_COLL_RS, PT_COLL_A2A, PT_COLL_P2P } pt_coll;
+/* P2P: one message one way (the pipeline's; measured as half a ping-pong where the hardware file
+ * has p2p entries); EXCHANGE: a ring's step, each rank sending S while it receives S (cp's hops),
+ * at the bandwidth measured both ways at once */
+typedef enum { PT_COLL_AR, PT_COLL_AG, PT_COLL_RS, PT_COLL_A2A, PT_COLL_P2P, PT_COLL_EXCHANGE } pt_coll;
 
 /* The ring's α–β time of a collective of S bytes (the whole buffer: the all-reduce's input, the
  * all-gather's output) over n ranks at bandwidth B per direction and latency a. */
 static double pt_plan_ring(pt_coll kind, double S, int n, double B, double a) {
     if (n <= 1 || S <= 0) return 0;
+    if (kind == PT_COLL_P2P) return a + S / B; /* one message of S */
     double steps = kind == PT_COLL_AR ? 2.0 * (n - 1) : (double)(n - 1);
     return steps * (a + S / n / B);
 }
@@ -191,7 +195,8 @@ static double pt_plan_ring(pt_coll kind, double S, int n, double B, double a) {
  * across nodes at S bytes: the ring's α–β time over the measured ranks / the measured time,
  * linear in log S between the sizes measured (beyond them, the nearest); 1 when none was. */
 static double pt_plan_coll_eff(const pt_hardware *hw, pt_coll kind, int inter, double S) {
-    int hk = kind == PT_COLL_AR ? PT_HW_AR : kind == PT_COLL_RS ? PT_HW_RS : kind == PT_COLL_AG ? PT_HW_AG : -1;
+    int hk = kind == PT_COLL_AR ? PT_HW_AR : kind == PT_COLL_RS ? PT_HW_RS : kind == PT_COLL_AG ? PT_HW_AG
+             : kind == PT_COLL_P2P                                                    ? PT_HW_P2P : -1;
     double B = inter ? hw->inter_bw : hw->intra_bw, a = inter ? hw->inter_latency : hw->intra_latency;
     double lo = 0, lo_e = 1, hi = 0, hi_e = 1;
     for (int i = 0; i < hw->n_colls; i++) {
@@ -220,7 +225,8 @@ static double pt_plan_ring_at(const pt_hardware *hw, pt_coll kind, double S, int
  * Each ring at the comm layer's measured efficiency where the hardware file has one. */
 static double pt_plan_coll(const pt_hardware *hw, pt_coll kind, double S, pt_plan_group g) {
     if (g.n <= 1 || S <= 0) return 0;
-    if (kind == PT_COLL_P2P)
+    if (kind == PT_COLL_P2P) return pt_plan_ring_at(hw, kind, S, 2, g.spans != 0);
+    if (kind == PT_COLL_EXCHANGE)
         return g.spans ? hw->inter_latency + S / hw->inter_bw : hw->intra_latency + S / hw->intra_bw;
     if (!g.spans) return pt_plan_ring_at(hw, kind, S, g.n, 0);
     if (kind == PT_COLL_A2A) {
@@ -556,7 +562,7 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
     /* context parallelism: cp − 1 hops of the keys and values forward (hidden behind the block's
      * attention), twice as much backward (the gradients' hops exposed) */
     if (y->cp > 1) {
-        double kv = M->b * Tq * 2 * d.kv * E, hop = pt_plan_coll(hw, PT_COLL_P2P, kv, y->g_cp);
+        double kv = M->b * Tq * 2 * d.kv * E, hop = pt_plan_coll(hw, PT_COLL_EXCHANGE, kv, y->g_cp);
         double block = att_f / y->cp * pt_plan_overlap(hw, y->g_cp, kv);
         k.cp = (y->cp - 1) * 3 * hop;
         k.cp_exp = (y->cp - 1) * (fmax(0, hop - block) + hop + fmax(0, hop - block));
