@@ -115,8 +115,9 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
  * with `threads` threads per rank (gemm_efficiency 1: the peak is the GEMM rate) and gemm_shapes
  * a grid of measured shapes, memory_bw a STREAM triad, memory_bytes the host's memory per rank,
  * devices_per_node the ranks per host, nodes the hosts, intra_* / inter_* ping-pongs between
- * two ranks of one host / of two hosts, collectives the comm layer's all-reduce, reduce-scatter
- * and all-gather within a host and across, skew the ranks' skew over equal GEMMs. how (PT_HW_N_KEYS pointers, filled; may be NULL) says
+ * two ranks of one host / of two hosts (with the overlap and the rendezvous by message size),
+ * collectives the comm layer's all-reduce, reduce-scatter and all-gather within a host and
+ * across and one message (p2p) by size, skew the ranks' skew over equal GEMMs. how (PT_HW_N_KEYS pointers, filled; may be NULL) says
  * per key how its figure was found (static strings, valid until the next call). Every rank gets
  * the same figures. */
 pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char **how);
