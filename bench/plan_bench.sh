@@ -10,8 +10,8 @@
 # minute). Prints a markdown table with the error of each.
 # PLAN_BENCH_RATES="1gbit 100mbit" (needs root and scripts/cluster.sh check): the same again on
 # 2 hosts × 1 rank (network namespaces, links shaped to each rate), the hardware file measured
-# across the hosts at that rate: dp, tp, pp, cp and ep across the hosts. About 2 min on one host,
-# 2-3 min more per rate; run it on a quiet machine.
+# across the hosts at that rate: dp, tp, pp, cp and ep across the hosts. About 3 min on one host,
+# 2-6 min more per rate (9-10 min with both); run it on a quiet machine.
 set -euo pipefail
 steps="${1:-8}"
 source "$(dirname "${BASH_SOURCE[0]}")/parallel_common.sh" plan
