@@ -967,8 +967,8 @@ typedef struct {
 typedef struct {
     pt_exec *e;
     pt_sched_link link;
-    pt_event *heap;
-    size_t n, cap;
+    pt_event *heap;          /* at most one event a rank and one a message: sized at set-up */
+    size_t n;
     long seq;
     size_t cells;
     int *from, *next;        /* [message]: its sender; the next in the list it is in */
@@ -983,10 +983,6 @@ static int pt_ev_before(const pt_event *a, const pt_event *b) {
 }
 
 static void pt_ev_push(pt_timed *T, double t, int kind, int id) {
-    if (T->n == T->cap) {
-        T->cap = T->cap ? 2 * T->cap : 256;
-        T->heap = pt_realloc(T->heap, T->cap * sizeof *T->heap);
-    }
     size_t i = T->n++;
     pt_event ev = {.t = t, .seq = T->seq++, .kind = kind, .id = id};
     for (; i > 0 && pt_ev_before(&ev, &T->heap[(i - 1) / 2]); i = (i - 1) / 2) T->heap[i] = T->heap[(i - 1) / 2];
@@ -1089,6 +1085,7 @@ static pt_status pt_timed_run(pt_exec *e, const pt_sched_link *link) {
     const pt_schedule *s = e->s;
     pt_timed T = {.e = e, .link = *link, .cells = (size_t)s->pp * s->m * s->v};
     pt_exec_alloc(e);
+    T.heap = pt_malloc(((size_t)s->pp + 2 * T.cells) * sizeof *T.heap);
     T.from = pt_calloc(2 * T.cells, sizeof(int));
     T.next = pt_calloc(2 * T.cells, sizeof(int));
     T.arrived = pt_calloc(2 * T.cells, 1);

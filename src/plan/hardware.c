@@ -242,10 +242,8 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
                              pt_hw_keys[i].unit, s);
         int share = !strcmp(key, "skew"); /* 0 is a value */
         if (share && !(v >= 0 && v <= 1))
-            return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be in [0, 1] (%s)", key, s,
-                             strcmp(key, "skew") ? "the share of a transfer that moves while the "
-                             "ranks compute" : "the mean wait at a synchronization per second of "
-                             "computation");
+            return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be in [0, 1] (the mean wait at a "
+                             "synchronization per second of computation)", key, s);
         if (!share && !(v > 0))
             return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be > 0 (%s)", key, s, pt_hw_keys[i].unit);
         if (!strcmp(key, "gemm_efficiency") && v > 1)
