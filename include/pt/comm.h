@@ -54,6 +54,7 @@ struct pt_comm {
     void *hier;    /* hierarchical collectives' state (src/comm/comm_hier.c); NULL: flat */
     pt_comm_stats stats;
     double timeout_s;
+    int flight; /* its index in the flight recorder's groups + 1 (pt/flight.h); 0: not recorded */
     /* the request pool (comm.c): idle requests, the blocks they were made in (freed by c->free),
      * the size of one (the backend's request type, set by the backend), how many were made and
      * how many are pending now */

@@ -1,22 +1,36 @@
 /* trace_cmd.c: `pentatron trace merge DIR [--out FILE]`: the per-rank traces logging.trace wrote,
- * joined into one Chrome/Perfetto file with a process (a track) per rank. */
+ * joined into one Chrome/Perfetto file with a process (a track) per rank; `pentatron trace why
+ * DIR`: what every rank was doing when the run ended, and who held the others up (pt/flight.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "pt/flight.h"
 #include "pt/trace.h"
 
 static void pt_trace_usage(FILE *f) {
     fprintf(f, "usage: pentatron trace merge DIR [--out FILE]\n"
+               "       pentatron trace why DIR\n"
                "\n"
-               "Joins DIR/trace-rank*.json, which a run with logging.trace = DIR writes (one per rank:\n"
-               "the steps of logging.trace_steps), into one trace with a process per rank, for\n"
-               "chrome://tracing or ui.perfetto.dev. FILE defaults to DIR/trace.json.\n");
+               "merge: joins DIR/trace-rank*.json, which a run with logging.trace = DIR writes (one per\n"
+               "rank: the steps of logging.trace_steps), into one trace with a process per rank, for\n"
+               "chrome://tracing or ui.perfetto.dev. FILE defaults to DIR/trace.json.\n"
+               "why: reads DIR/flight-rank*.bin, each rank's record of its last communications (kept\n"
+               "up to date while the run goes, so also after a crash or a kill), and says what each\n"
+               "rank was doing at the end and which rank held the others up.\n");
 }
 
 int pt_cmd_trace(int argc, char **argv) {
     if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
         pt_trace_usage(stdout);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[0], "why")) {
+        pt_status st = pt_flight_why(argv[1], stdout);
+        if (st != PT_OK) {
+            fprintf(stderr, "error: %s\n", pt_last_error());
+            return 2;
+        }
         return 0;
     }
     if (argc < 2 || strcmp(argv[0], "merge") || (argc != 2 && !(argc == 4 && !strcmp(argv[2], "--out")))) {

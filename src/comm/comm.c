@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "comm/comm_backend.h"
+#include "pt/flight.h"
 #include "pt/trace.h"
 
 size_t pt_dtype_size(pt_dtype dt) {
@@ -53,8 +54,9 @@ static void pt_comm_pool_grow(pt_comm *c, int total) {
 
 void pt_comm_reserve(pt_comm *c, int n) { pt_comm_pool_grow(c, n); }
 
-pt_comm_req *pt_comm_req_take(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *a,
-                              const void *b) {
+/* peer: a send's or receive's group rank, else -1 */
+static pt_comm_req *pt_comm_req_make(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *a,
+                                     const void *b, int peer) {
     /* twice the most ever pending: a later step whose timing leaves a few more requests pending
      * at once than the first one did (fewer tests happening to find them done) finds them made */
     if (2 * (c->req_pending + 1) > c->req_made) {
@@ -73,11 +75,24 @@ pt_comm_req *pt_comm_req_take(pt_comm *c, pt_comm_op op, uint64_t bytes, const v
     c->stats.bytes[op] += bytes;
     r->t_post = pt_trace_on() ? pt_now() : 0.0;
     r->bytes = bytes;
+    r->flight_peer = peer >= 0 ? pt_flight_world_rank(c->flight - 1, peer) : -1;
+    r->flight_id = pt_flight_enter(c->flight - 1, op, r->flight_peer, bytes, &r->flight_seq);
     return r;
+}
+
+pt_comm_req *pt_comm_req_take(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *a,
+                              const void *b) {
+    return pt_comm_req_make(c, op, bytes, a, b, -1);
+}
+
+pt_comm_req *pt_comm_req_take_p2p(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *buf,
+                                  int peer) {
+    return pt_comm_req_make(c, op, bytes, buf, NULL, peer);
 }
 
 void pt_comm_req_done(pt_comm *c, pt_comm_req *r) {
     if (r->t_post > 0 && pt_trace_on()) pt_trace_comm(pt_comm_op_name(r->op), c->name, r->bytes, r->t_post, pt_now());
+    pt_flight_done(r->flight_id, c->flight - 1, r->op, r->flight_seq);
     if (r->held) pt_guard_release();
     r->held = 0;
     r->next_idle = c->req_idle;
@@ -104,6 +119,7 @@ void pt_comm_wait(pt_comm *c, pt_comm_req *r) {
     pt_comm_op op = r->op; /* r returns to the pool once done */
     double t0 = pt_now();
     struct timespec nap = {0, 20000};
+    pt_flight_wait_begin(c->flight - 1, op, r->flight_seq, r->flight_peer);
     for (long spins = 0;; spins++) {
         if (c->test(c, r)) break;
         /* spin briefly, then yield the core: oversubscribed ranks must let their peers run */
@@ -113,12 +129,18 @@ void pt_comm_wait(pt_comm *c, pt_comm_req *r) {
             else
                 nanosleep(&nap, NULL);
         }
-        if ((spins & 1023) == 0 && c->timeout_s > 0 && pt_now() - t0 > c->timeout_s)
-            pt_fatal(__FILE__, __LINE__,
-                     "%s over group \"%s\" (rank %d of %d) did not complete within %.0f s "
-                     "(parallel.timeout_s): a peer died or skipped the collective",
-                     pt_comm_op_name(op), c->name, c->rank, c->size, c->timeout_s);
+        if ((spins & 63) == 0) pt_flight_alive();
+        if ((spins & 1023) != 0 || spins == 0) continue;
+        if (c->timeout_s > 0 && pt_now() - t0 > c->timeout_s) {
+            pt_log_error("%s over group \"%s\" (rank %d of %d) did not complete within %.0f s "
+                         "(parallel.timeout_s): a peer died, hangs or skipped the collective; "
+                         "asking the ranks which", pt_comm_op_name(op), c->name, c->rank, c->size,
+                         c->timeout_s);
+            pt_flight_hang(c, 1);
+        }
+        if (pt_flight_asked()) pt_flight_hang(c, 0); /* another rank's wait timed out */
     }
+    pt_flight_wait_end();
     double dt = pt_now() - t0;
     c->stats.wait_seconds += dt;
     c->stats.wait_op[op] += dt;

@@ -14,6 +14,8 @@ struct pt_comm_req {
     int layered; /* a hierarchical all-reduce's (comm_hier.c), not the backend's own */
     double t_post;  /* when it was posted, while a trace records (trace.h); else 0 */
     uint64_t bytes; /* what it moves (for the trace) */
+    uint64_t flight_id, flight_seq; /* its flight record (pt/flight.h) and number in the group */
+    int flight_peer; /* send/recv: the peer's world rank */
 };
 
 /* An idle request of c's pool, for an operation op moving `bytes` (counted in c->stats now). The
@@ -23,9 +25,21 @@ struct pt_comm_req {
  * the backend reads and writes them in between. */
 pt_comm_req *pt_comm_req_take(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *a,
                               const void *b);
+/* The same for a send or receive with group rank `peer` (recorded as its world rank). */
+pt_comm_req *pt_comm_req_take_p2p(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *buf,
+                                  int peer);
 /* r completed: releases its hold and returns it to c's pool. */
 void pt_comm_req_done(pt_comm *c, pt_comm_req *r);
 /* Frees every request of c's pool, idle or not (from c->free). */
 void pt_comm_req_free_all(pt_comm *c);
+
+/* The diagnosis channel (the backend's; comm_mpi.c): messages between world ranks that never
+ * end the job on an error (a dead peer), for the flight recorder's hang protocol (flight.c).
+ * Ready once the world is made (pt_comm_world). A send does not block and its buffer must stay
+ * as it is until the process ends; a receive takes one message if one is there. */
+int pt_comm_diag_ready(void);
+void pt_comm_diag_send(int to, int tag, const void *buf, size_t bytes);
+int pt_comm_diag_pending(void);
+int pt_comm_diag_recv(void *buf, size_t cap, int *from, int *tag, size_t *len);
 
 #endif

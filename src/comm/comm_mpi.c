@@ -22,6 +22,7 @@
 
 #include "comm/comm_backend.h"
 #include "comm/comm_mpi.h"
+#include "pt/flight.h"
 
 typedef struct {
     pt_comm_req head;
@@ -140,6 +141,13 @@ static pt_mpi_req *pt_req_new(pt_comm *c, pt_comm_op op, uint64_t bytes, const v
     return (pt_mpi_req *)pt_comm_req_take(c, op, bytes, a, b);
 }
 
+/* The same for a send or receive with group rank peer. */
+static pt_mpi_req *pt_req_new_p2p(pt_comm *c, pt_comm_op op, uint64_t bytes, const void *buf,
+                                  int peer) {
+    if (pt_progress.on) __atomic_add_fetch(&pt_progress.pending, 1, __ATOMIC_RELAXED);
+    return (pt_mpi_req *)pt_comm_req_take_p2p(c, op, bytes, buf, peer);
+}
+
 /* Counts MPI limits to int: split larger messages before they reach here. */
 static int pt_icount(size_t n) {
     PT_ASSERTF(n <= (size_t)2147483647, "message of %zu elements exceeds MPI's int count", n);
@@ -196,14 +204,14 @@ static pt_comm_req *mpi_ialltoallv(pt_comm *c, const void *send, const int64_t *
 
 static pt_comm_req *mpi_isend(pt_comm *c, const void *buf, size_t count, pt_dtype dt, int peer,
                               int tag) {
-    pt_mpi_req *r = pt_req_new(c, PT_COMM_SEND, count * pt_dtype_size(dt), buf, NULL);
+    pt_mpi_req *r = pt_req_new_p2p(c, PT_COMM_SEND, count * pt_dtype_size(dt), buf, peer);
     PT_MPI_CHECK(MPI_Isend(buf, pt_icount(count), pt_mpi_type(dt), peer, tag, pt_mpi(c), &r->req));
     return &r->head;
 }
 
 static pt_comm_req *mpi_irecv(pt_comm *c, void *buf, size_t count, pt_dtype dt, int peer, int tag) {
     (void)count; /* bytes count what a rank sends: the receiver's are its peer's */
-    pt_mpi_req *r = pt_req_new(c, PT_COMM_RECV, 0, buf, NULL);
+    pt_mpi_req *r = pt_req_new_p2p(c, PT_COMM_RECV, 0, buf, peer);
     PT_MPI_CHECK(MPI_Irecv(buf, pt_icount(count), pt_mpi_type(dt), peer, tag, pt_mpi(c), &r->req));
     return &r->head;
 }
@@ -259,6 +267,7 @@ static pt_comm *mpi_dup(pt_comm *c, const char *name) {
 }
 
 static void mpi_free(pt_comm *c) {
+    pt_flight_group_remove(c->flight - 1);
     MPI_Comm_free((MPI_Comm *)c->handle);
     pt_comm_req_free_all(c);
     free(c->handle);
@@ -273,6 +282,24 @@ pt_comm *pt_comm_mpi_wrap(void *mpi_comm, const char *name, double timeout_s) {
     MPI_Comm_rank(pt_mpi(c), &c->rank);
     MPI_Comm_size(pt_mpi(c), &c->size);
     c->timeout_s = timeout_s;
+    /* the flight recorder's group: its members' world ranks */
+    int cmp = MPI_UNEQUAL;
+    MPI_Comm_compare(pt_mpi(c), MPI_COMM_WORLD, &cmp);
+    if (cmp == MPI_IDENT || cmp == MPI_CONGRUENT) {
+        c->flight = pt_flight_group_add(name, c->rank, c->size, NULL) + 1;
+    } else {
+        MPI_Group mine, world;
+        int *in = pt_malloc((size_t)c->size * sizeof *in), *out = pt_malloc((size_t)c->size * sizeof *out);
+        for (int i = 0; i < c->size; i++) in[i] = i;
+        MPI_Comm_group(pt_mpi(c), &mine);
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
+        MPI_Group_translate_ranks(mine, c->size, in, world, out);
+        MPI_Group_free(&mine);
+        MPI_Group_free(&world);
+        c->flight = pt_flight_group_add(name, c->rank, c->size, out) + 1;
+        free(in);
+        free(out);
+    }
     c->req_size = sizeof(pt_mpi_req) + 4 * (size_t)c->size * sizeof(int);
     c->iallreduce = mpi_iallreduce;
     c->ireduce_scatter = mpi_ireduce_scatter;
@@ -364,6 +391,7 @@ pt_status pt_comm_runtime_init(int *rank, int *world) {
     MPI_Op_create(pt_mpi_bf16_sum, 1, &pt_mpi_bf16_op);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, world);
+    pt_flight_start(*rank, *world);
     MPI_Comm host; /* the processes that share this host's memory */
     PT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
     MPI_Comm_size(host, &pt_mpi_local_size);
@@ -381,6 +409,7 @@ void pt_comm_host(int *host, int *local_rank) {
 }
 
 void pt_comm_runtime_finalize(void) {
+    pt_flight_finish();
     pt_progress_stop();
     if (pt_mpi_bf16_op != MPI_OP_NULL) MPI_Op_free(&pt_mpi_bf16_op);
     MPI_Finalize();
@@ -454,8 +483,51 @@ static void pt_world_handshake(double timeout_s) {
     free(words);
 }
 
+/* The diagnosis channel: a world communicator of its own, whose errors return to the caller
+ * (ignored) instead of ending the job, so that the ranks left can talk about a dead one. Sends
+ * are never waited for: their requests are dropped at once (MPI completes them on its own). */
+static MPI_Comm pt_diag = MPI_COMM_NULL;
+
+int pt_comm_diag_ready(void) { return pt_diag != MPI_COMM_NULL; }
+
+void pt_comm_diag_send(int to, int tag, const void *buf, size_t bytes) {
+    MPI_Request req;
+    static char none;
+    if (MPI_Isend(buf ? buf : &none, pt_icount(bytes), MPI_BYTE, to, tag, pt_diag, &req) == MPI_SUCCESS)
+        MPI_Request_free(&req);
+}
+
+int pt_comm_diag_pending(void) {
+    int flag = 0;
+    if (pt_diag != MPI_COMM_NULL) MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, pt_diag, &flag, MPI_STATUS_IGNORE);
+    return flag;
+}
+
+int pt_comm_diag_recv(void *buf, size_t cap, int *from, int *tag, size_t *len) {
+    int flag = 0, count = 0;
+    MPI_Status st;
+    if (pt_diag == MPI_COMM_NULL ||
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, pt_diag, &flag, &st) != MPI_SUCCESS || !flag)
+        return 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    *from = st.MPI_SOURCE, *tag = st.MPI_TAG, *len = (size_t)count;
+    if ((size_t)count > cap) { /* not ours to read: taken and dropped */
+        char *tmp = pt_malloc((size_t)count);
+        MPI_Recv(tmp, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, pt_diag, MPI_STATUS_IGNORE);
+        free(tmp);
+        *len = 0;
+        return 1;
+    }
+    MPI_Recv(buf, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, pt_diag, MPI_STATUS_IGNORE);
+    return 1;
+}
+
 pt_comm *pt_comm_world(double timeout_s) {
     pt_world_handshake(timeout_s);
+    if (pt_diag == MPI_COMM_NULL) { /* after the handshake: every rank is here */
+        PT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &pt_diag));
+        MPI_Comm_set_errhandler(pt_diag, MPI_ERRORS_RETURN);
+    }
     MPI_Comm world;
     PT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
     return pt_comm_mpi_wrap(&world, "world", timeout_s);

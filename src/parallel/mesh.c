@@ -7,6 +7,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "pt/flight.h"
 
 pt_status pt_degrees_resolve(pt_degrees *d, int world) {
     const char *names[] = {"dp", "tp", "pp", "cp", "ep"};
@@ -60,6 +63,8 @@ static pt_status pt_mesh_position(pt_comm *world, int *pos, int *hosts) {
     *pos = order && !strcmp(order, "rank") ? world->rank : before;
     return PT_OK;
 }
+
+static void pt_mesh_roster(const pt_mesh *m);
 
 pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     memset(m, 0, sizeof *m);
@@ -118,7 +123,22 @@ pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
         pt_log_info("mesh: hierarchical collectives over %s (within a host, across hosts; "
                     "PT_COMM_HIER = %s)", said, getenv("PT_COMM_HIER") ? getenv("PT_COMM_HIER") : "auto");
     pt_mesh_say_placement(m);
+    pt_mesh_roster(m);
     return PT_OK;
+}
+
+/* Every rank's coordinates and host, for the flight recorder to name a rank that does not answer
+ * (pt/flight.h): gathered over the world once. */
+static void pt_mesh_roster(const pt_mesh *m) {
+    enum { E = PT_FLIGHT_LABEL + PT_FLIGHT_HOST };
+    char mine[E] = {0};
+    snprintf(mine, PT_FLIGHT_LABEL, "dp%d pp%d cp%d tp%d", m->dp_i, m->pp_i, m->cp_i, m->tp_i);
+    gethostname(mine + PT_FLIGHT_LABEL, PT_FLIGHT_HOST - 1);
+    pt_flight_set_label(mine);
+    char *all = pt_malloc((size_t)m->world_size * E);
+    pt_allgather(m->world, mine, all, E / 4, PT_DTYPE_I32);
+    pt_flight_set_roster(all, m->world_size);
+    free(all);
 }
 
 /* With several hosts, rank 0 says which groups stay within a host and which cross (each group's
