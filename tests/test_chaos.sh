@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test_chaos.sh PENTATRON: `pentatron launch` under fire. Over seeded trials, a dp 2 job saving
 # every step runs under `launch --restarts`, while ranks are SIGKILLed at random moments (during
-# start-up, mid-step, mid-save): every trial must complete (launch exits 0) and the loss of each
-# step, as last written in the appended metrics, must equal an uninterrupted run's bit for bit.
+# start-up, mid-step, mid-save) or, the first fault of every even trial, stopped (SIGSTOP: a hung
+# rank; the other times out after parallel.timeout_s = 5, names the stopped rank and ends the job,
+# which launch restarts): every trial must complete (launch exits 0) and the loss of each step,
+# as last written in the appended metrics, must equal an uninterrupted run's bit for bit.
 # Size: PT_CHAOS_SEED (1), PT_CHAOS_TRIALS (4), PT_CHAOS_KILLS (kills per trial at most, 3),
 # PT_CHAOS_STEPS (150; a run of them takes ~5 s here, 1 of which is start-up). Also: launch refuses a job that would not resume, and a signal to the
 # launcher is forwarded to the job and ends the supervision.
@@ -13,6 +15,10 @@ seed="${PT_CHAOS_SEED:-1}" trials="${PT_CHAOS_TRIALS:-4}" max_kills="${PT_CHAOS_
 steps="${PT_CHAOS_STEPS:-150}"
 RANDOM=$seed
 job=(--parallel.dp=2 --training.micro_batch=2 --training.steps="$steps")
+# a stopped rank is found by the others' timeouts: short ones (a rank stopped in MPI_Init by the
+# start-up watchdog's)
+hang=(--parallel.timeout_s=5)
+export PT_STARTUP_TIMEOUT=15
 t_start=$SECONDS
 
 timeout 120 mpiexec -np 2 "$bin" train "${tiny[@]}" "${job[@]}" --logging.metrics="$tmp/ref.jsonl" \
@@ -26,14 +32,14 @@ ranks() {
   done
 }
 
-total_kills=0 total_restarts=0 all_redone=()
+total_kills=0 total_restarts=0 total_stops=0 total_named=0 all_redone=()
 for trial in $(seq 1 "$trials"); do
   ck="$tmp/ck_chaos$trial" m="$tmp/chaos$trial.jsonl" log="$tmp/chaos$trial.log"
   "$bin" launch --restarts 20 --backoff 0 -- mpiexec -np 2 "$bin" train "${tiny[@]}" "${job[@]}" \
-      --checkpoint.dir="$ck" --checkpoint.every=1 --checkpoint.resume=latest \
+      --checkpoint.dir="$ck" --checkpoint.every=1 --checkpoint.resume=latest "${hang[@]}" \
       --logging.metrics="$m" > "$log" 2>&1 &
   launcher=$!
-  kills=$((1 + RANDOM % max_kills)) done_kills=0
+  kills=$((1 + RANDOM % max_kills)) done_kills=0 done_stops=0
   for k in $(seq 1 $kills); do
     # each kill aimed at a run of the job: wait for its ranks (its start or a restart), then
     # 0 to 2.9 s into it (start-up, steps, saves; a run is ~1 s of start-up and ~2 s of steps
@@ -49,14 +55,23 @@ for trial in $(seq 1 "$trials"); do
     victims=($(ranks "$ck"))
     [ ${#victims[@]} -eq 0 ] && continue                 # between two runs
     v=${victims[$((RANDOM % ${#victims[@]}))]}
-    kill -9 "$v" 2>/dev/null && done_kills=$((done_kills + 1))
+    if [ $k -eq 1 ] && [ $((trial % 2)) -eq 0 ]; then
+      kill -STOP "$v" 2>/dev/null && done_stops=$((done_stops + 1))
+      # the next fault for the next run: this one ends when the other rank times out
+      for _ in $(seq 1 300); do [ -d "/proc/$v" ] || break; sleep 0.1; done
+    else
+      kill -9 "$v" 2>/dev/null && done_kills=$((done_kills + 1))
+    fi
   done
   bash -c "sleep 120; kill -9 $launcher" > /dev/null 2>&1 & watchdog=$!   # (a subshell would share the EXIT trap)
   wait $launcher; rc=$?
   kill $watchdog 2>/dev/null
+  for p in $(ranks "$ck"); do kill -9 "$p" 2>/dev/null; done    # (a stopped rank of a job given up)
   restarts=$(grep -c "restart [0-9]* of" "$log")
+  named=$(grep -c "hang: rank [01] (dp[01] pp0 cp0 tp0) on host .* does not answer" "$log")
   out="$("$PY" "$CMP" --exact "$tmp/ref.jsonl" "$m" "trial $trial")"; cmp=$?
-  echo "$out ($done_kills kills, launch: $restarts restarts, exit $rc)"
+  echo "$out ($done_kills kills, $done_stops stops ($named named), launch: $restarts restarts, exit $rc)"
+  total_stops=$((total_stops + done_stops)) total_named=$((total_named + named))
   if [ $rc -eq 0 ] && [ $cmp -eq 0 ]; then ok
   else bad "trial $trial: launch exit $rc: $(grep -v "^\[rank 0\] *step\|^\[rank 0\] checkpoint" "$log" | tail -25)"; fi
   total_kills=$((total_kills + done_kills)) total_restarts=$((total_restarts + restarts))
@@ -66,6 +81,9 @@ redone_sum=0; for r in "${all_redone[@]}"; do redone_sum=$((redone_sum + r)); do
 # a chaos test that killed nothing tested nothing
 [ "$total_kills" -ge "$trials" ] && [ "$total_restarts" -ge 1 ] && ok ||
   bad "only $total_kills kills and $total_restarts restarts in $trials trials"
+# and a stopped rank is named, by whoever timed out waiting for it
+[ $trials -lt 2 ] || { [ "$total_stops" -ge 1 ] && [ "$total_named" -ge 1 ] && ok ||
+  bad "$total_stops stops landed, $total_named named (\"hang: rank N ... does not answer\")"; }
 
 echo "chaos: seed $seed, $trials trials of $steps steps, $total_kills kills, $total_restarts restarts," \
      "steps redone per restart seen in the metrics: ${all_redone[*]:-none} (sum $redone_sum), $((SECONDS - t_start)) s"

@@ -233,6 +233,53 @@ static void test_recorder_and_why(void **state) {
     free(st[0]), free(st[1]);
 }
 
+/* Flight files mutated at random (seeded: bytes changed, files cut short): `trace why` reads
+ * each to a verdict or an error, never out of bounds or into a loop (tests/test_flight_asan.sh
+ * runs this under the sanitizers). */
+static void test_why_fuzz(void **state) {
+    (void)state;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/fuzz", tu_tmpdir());
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/fuzz", tu_tmpdir());
+    assert_int_equal(system(cmd), 0);
+    pt_flight_state *st[2] = {mk(0, 2), mk(1, 2)};
+    static const int pair[] = {0, 1};
+    wait_in(st[0], grp(st[0], "dp", 7, pair, 2, 3, 2, 5), PT_COMM_REDUCE_SCATTER, 3, -1);
+    st[0]->answered = 1;
+    grp(st[1], "dp", 7, pair, 2, 2, 2, 5);
+    st[1]->nrec = 300;
+    uint64_t rng = 12345;
+    size_t bytes = st[0]->bytes;
+    unsigned char *buf = malloc(bytes);
+    int iters = getenv("PT_FUZZ_ITERS") ? atoi(getenv("PT_FUZZ_ITERS")) : 300, errors = 0;
+    for (int it = 0; it < iters; it++) {
+        for (int r = 0; r < 2; r++) {
+            memcpy(buf, st[r], bytes);
+            size_t len = bytes;
+            int flips = 1 + (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 60);
+            for (int k = 0; k < flips; k++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                /* mostly the header and group table, where the counts and indices are */
+                size_t at = (size_t)(rng >> 33) % (k & 1 ? bytes : sizeof(pt_flight_state) - sizeof st[0]->ring);
+                buf[at] = (unsigned char)(rng >> 20);
+            }
+            if (it % 17 == 0) len = (size_t)(rng >> 35) % bytes;
+            char path[1400];
+            snprintf(path, sizeof path, "%s/flight-rank%d.bin", dir, r);
+            tu_write_file(path, (const char *)buf, len);
+        }
+        char *text;
+        size_t tl;
+        FILE *f = open_memstream(&text, &tl);
+        if (pt_flight_why(dir, f) != PT_OK) errors++;
+        fclose(f);
+        free(text);
+    }
+    printf("%d mutated pairs of flight files: %d refused, the others explained\n", iters, errors);
+    free(buf), free(st[0]), free(st[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_silent_rank),
@@ -240,6 +287,7 @@ int main(void) {
         cmocka_unit_test(test_frozen_and_stuck),
         cmocka_unit_test(test_deadlock_and_nothing),
         cmocka_unit_test(test_recorder_and_why),
+        cmocka_unit_test(test_why_fuzz),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,7 +24,7 @@ const char *pt_comm_op_name(pt_comm_op op) {
     static const char *names[PT_COMM_OP_COUNT] = {"all-reduce", "reduce-scatter", "all-gather",
                                                   "all-to-all", "send", "recv", "broadcast",
                                                   "barrier"};
-    return op < PT_COMM_OP_COUNT ? names[op] : "?";
+    return (int)op >= 0 && op < PT_COMM_OP_COUNT ? names[op] : "?";
 }
 
 enum { PT_COMM_POOL_MIN = 16 };

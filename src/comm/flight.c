@@ -569,6 +569,27 @@ static const char *pt_fmt_time(double t, char *out, size_t cap) {
     return out;
 }
 
+/* A state read from a file, made safe to read: strings ended, sizes and indices within range. */
+static void pt_flight_sanitize(pt_flight_state *s) {
+    s->label[sizeof s->label - 1] = s->host[sizeof s->host - 1] = 0;
+    if (s->members_used < 0) s->members_used = 0;
+    for (int g = 0; g < s->ngroups; g++) {
+        pt_flight_group *G = &s->groups[g];
+        G->name[sizeof G->name - 1] = 0;
+        if (G->size < 0 || G->size > s->world) G->size = 0;
+        if (G->members < -2 || (G->members >= 0 && (int64_t)G->members + G->size > s->members_used))
+            G->members = -2;
+        if (G->last_op < 0 || G->last_op >= PT_COMM_OP_COUNT) G->last_op = PT_COMM_BARRIER, G->last_seq = 0;
+    }
+    if (s->wait_op < 0 || s->wait_op >= PT_COMM_OP_COUNT) s->waiting = 0;
+    if (s->wait_peer < -1 || s->wait_peer >= s->world) s->wait_peer = -1;
+    for (int i = 0; i < PT_FLIGHT_RING; i++) {
+        pt_flight_rec *q = &s->ring[i];
+        if (q->op < 0 || q->op >= PT_COMM_OP_COUNT) q->op = PT_COMM_BARRIER;
+        if (q->peer < -1 || q->peer >= s->world) q->peer = -1;
+    }
+}
+
 pt_status pt_flight_why(const char *dir, FILE *out) {
     DIR *d = opendir(dir);
     if (!d) return pt_errorf(PT_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
@@ -590,16 +611,14 @@ pt_status pt_flight_why(const char *dir, FILE *out) {
         if (pt_read_file(path, &data, &len) != PT_OK) continue;
         pt_flight_state *s = (pt_flight_state *)data;
         if (len < sizeof *s || memcmp(s->magic, PT_FLIGHT_MAGIC, 8) || s->version != PT_FLIGHT_VERSION ||
-            s->bytes != len || s->rank != r || s->world <= r || s->ngroups < 0 ||
+            s->bytes != len || s->rank != r || s->world <= r || s->world > 1 << 20 || s->ngroups < 0 ||
             s->ngroups > PT_FLIGHT_GROUPS || s->members_cap < 0 ||
             sizeof *s + (size_t)s->members_cap * 4 != len || s->members_used > s->members_cap) {
             bad = pt_errorf(PT_ERR_FORMAT, "%s: not a flight record of this version", path);
             free(data);
             continue;
         }
-        for (int g = 0; g < s->ngroups; g++) /* members within the table */
-            if (s->groups[g].members >= 0 && s->groups[g].members + s->groups[g].size > s->members_used)
-                s->groups[g].members = -2;
+        pt_flight_sanitize(s);
         if (r >= cap) {
             int nc = r + 1 > 2 * cap ? r + 1 : 2 * cap;
             st = pt_realloc(st, (size_t)nc * sizeof *st);
@@ -629,13 +648,14 @@ pt_status pt_flight_why(const char *dir, FILE *out) {
         if (st[r] && st[r]->world != n) free(st[r]), st[r] = NULL;
     pt_fv v = {(const pt_flight_state *const *)st, (const pt_flight_state *const *)st, n, NULL, NULL, 0, 0};
     fprintf(out, "%s: flight records of %d ranks\n", dir, n);
-    int finished = 0;
+    int finished = 0, missing = 0;
     for (int r = 0; r < n; r++) {
         const pt_flight_state *s = st[r];
         char who[256], op[200], last[256], when[32];
         pt_fv_who(&v, r, who, sizeof who);
         if (!s) {
-            fprintf(out, "  %s: no file\n", who);
+            if (missing++ < 16) fprintf(out, "  %s: no file\n", who);
+            else if (missing == 17) fprintf(out, "  (more ranks without a file: see the count below)\n");
             continue;
         }
         finished += s->finished;
@@ -681,6 +701,7 @@ pt_status pt_flight_why(const char *dir, FILE *out) {
         return PT_OK;
     }
     for (int r = 0; r < n; r++) silent[r] = explained && (!st[r] || (!st[r]->answered && !st[r]->finished));
+    if (missing) fprintf(out, "%d of %d ranks left no file\n", missing, n);
     char *text = pt_malloc(16384);
     int causes = pt_flight_verdict((const pt_flight_state *const *)st, silent, n, NULL, text, 16384);
     free(silent);
