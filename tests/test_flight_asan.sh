@@ -7,5 +7,5 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/asan_common.sh"
 pt_asan_run test_flight_asan "jansson cmocka ompi-c" \
-    tests/test_flight.c tests/testutil.c src/comm/flight.c src/comm/comm.c src/comm/comm_mpi.c \
+    tests/test_flight.c tests/testutil.c src/comm/flight.c src/comm/comm.c src/comm/comm_names.c src/comm/comm_mpi.c \
     src/comm/comm_hier.c src/core/core.c src/core/trace.c

@@ -13,6 +13,8 @@
 #include "pt/config.h"
 #include "pt/data.h"
 #include "pt/metrics.h"
+#include "pt/safetensors.h"
+#include "pt/trace.h"
 #include "testutil.h"
 
 /* Fails the test unless the last error contains needle. */
@@ -217,21 +219,29 @@ static void test_memory_precheck_overflow_and_limit(void **state) {
     assert_int_equal(pt_memory_precheck(&m, 16, 16, 1, (int64_t)1 << 30, "the limit"),
                      PT_ERR_CONFIG);
     expect_msg("needs at least");
-    expect_msg("but the limit is 1.00 GiB");
+    expect_msg("but the limit is 1.0 GiB");
 }
 
-/* A metrics line that cannot be written (a full disk: /dev/full) is an error naming the file. */
+/* A metrics line that cannot be written (a full disk: the stream swapped for /dev/full's) is an
+ * error naming the file; a device as logging.metrics is refused when it is opened. */
 static void test_metrics_write_error_reported(void **state) {
     (void)state;
     pt_metrics mx;
-    assert_int_equal(pt_metrics_open(&mx, "/dev/full", NULL, 10, 1), PT_OK);
+    char path[700];
+    snprintf(path, sizeof path, "%s/m.jsonl", tu_tmpdir());
+    assert_int_equal(pt_metrics_open(&mx, path, NULL, 10, 1), PT_OK);
+    fclose(mx.f);
+    mx.f = fopen("/dev/full", "w");
+    assert_non_null(mx.f);
     pt_step_stats s = {.step = 1, .loss = 1.0};
     pt_config c;
     pt_config_defaults(&c);
     pt_rank_memory mem = {0};
     assert_int_equal(pt_metrics_write(&mx, &s, &c.model, &mem), PT_ERR_IO);
-    expect_msg("logging.metrics: writing /dev/full failed at step 1: No space left on device");
+    expect_msg("m.jsonl failed at step 1: No space left on device");
     pt_metrics_close(&mx);
+    assert_int_equal(pt_metrics_open(&mx, "/dev/full", NULL, 10, 1), PT_ERR_IO);
+    expect_msg("logging.metrics: /dev/full is a device, not a regular file");
 }
 
 /* checkpoint.dir and logging.metrics are probed before the first step; a directory under a
@@ -251,6 +261,91 @@ static void test_writable_dir_probe(void **state) {
     expect_msg("Not a directory");
 }
 
+/* name under the test's directory links/ (made), the victim a regular file holding "precious" */
+static void link_case(char *path, size_t cap, const char *name, char *victim, size_t vcap) {
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/links", tu_tmpdir());
+    assert_int_equal(pt_mkdirs(dir), PT_OK);
+    snprintf(victim, vcap, "%s/victim", dir);
+    tu_write_file(victim, "precious", 8);
+    snprintf(path, cap, "%s/%s", dir, name);
+    unlink(path);
+}
+
+static void expect_victim_whole(const char *victim) {
+    char *text;
+    size_t len;
+    assert_int_equal(pt_read_file(victim, &text, &len), PT_OK);
+    if (len != 8 || memcmp(text, "precious", 8) != 0)
+        fail_msg("%s was written through a link: %zu bytes", victim, len);
+    free(text);
+}
+
+/* No output is written through a symbolic link: a linked temporary (config.json.tmp; before,
+ * opened O_TRUNC: the victim overwritten, then the link renamed into place) or a linked final
+ * file is refused naming it; a stale regular temporary (a crash's) is replaced. */
+static void test_atomic_write_never_follows_links(void **state) {
+    (void)state;
+    char path[800], tmp[820], victim[800];
+    link_case(path, sizeof path, "a.json", victim, sizeof victim);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    unlink(tmp);
+    assert_int_equal(symlink(victim, tmp), 0);
+    assert_int_equal(pt_write_file_atomic(path, "new", 3), PT_ERR_IO);
+    expect_msg("a.json.tmp: a symbolic link");
+    expect_victim_whole(victim);
+    unlink(tmp);
+    tu_write_file(tmp, "stale", 5);
+    assert_int_equal(pt_write_file_atomic(path, "new", 3), PT_OK);
+    struct stat sb;
+    assert_int_equal(lstat(tmp, &sb) == 0, 0);
+    unlink(path);
+    assert_int_equal(symlink(victim, path), 0);
+    assert_int_equal(pt_write_file_atomic(path, "new", 3), PT_ERR_IO);
+    expect_msg("a.json: a symbolic link");
+    expect_victim_whole(victim);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+}
+
+/* The safetensors writer's temporary (fopen "wb" before), the trace (fopen "w") and the probe of
+ * a writable directory (O_TRUNC on a predictable name) never write through a link. */
+static void test_outputs_never_follow_links(void **state) {
+    (void)state;
+    char path[1000], tmp[1020], victim[800];
+    link_case(path, sizeof path, "w.safetensors", victim, sizeof victim);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    unlink(tmp);
+    assert_int_equal(symlink(victim, tmp), 0);
+    pt_st_writer *w = pt_st_writer_create();
+    float x[2] = {1, 2};
+    int64_t shape[1] = {2};
+    assert_int_equal(pt_st_writer_add_f32(w, "x", shape, 1, x, PT_ST_DTYPE_F32), PT_OK);
+    assert_int_equal(pt_st_writer_write(w, path), PT_ERR_IO);
+    expect_msg("w.safetensors.tmp: a symbolic link");
+    expect_victim_whole(victim);
+    unlink(tmp);
+    assert_int_equal(pt_st_writer_write(w, path), PT_OK); /* and without the link it writes */
+    pt_st_writer_free(w);
+
+    link_case(path, sizeof path, "trace-rank0.json", victim, sizeof victim);
+    assert_int_equal(symlink(victim, path), 0);
+    assert_int_equal(pt_trace_write(path, "rank 0"), PT_ERR_IO);
+    expect_msg("trace-rank0.json: a symbolic link");
+    expect_victim_whole(victim);
+
+    char host[64] = "", name[200];
+    gethostname(host, sizeof host - 1);
+    snprintf(name, sizeof name, ".pentatron-probe-%s-%ld", host, (long)getpid());
+    link_case(path, sizeof path, name, victim, sizeof victim);
+    assert_int_equal(symlink(victim, path), 0);
+    snprintf(tmp, sizeof tmp, "%s/links", tu_tmpdir());
+    assert_int_equal(pt_check_writable_dir(tmp, "checkpoint.dir"), PT_ERR_IO);
+    expect_msg("a symbolic link");
+    expect_victim_whole(victim);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config_long_values_refused_not_truncated),
@@ -264,6 +359,8 @@ int main(void) {
         cmocka_unit_test(test_memory_precheck_overflow_and_limit),
         cmocka_unit_test(test_metrics_write_error_reported),
         cmocka_unit_test(test_writable_dir_probe),
+        cmocka_unit_test(test_atomic_write_never_follows_links),
+        cmocka_unit_test(test_outputs_never_follow_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

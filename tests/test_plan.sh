@@ -3,6 +3,8 @@
 #   - --json: one object with the fields docs/plan.md names, the step the sum of its parts, the
 #     memory the sum of its kinds; bad input (no hardware, a layout that does not divide the model
 #     or does not fit the cluster, an unknown key) one message and exit 1;
+#   - the models and layouts the trainer refuses (zero or inconsistent sizes, 2^31 - 1 layers, the
+#     layout checks) refused by plan, fast, with the trainer's own message; --search too;
 #   - the published runs (configs/plan/*.ini, inputs cited there), predicted step time against the
 #     published one: the goal is +-15%; a case outside it must still predict what docs/plan.md
 #     reports (within 2%), so that a change to the model shows up here and in the docs together;
@@ -40,13 +42,13 @@ print("json:", "missing " + str(missing) if missing else "fields present", "part
 sys.exit(0 if ok else 1)
 PY
 
-# bad input: one message, exit 1
+# bad input: one message, exit 2 (refused: cli/commands.h)
 expect_plan_fail() { # NEEDLE ARGS...
   local needle="$1"; shift
   local out rc n
   out="$(plan "$@" 2>&1)"; rc=$?
   n=$(grep -cF -- "$needle" <<<"$out")
-  if [ $rc -eq 1 ] && [ "$n" -eq 1 ]; then ok; else bad "plan $*: exit $rc, '$needle' $n times: $out"; fi
+  if [ $rc -eq 2 ] && [ "$n" -eq 1 ]; then ok; else bad "plan $*: exit $rc, '$needle' $n times: $out"; fi
 }
 expect_plan_fail "--hardware FILE is required" "${tiny[@]}"
 expect_plan_fail "must divide model.n_heads" "${tiny[@]}" --parallel.tp=3 --hardware "$src/hardware/h100_sxm.ini"
@@ -55,6 +57,41 @@ expect_plan_fail "plan.block" "${tiny[@]}" --plan.block=bert --hardware "$src/ha
 expect_plan_fail "nodes" "${tiny[@]}" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=0
 printf '[hardware]\nname = q\ndevices_per_node = 8\nnodes = 1\npeak_flops = 1e14\nmemory_bytes = 8e10\nmemory_bw = 2e12\nintra_bw = 2e11\nintra_latency = 3e-6\ninter_bw = 2e10\ninter_latency = 5e-6\n' > "$tmp/hwq.ini"
 expect_plan_fail "go together" "${tiny[@]}" --hardware "$tmp/hwq.ini" --hardware.gemm_units=108
+
+# the planner takes exactly the models and layouts the trainer takes: the same bad input refused
+# by both, fast, with the same one message naming the key (train under mpiexec when it needs ranks)
+same_refusal() { # NP KEY ARGS...
+  local np="$1" key="$2"; shift 2
+  local pout prc tout trc msg launcher=()
+  pout="$(timeout 20 "$bin" plan "${tiny[@]}" "$@" --hardware "$src/hardware/h100_sxm.ini" 2>&1)"; prc=$?
+  msg="$(sed -n 's/^pentatron plan: //p' <<<"$pout")"
+  [ "$np" -gt 1 ] && launcher=(mpiexec -np "$np")
+  tout="$(timeout 60 "${launcher[@]}" "$bin" train "${tiny[@]}" "$@" 2>&1)"; trc=$?
+  if [ $prc -eq 2 ] && [ "$(grep -c . <<<"$pout")" -eq 1 ] && grep -qF -- "$key" <<<"$msg" &&
+     [ $trc -ne 0 ] && [ $trc -ne 124 ] && [ "$(grep -cF -- "error: $msg" <<<"$tout")" -eq 1 ]; then ok
+  else bad "plan and train $*: plan exit $prc: $(head -2 <<<"$pout"); train exit $trc: $(grep -i error <<<"$tout" | head -2)"; fi
+}
+same_refusal 1 model.n_heads --model.n_heads=0
+same_refusal 1 model.dim --model.dim=0
+same_refusal 1 model.n_kv_heads --model.n_kv_heads=0
+same_refusal 1 model.ffn_dim --model.ffn_dim=0
+same_refusal 1 model.vocab_size --model.vocab_size=0
+same_refusal 1 model.n_kv_heads --model.n_heads=3 --model.n_kv_heads=8 --model.head_dim=8
+same_refusal 1 model.n_layers --model.n_layers=2147483647
+same_refusal 1 model.max_seq_len --training.seq_len=64
+same_refusal 1 model.head_dim --model.head_dim=512
+same_refusal 2 model.n_kv_heads --model.n_heads=6 --model.n_kv_heads=3 --model.head_dim=8 --parallel.tp=2
+same_refusal 2 model.n_layers --model.n_layers=3 --parallel.pp=2 --parallel.pp_schedule=interleaved --parallel.pp_virtual=2
+same_refusal 2 model.tied_embeddings --parallel.pp=2 --parallel.pp_head=split --model.tied_embeddings=true
+same_refusal 1 parallel.pp --parallel.pp_head=split
+# --search checks the model first too (its layouts skip only what a layout gets wrong)
+expect_plan_fail "model.n_heads must be > 0" "${tiny[@]}" --model.n_heads=0 --search --hardware "$src/hardware/h100_sxm.ini"
+out="$(timeout 20 "$bin" plan "${tiny[@]}" --model.n_layers=2147483647 --search --hardware "$src/hardware/h100_sxm.ini" 2>&1)"
+[ $? -eq 2 ] && [ "$(grep -c "model.n_layers" <<<"$out")" -eq 1 ] && ok || bad "plan --search with 2^31 - 1 layers: $out"
+# a mixture of experts with model.moe_ffn_dim = 0 is planned as the trainer builds it: ffn_dim
+moe=("${tiny[@]}" --model.n_experts=4 --model.top_k=2 --hardware "$src/hardware/h100_sxm.ini" --json)
+if plan "${moe[@]}" > "$tmp/moe0.json" && plan "${moe[@]}" --model.moe_ffn_dim=48 > "$tmp/moe48.json" &&
+   cmp -s "$tmp/moe0.json" "$tmp/moe48.json"; then ok; else bad "moe_ffn_dim = 0 not planned as ffn_dim"; fi
 
 # the measured collectives and skew (docs/plan.md, "Collectives, measured" and "Skew"): the comm
 # layer's reduce-scatter and all-gather measured at twice the ring's α–β time at both ends of the

@@ -35,7 +35,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -367,6 +369,72 @@ static void test_whitespace_follows_the_rust_crate(void **state) {
         pt_tokenizer_free(t);
     }
     free(ws[0]);
+}
+
+/* Long runs of whitespace: runs of 20,000 spaces, spaces then a word, newlines, tabs, mixed
+ * whitespace and runs between words against hf-llama3 (the Rust crate's semantics), then prepare
+ * on 10,000,000 more spaces before the word: Llama 3's \s*[\r\n]+ backtracks over a run before
+ * \s+(?!\S) takes it, and PCRE2's default match limit (10^7 steps) stopped it there. The
+ * references encode a run of spaces as 128-space tokens from its start, then the rest (a million
+ * spaces: 7,812 of them and a 64-space token), so the long run's tokens are the short one's with
+ * 78,125 more of its first token in front. */
+static void test_whitespace_runs_match_references(void **state) {
+    (void)state;
+    if (!have_node()) return;
+    enum { RUN = 20000, MORE = 10000000, NF = 6 };
+    static const char *const names[NF] = {"spaces", "word", "newlines", "tabs", "mixed", "between"};
+    /* the parts of each file: a string and how many times, "" ends */
+    static const struct {
+        const char *s;
+        size_t reps;
+    } parts[NF][9] = {
+        {{" ", RUN}, {"", 0}},
+        {{" ", RUN}, {"word", 1}, {"", 0}},
+        {{"\n", RUN}, {"", 0}},
+        {{"\t", RUN}, {"", 0}},
+        {{" \t\n \r\n  \xc2\xa0\xe3\x80\x80 \xe2\x80\xa8", RUN / 17}, {"x y", 1}, {"", 0}},
+        {{"a", 1}, {" ", RUN}, {"b\n", 1}, {"\n", RUN}, {"c", 1}, {"\t", RUN}, {"\n d", 1}, {"\r\n", RUN / 2}, {"e", 1}},
+    };
+    char *paths[NF], *doc = malloc(MORE + 4 * RUN);
+    for (int f = 0; f < NF; f++) {
+        size_t k = 0;
+        for (int p = 0; p < 9 && parts[f][p].s[0]; p++)
+            for (size_t r = 0, l = strlen(parts[f][p].s); r < parts[f][p].reps; r++, k += l)
+                memcpy(doc + k, parts[f][p].s, l);
+        paths[f] = pt_malloc(700);
+        snprintf(paths[f], 700, "%s/ws_%s.txt", tu_tmpdir(), names[f]);
+        tu_write_file(paths[f], doc, k);
+    }
+    pt_tokenizer *t = open_tok(g_llama3);
+    const char *ref = "hf-llama3";
+    compare("llama3 whitespace runs", t, &ref, 1, "", paths, NF);
+    size_t nw;
+    int32_t *want = encode_file(t, paths[1], &nw, NULL);
+    pt_tokenizer_free(t);
+    char big[700], out[700], shard[800], *data;
+    snprintf(big, sizeof big, "%s/ws_long.txt", tu_tmpdir());
+    snprintf(out, sizeof out, "%s/ws_long", tu_tmpdir());
+    memset(doc, ' ', MORE + RUN);
+    memcpy(doc + MORE + RUN, "word", 4);
+    tu_write_file(big, doc, MORE + RUN + 4);
+    free(doc);
+    const char *args[] = {"--tokenizer", g_llama3, "--out", out, big};
+    if (tu_run_argv(pt_cmd_prepare, args, 5) != 0) fail_msg("prepare on %d spaces then \"word\": %s", MORE + RUN, pt_last_error());
+    size_t len, more = MORE / 128;
+    snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+    if (pt_read_file(shard, &data, &len) != PT_OK) fail_msg("%s", pt_last_error());
+    assert_int_equal(len, 1024 + 4 * (1 + more + nw));
+    const uint32_t *ids = (const uint32_t *)(data + 1024);
+    assert_int_equal(ids[0], 128000);
+    for (size_t i = 0; i < more + nw; i++) {
+        int32_t w = i < more ? want[0] : want[i - more];
+        if ((int32_t)ids[1 + i] != w) fail_msg("%s: token %zu is %u, want %d", shard, 1 + i, ids[1 + i], w);
+    }
+    print_message("  %d spaces then \"word\": %zu tokens, the reference's on %d spaces after %zu more of its "
+                  "first\n", MORE + RUN, more + nw, RUN, more);
+    free(data);
+    free(want);
+    for (int f = 0; f < NF; f++) free(paths[f]);
 }
 
 /* ---- without node: behaviour and bad files ---- */
@@ -809,6 +877,57 @@ static void test_file_bad_tiktoken(void **state) {
     }
 }
 
+/* One id far beyond the tokens a file gives (a sparse id in a tiny tokenizer.json's vocabulary or
+ * added tokens, a tiktoken rank) is refused at once, naming the file and the id. The opens run in
+ * a child under an address-space limit of 512 MiB more than it has (not under ASan, whose shadow
+ * memory needs more), so that tables sized by the id fail here fast instead of taking 10 GB. */
+static void test_file_sparse_id_refused(void **state) {
+    (void)state;
+    enum { N = 3 };
+    char paths[N][512];
+    const char *ids[N] = {"2147483645", "2147483600", "2147483644"};
+    for (int i = 0; i < N; i++) snprintf(paths[i], sizeof paths[i], "%s/sparse%d.%s", tu_tmpdir(), i, i < 2 ? "json" : "tiktoken");
+    json_t *j = tiny_json();
+    json_object_set_new(json_object_get(json_object_get(j, "model"), "vocab"), "zz", json_integer(2147483645));
+    write_json(paths[0], j);
+    json_decref(j);
+    j = tiny_json();
+    json_object_set_new(j, "added_tokens", json_pack("[{s:I, s:s}]", "id", (json_int_t)2147483600, "content", "<x>"));
+    write_json(paths[1], j);
+    json_decref(j);
+    tu_write_file(paths[2], "IQ== 2147483644\n", 16);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+#ifndef __SANITIZE_ADDRESS__
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(3);
+        fclose(f);
+        struct rlimit r;
+        getrlimit(RLIMIT_AS, &r);
+        r.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)512 << 20);
+        if (setrlimit(RLIMIT_AS, &r) != 0) _exit(3);
+#endif
+        for (int i = 0; i < N; i++) {
+            pt_tokenizer *t = NULL;
+            pt_status st = pt_tokenizer_open(&t, paths[i]);
+            const char *e = pt_last_error();
+            if (st == PT_OK || t || !strstr(e, paths[i]) || !strstr(e, ids[i])) {
+                fprintf(stderr, "%s: %s, \"%s\" (expected an error naming it and id %s)\n", paths[i],
+                        st == PT_OK ? "opened" : "failed", st == PT_OK ? "" : e, ids[i]);
+                _exit(1);
+            }
+        }
+        _exit(0);
+    }
+    int status = 0;
+    assert_true(pid > 0 && waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("opening the files with a sparse id: the child %s %d", WIFEXITED(status) ? "exited with" : "died of signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+
 /* The real Llama 3 file cut in half: one message, no crash. */
 static void test_file_truncated_llama3(void **state) {
     (void)state;
@@ -926,6 +1045,75 @@ static void test_file_prepare_writes_uint32_shards(void **state) {
     free(want);
 }
 
+/* The tiny tokenizer's file (its Llama 3 pattern), a text file and a directory for prepare. */
+static void prepare_paths(const char *name, char *tok, char *text, char *out, size_t cap) {
+    snprintf(tok, cap, "%s/%s.json", tu_tmpdir(), name);
+    snprintf(text, cap, "%s/%s.txt", tu_tmpdir(), name);
+    snprintf(out, cap, "%s/%s_out", tu_tmpdir(), name);
+    json_t *j = tiny_json();
+    write_json(tok, j);
+    json_decref(j);
+}
+
+/* prepare on a run of 10,000,001 spaces then "the": Llama 3's \s*[\r\n]+ backtracks over the run
+ * before \s+(?!\S) takes it, more steps than PCRE2's default match limit (10^7), which failed the
+ * run. The references split it as [10^7 spaces][" the"] (tests/test_tokenizer_json.c's
+ * whitespace case compares shorter runs with them): the tiny vocabulary has no space merges, so
+ * the shard holds the separator, 10^7 space tokens and "Ġthe". */
+static void test_file_prepare_long_whitespace(void **state) {
+    (void)state;
+    enum { RUN = 10000001 };
+    char tok[600], text[600], out[600], shard[700];
+    prepare_paths("longws", tok, text, out, sizeof tok);
+    char *doc = malloc(RUN + 3);
+    memset(doc, ' ', RUN);
+    memcpy(doc + RUN, "the", 3);
+    tu_write_file(text, doc, RUN + 3);
+    free(doc);
+    const char *args[] = {"--tokenizer", tok, "--out", out, text};
+    if (tu_run_argv(pt_cmd_prepare, args, 5) != 0) fail_msg("prepare on %d spaces then \"the\": %s", RUN, pt_last_error());
+    char *data;
+    size_t len;
+    snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+    if (pt_read_file(shard, &data, &len) != PT_OK) fail_msg("%s", pt_last_error());
+    int32_t h[256];
+    memcpy(h, data, sizeof h);
+    assert_int_equal(h[2], RUN + 1);
+    assert_int_equal(len, 1024 + 2 * (size_t)(RUN + 1));
+    const uint16_t *ids = (const uint16_t *)(data + 1024);
+    assert_int_equal(ids[0], 259);
+    for (size_t i = 1; i < RUN; i++)
+        if (ids[i] != ' ') fail_msg("%s: token %zu is %u, want %d (a space)", shard, i, ids[i], ' ');
+    assert_int_equal(ids[RUN], 258);
+    free(data);
+}
+
+/* A regex that gives up (a pattern of a tokenizer.json that backtracks exponentially meets the
+ * match limit) fails prepare with one message naming the input file and where the search began. */
+static void test_file_prepare_regex_failure_names_the_file(void **state) {
+    (void)state;
+    char tok[600], text[600], out[600];
+    prepare_paths("expo", tok, text, out, sizeof tok);
+    json_t *j = tiny_json();
+    apply_mutation(j, &(json_mutation){"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+                                       "\"Split\", \"pattern\": {\"Regex\": \"(?:a|a)*[bc]\"}, \"behavior\": \"Isolated\"}, "
+                                       "{\"type\": \"ByteLevel\", \"use_regex\": false}]}", NULL});
+    write_json(tok, j);
+    json_decref(j);
+    static const char doc[] = "b b aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    tu_write_file(text, doc, sizeof doc - 1);
+    const char *args[] = {"--tokenizer", tok, "--out", out, text};
+    assert_int_not_equal(tu_run_argv(pt_cmd_prepare, args, 5), 0);
+    char want[700];
+    snprintf(want, sizeof want, "%s: ", text);
+    const char *e = pt_last_error();
+    if (!strstr(e, want) || !strstr(e, "byte 3") || !strstr(e, "match limit"))
+        fail_msg("error \"%s\" does not name %s, byte 3 and the match limit", e, text);
+    char shard[700];
+    snprintf(shard, sizeof shard, "%s/train_000000.bin", out);
+    assert_int_not_equal(access(shard, F_OK), 0);
+}
+
 /* prepare --threads 3 writes the same shards as one thread (files encoded in parallel, appended in
  * order): the hostile files and 40 generated documents with Qwen 3 (NFC), in shards of 1000. */
 static void test_file_prepare_threads_same_shards(void **state) {
@@ -1021,6 +1209,7 @@ int main(void) {
         cmocka_unit_test(test_file_tiny_tokenizer_encodes),
         cmocka_unit_test(test_file_bad_tokenizer_json),
         cmocka_unit_test(test_file_bad_tiktoken),
+        cmocka_unit_test(test_file_sparse_id_refused),
         cmocka_unit_test(test_file_sentencepiece_tiny),
         cmocka_unit_test(test_file_bad_sentencepiece_json),
         cmocka_unit_test(test_file_truncated_llama3),
@@ -1028,7 +1217,10 @@ int main(void) {
         cmocka_unit_test(test_file_prepare_writes_uint32_shards),
         cmocka_unit_test(test_file_bad_uint32_shards),
         cmocka_unit_test(test_file_prepare_threads_same_shards),
+        cmocka_unit_test(test_file_prepare_long_whitespace),
+        cmocka_unit_test(test_file_prepare_regex_failure_names_the_file),
         cmocka_unit_test(test_whitespace_follows_the_rust_crate),
+        cmocka_unit_test(test_whitespace_runs_match_references),
         cmocka_unit_test(test_llama3_matches_references),
         cmocka_unit_test(test_qwen3_matches_references),
         cmocka_unit_test(test_gpt2_tokenizer_json_matches_reference),

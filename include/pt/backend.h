@@ -24,6 +24,7 @@ typedef struct pt_backend pt_backend;
  * h / (n_heads / n_kv_heads). The causal mask is by position: key j is visible to query i iff
  * k_pos[j] <= q_pos[i] (positions are shared by the B sequences; context parallelism passes the
  * global positions of its chunks), and with q_lo also k_pos[j] >= q_lo of the query's row. */
+enum { PT_ATTN_MAX_HEAD_DIM = 256 }; /* the largest head_dim every backend's attention takes */
 typedef struct {
     int B, Tq, Tk;
     int n_heads, n_kv_heads, head_dim;

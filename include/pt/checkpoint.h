@@ -14,7 +14,13 @@
  * whole tensor) but their coordinates are the global tensors', so any layout reads any other's
  * checkpoint: each rank reads the blocks it needs from whichever files hold them. It is written as step_NNNNNNNN.tmp and renamed
  * into place by rank 0 once every rank's file is on disk, so a crash while saving leaves the
- * previous checkpoints intact. Only the newest `keep` are kept.
+ * previous checkpoints intact.
+ *
+ * Every checkpoint names the run that saved it (index.json "run_id"): a run made at a fresh start
+ * makes a new id, a resumed run continues its checkpoint's. Only the newest `keep` of the run's
+ * own are kept: another run's checkpoints (one without a run id, saved before they were recorded,
+ * counts as another's) and symbolic links are never pruned nor replaced, and nothing is ever
+ * removed through a link (a link is removed as itself, its target untouched).
  */
 #ifndef PT_CHECKPOINT_H
 #define PT_CHECKPOINT_H
@@ -31,11 +37,31 @@ typedef struct {
     const float *param, *exp_avg, *exp_avg_sq;
 } pt_ckpt_piece;
 
+/* A run's identity: PT_RUN_ID_LEN lower-case hex digits, random. */
+#define PT_RUN_ID_LEN 16
+void pt_ckpt_new_run_id(char *id /* PT_RUN_ID_LEN + 1 bytes */);
+/* The run id a checkpoint directory records into id ("" when none: saved before run ids, or no
+ * readable index) and, when step is not NULL, its step (-1 if unreadable). The last error is
+ * left as it was. */
+void pt_ckpt_identity(const char *dir, char *id /* PT_RUN_ID_LEN + 1 bytes */, int64_t *step);
+/* How a run starts: new, resumed from a checkpoint outside checkpoint.dir, or continuing one in
+ * it (checkpoint.resume = latest, or a checkpoint of checkpoint.dir). */
+typedef enum { PT_RUN_NEW, PT_RUN_RESUMED_ELSEWHERE, PT_RUN_CONTINUED } pt_run_start;
+/* Rank 0 at set-up, before step 1: checkpoint.dir = root against the run run_id. PT_ERR_CONFIG,
+ * naming the other run(s) and the ways out, when root holds another run's checkpoints and this
+ * run does not continue one of root's (unless share: checkpoint.share_dir); or when a step it
+ * will save (from < step <= total: every `every`-th, and total) is another run's checkpoint or a
+ * link in root, which a save never replaces. Otherwise, with other runs' checkpoints in root, a
+ * warning naming them. */
+pt_status pt_ckpt_check_dir(const char *root, const char *run_id, pt_run_start start, int share,
+                            int64_t from, int64_t total, int64_t every);
+
 /* Collective over `world` (NULL: a single process). Each rank passes the pieces it writes (none
- * is fine); together they must cover every global tensor (m->gtable) once. */
+ * is fine); together they must cover every global tensor (m->gtable) once. The checkpoint records
+ * run_id (rank 0's); the newest `keep` of that run's own checkpoints in root are kept. */
 pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const pt_ckpt_piece *pieces,
                        int n_pieces, int64_t optimizer_step, const pt_config *cfg, int keep,
-                       pt_comm *world);
+                       const char *run_id, pt_comm *world);
 
 /* The same save in three parts, so that the writing of this rank's shard can run on a thread of
  * its own while training goes on (checkpoint.async): begin (collective: rank 0 makes
@@ -45,6 +71,7 @@ pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const 
  * write returns. pt_ckpt_save is the three in a row. */
 typedef struct {
     char root[PT_PATH_MAX], final_dir[PT_PATH_MAX + 32], tmp_dir[PT_PATH_MAX + 40];
+    char run_id[PT_RUN_ID_LEN + 1];
     int64_t step, optimizer_step;
     const pt_ckpt_piece *pieces;
     int n_pieces, rank, size;
@@ -54,7 +81,7 @@ typedef struct {
 } pt_ckpt_save_state;
 pt_status pt_ckpt_save_begin(pt_ckpt_save_state *s, const char *root, int64_t step,
                              int64_t optimizer_step, const pt_ckpt_piece *pieces, int n_pieces,
-                             pt_comm *world);
+                             const char *run_id, pt_comm *world);
 void pt_ckpt_save_write(pt_ckpt_save_state *s);
 pt_status pt_ckpt_save_finish(pt_ckpt_save_state *s, const pt_model *m, const pt_config *cfg,
                               int keep, pt_comm *world);

@@ -8,6 +8,7 @@
 #define PT_CONFIG_H
 
 #include "pt/core.h"
+#include "pt/layout.h"
 #include "pt/model.h"
 
 #define PT_PATH_MAX 1024
@@ -80,6 +81,7 @@ typedef struct {
         int64_t every; /* 0 = only at the end */
         int keep;      /* last K checkpoints kept */
         int async;     /* written by a thread of their own while training goes on */
+        int share_dir; /* dir may hold another run's checkpoints (kept, never pruned) */
         char resume[PT_PATH_MAX]; /* "", "latest" or a checkpoint directory */
         char allow_change[256];   /* what a resumed run may change: "data,seed,..." */
         float lock_timeout_s;     /* another host's lock whose heartbeat is older is stale */
@@ -126,6 +128,9 @@ pt_status pt_config_set(pt_config *c, const char *key, const char *value);
 pt_status pt_config_from_args(pt_config *c, int argc, char **argv);
 /* Cross-key checks (batch divisibility, ranges). */
 pt_status pt_config_validate(const pt_config *c);
+/* The layout the config asks for (its strings point into c), as the trainer builds it and the
+ * planner checks it. */
+pt_layout_spec pt_config_layout_spec(const pt_config *c);
 /* The steps logging.trace_steps names ("A-B", 1 <= A <= B); PT_ERR_CONFIG otherwise. */
 pt_status pt_config_trace_steps(const pt_config *c, int64_t *first, int64_t *last);
 /* 1 if the key was set by a file or the command line (not defaulted). */

@@ -143,15 +143,33 @@ float pt_rng_normal(pt_rng *r);         /* standard normal, Box-Muller */
 
 /* Whole-file helpers. pt_read_file returns PT_ERR_IO with the path in the message. */
 pt_status pt_read_file(const char *path, char **data, size_t *len);
-/* Writes atomically: PATH.tmp, fsync, rename, fsync of the directory. */
+/* Writes atomically: PATH.tmp (pt_create_file), fsync, rename, fsync of the directory. PATH a
+ * symbolic link is refused (pt_refuse_link). */
 pt_status pt_write_file_atomic(const char *path, const void *data, size_t len);
+/* Creates path for writing (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0644) into *fd: a regular file
+ * already there (a temporary a crashed write left) is unlinked first; a symbolic link or anything
+ * else there is refused, PT_ERR_IO naming it. An output is never written through a link. */
+pt_status pt_create_file(const char *path, int *fd);
+/* PT_ERR_IO naming path when it is a symbolic link (where an output is to be written: neither
+ * written through nor silently replaced); PT_OK otherwise, absent included. */
+pt_status pt_refuse_link(const char *path);
 pt_status pt_fsync_dir(const char *dir);
 pt_status pt_mkdirs(const char *path);
 /* Opens path read-only without blocking on a FIFO and refuses anything but a regular file (a
  * directory, a FIFO, a device such as /dev/zero): PT_ERR_IO naming path, `what` and its kind. */
 pt_status pt_open_regular(const char *path, const char *what, int *fd);
-/* PT_ERR_IO unless a file can be created in dir (made if missing): a probe file is written,
- * flushed and removed. `what` names the setting in the message (e.g. "checkpoint.dir"). */
+/* Where an output will be written: PT_OK when path is absent or of the kind written there (a
+ * regular file; a directory when dir = 1), else PT_ERR_IO "WHAT: PATH is a FIFO, not a regular
+ * file" (an open would wait on a FIFO, a device such as /dev/null or /dev/full would take or
+ * refuse the bytes, a rename would replace either). `what` names the key or option. */
+pt_status pt_check_output(const char *path, int dir, const char *what);
+/* Opens path for appending (made if missing, 0644) without ever blocking and never through a
+ * symbolic link (O_NOFOLLOW), after pt_check_output; anything but a regular file there is refused
+ * with its message. */
+pt_status pt_open_append(const char *path, const char *what, int *fd);
+/* PT_ERR_IO unless a file can be created in dir (made if missing; pt_check_output first): a probe
+ * file is written, flushed and removed. `what` names the setting in the message (e.g.
+ * "checkpoint.dir"). */
 pt_status pt_check_writable_dir(const char *dir, const char *what);
 /* The most compute threads a process may ask for: 4 × the cores it may run on. */
 int pt_max_threads(void);

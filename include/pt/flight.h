@@ -9,8 +9,8 @@
  *
  * When a wait times out (parallel.timeout_s), the ranks that can still talk agree on who is
  * behind: the rank that timed out sends its state to the collectors (world ranks 0..3) over a
- * world channel of their own (the backend's diagnosis channel, whose errors return instead of
- * ending the job); a collector asks every rank for its state, and each rank answers from its next
+ * world channel of their own (the backend's diagnosis channel, pt_flight_channel, whose errors
+ * return instead of ending the job); a collector asks every rank for its state, and each rank answers from its next
  * wait; once every rank has answered, or none has for a few seconds, the lowest collector that
  * answered names the cause (pt_flight_verdict) and ends the job. A rank that never answers
  * (stopped, hung in computation, dead) is named with its mesh coordinates and host (the roster,
@@ -28,6 +28,7 @@
 #ifndef PT_FLIGHT_H
 #define PT_FLIGHT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -90,6 +91,18 @@ typedef struct {
     pt_flight_rec ring[PT_FLIGHT_RING];
     int32_t member[]; /* members_cap world ranks */
 } pt_flight_state;
+
+/* The diagnosis channel: messages between world ranks that never end the job on an error (a dead
+ * peer), installed by the comm backend once the world is made (comm_mpi.c). A send does not
+ * block and its buffer must stay as it is until the process ends; recv takes one message if one
+ * is there (1), with its sender, tag and length; abort ends every process it can reach. */
+typedef struct {
+    void (*send)(int to, int tag, const void *buf, size_t bytes);
+    int (*pending)(void);
+    int (*recv)(void *buf, size_t cap, int *from, int *tag, size_t *len);
+    void (*abort)(int code);
+} pt_flight_channel;
+void pt_flight_set_channel(const pt_flight_channel *ch);
 
 /* --- recording (the comm layer) --- */
 /* Starts the recorder of this process (once the runtime knows the world). */

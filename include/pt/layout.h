@@ -48,6 +48,13 @@ typedef struct {
     pt_dp dp, dpe;           /* the data-parallel instances: dense region, experts' region */
 } pt_layout;
 
+/* The most pipeline stages (pp × model chunks per rank). */
+enum { PT_LAYOUT_MAX_STAGES = PT_MAX_CHUNKS * 16 };
+/* Whether the layout s with the degrees d (resolved: no -1) can run the model mc: every check of
+ * pt_layout_init that needs no ranks (divisibility of the batch, heads, ffn, experts and sequence
+ * by the degrees, the schedule's chunks, ZeRO under a pipeline, the head split), the first failure
+ * as PT_ERR_CONFIG naming the keys. `pentatron plan` calls it too, for the trainer's messages. */
+pt_status pt_layout_check(const pt_layout_spec *s, const pt_degrees *d, const pt_model_config *mc);
 /* Resolves the layout for a model over MPI's world (distributed) or one process, builds the
  * groups and the parallel tables; PT_ERR_CONFIG with one message naming what does not fit. */
 pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_config *mc,

@@ -76,10 +76,21 @@ void pt_progress_bar(int64_t step, int64_t total_steps, double elapsed, int64_t 
  * (MemAvailable, and the cgroup's limit less its usage when lower) divided by the ranks on this
  * host (OMPI_COMM_WORLD_LOCAL_SIZE, else 1). */
 int64_t pt_memory_available(void);
-/* PT_ERR_CONFIG when the set-up's need (the sum of mem's kinds) exceeds limit bytes, the message
- * listing the need by kind; `what` names where the limit came from. */
-pt_status pt_memory_check(const pt_rank_memory *mem, int64_t limit, const char *what);
+/* The most this process may use: training.memory_limit when set (configured > 0), else
+ * pt_memory_available(), either lowered to the address space left under RLIMIT_AS (ulimit -v:
+ * its limit less what is mapped now) when that is less. `what` (cap bytes) names the bound that
+ * applies, for messages ("the memory available to it"). */
+int64_t pt_memory_limit(int64_t configured, char *what, size_t cap);
+/* bytes in the unit that reads best, one decimal: "512 B", "339.5 KiB", "74.5 GiB" (up to TiB). */
+const char *pt_fmt_bytes(double bytes, char *out, size_t cap);
+/* PT_ERR_CONFIG when the set-up's need (the sum of mem's kinds, plus `other` bytes of buffers
+ * outside them: the batch, the trace, ...) exceeds limit bytes, the message listing the need by
+ * kind; `what` names where the limit came from. */
+pt_status pt_memory_check(const pt_rank_memory *mem, double other, int64_t limit, const char *what);
 
+/* The parameters of c's tensors, without biases (a lower bound), in double: the embedding and
+ * head, per layer the attention and its norms, the dense or mixture-of-experts SwiGLU. */
+double pt_param_estimate(const pt_model_config *c);
 /* Before anything is allocated: a lower bound of one rank's need from the configuration alone,
  * in double (so sizes that would overflow 64 bits are seen, not wrapped): the parameters (the
  * model's tensors, without biases) × bytes_per_param (4 to infer; 16 to train: weights,
@@ -88,6 +99,23 @@ pt_status pt_memory_check(const pt_rank_memory *mem, int64_t limit, const char *
  * or limit, with the need, its parts and the limit (`what` names the limit's source). */
 pt_status pt_memory_precheck(const pt_model_config *c, double bytes_per_param, double tokens,
                              int ranks, int64_t limit, const char *what);
+/* A buffer a key sizes (the trace's, the batch's, ...): the key and its value ("logging.trace_events
+ * = 1000000"), what it is ("the trace buffer"), its bytes on this rank, and whether it is held
+ * only for a moment (transient: a step's, the end's), when the largest of those counts. */
+typedef struct {
+    char key[96];
+    const char *what;
+    double bytes;
+    int transient;
+} pt_mem_buffer;
+/* The bytes those buffers add to a rank's need: the held ones' sum and the largest transient. */
+double pt_mem_buffers_bytes(const pt_mem_buffer *buf, int n_buf);
+/* pt_memory_precheck with these buffers added to the need; when one of them is at least half of
+ * it, the message leads with its key ("logging.trace_events = 1000000000 needs 74.5 GiB for the
+ * trace buffer, but ..."), else it lists them with the model's parts. */
+pt_status pt_memory_precheck_ex(const pt_model_config *c, double bytes_per_param, double tokens,
+                                int ranks, const pt_mem_buffer *buf, int n_buf, int64_t limit,
+                                const char *what);
 
 /* sgemm FLOP/s of the backend, measured now (a few hundred milliseconds). */
 double pt_measure_gemm_peak(pt_backend *be);

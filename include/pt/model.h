@@ -210,8 +210,16 @@ typedef struct {
 int pt_param_table_blocks(const pt_param_table *t, size_t lo, size_t hi, int owned_only,
                           pt_block *out);
 void pt_param_table_free(pt_param_table *t);
+/* The most layers a model may have: far beyond the deepest trained models (a few hundred), and a
+ * bound on what sizing a model costs before anything runs (the pipeline's balanced split is
+ * quadratic in the layers). */
+enum { PT_MODEL_MAX_LAYERS = 4096 };
 /* Checks a config's values; PT_ERR_CONFIG naming the key otherwise. */
 pt_status pt_model_config_check(const pt_model_config *c);
+/* The model as `pentatron train` builds it and `pentatron plan` sizes it, for sequences of seq_len
+ * tokens: model.moe_ffn_dim 0 made ffn_dim, pt_model_config_check, seq_len within max_seq_len.
+ * Both call it before sizing anything, so that they take the same models with the same messages. */
+pt_status pt_model_config_settle(pt_model_config *c, int seq_len);
 
 /* Pointers into one of the buffers (params or grads) for one layer. */
 typedef struct {

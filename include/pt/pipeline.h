@@ -31,8 +31,9 @@ pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, int h
                         pt_chunk *stages);
 /* The head split over the S stages (parallel.pp_head = split): the vocabulary rows of each stage,
  * as given in spec (parallel.pp_head_rows) or balancing the stages' costs with the layers of
- * `stages` (the cost model of pt_pipe_split), each at least one row, summing to vocab_size. */
-pt_status pt_pipe_head_rows(const pt_model_config *c, int S, const pt_chunk *stages,
+ * `stages` (the cost model of pt_pipe_split), each at least one row, summing to vocab_size;
+ * PT_ERR_CONFIG when a stage has fewer rows than its tp ranks. */
+pt_status pt_pipe_head_rows(const pt_model_config *c, int S, int tp, const pt_chunk *stages,
                             const char *spec, int *rows);
 /* The rows that would balance S stages measured to spend layers_s[s] seconds on their layers and
  * head_s[s] on their rows[s] rows of the head (a row's time taken as the stages' mean). */

@@ -19,6 +19,8 @@
 
 /* Makes the buffer (capacity events) for a rank; nothing records until pt_trace_record(1). */
 void pt_trace_open(int rank, size_t capacity);
+/* The bytes of that buffer (logging.trace_events: counted by the memory check at set-up). */
+size_t pt_trace_bytes(size_t capacity);
 /* Starts (on = 1, the clock's origin then) or stops recording. */
 void pt_trace_record(int on);
 /* Whether events are being recorded now. */

@@ -34,6 +34,8 @@ typedef struct {
     pt_pipe pipe;                  /* pipeline parallelism (pipe.model NULL without) */
     pt_acts *acts;                 /* the activations without a pipeline */
     struct pt_run_lock *lock;      /* checkpoint.dir's run lock (rank 0; pt/run_lock.h) */
+    char run_id[17];               /* this run's identity, recorded in its checkpoints
+                                    * (PT_RUN_ID_LEN hex digits; pt/checkpoint.h) */
     int32_t *h_inputs, *h_targets; /* (global_batch, T) host */
     int32_t *d_inputs, *d_targets, *d_pos;
     int32_t *l_inputs, *l_targets; /* (rows of this rank, its tokens) host */

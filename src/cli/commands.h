@@ -4,6 +4,23 @@
 
 #include "pt/model.h"
 
+/* Exit statuses, one classification for every command (docs/guide.md, "Running unattended"):
+ * 0 done; PT_EXIT_REFUSED (2) refused before its work started: arguments, configuration, layout,
+ * input files, output paths (run again unchanged, it is refused again: `pentatron launch` does
+ * not restart it); PT_EXIT_FAILED (1) failed while working: a rank or the runtime failed, a write
+ * failed, training diverged (a rerun may succeed); PT_EXIT_PREEMPTED (75, pt/preempt.h) stopped
+ * by a signal after saving. */
+enum { PT_EXIT_FAILED = 1, PT_EXIT_REFUSED = 2 };
+
+/* The exit status of a command that stopped with st: 0 for PT_OK; before its work started
+ * (started = 0) a configuration, format or input/output error is PT_EXIT_REFUSED, a failure of
+ * the runtime or of an allocation PT_EXIT_FAILED; once started, PT_EXIT_FAILED. */
+static inline int pt_cli_exit(pt_status st, int started) {
+    if (st == PT_OK) return 0;
+    int refused = st == PT_ERR_CONFIG || st == PT_ERR_FORMAT || st == PT_ERR_IO;
+    return !started && refused ? PT_EXIT_REFUSED : PT_EXIT_FAILED;
+}
+
 int pt_cmd_train(int argc, char **argv);
 int pt_cmd_generate(int argc, char **argv);
 int pt_cmd_prepare(int argc, char **argv);

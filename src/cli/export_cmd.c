@@ -31,39 +31,49 @@ int pt_cmd_export(int argc, char **argv) {
                                                             : NULL;
         if (!dst || i + 1 >= argc) {
             pt_log_error("export: %s %s (see --help)", argv[i], dst ? "needs a value" : "is not an option");
-            return 2;
+            return PT_EXIT_REFUSED;
         }
         *dst = argv[++i];
     }
     if (!ckpt || !out) {
         pt_log_error("export: --checkpoint and --out are required (see --help)");
-        return 2;
+        return PT_EXIT_REFUSED;
     }
     if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16")) {
         pt_log_error("export: --dtype %s: expected fp32 or bf16", dtype);
-        return 2;
+        return PT_EXIT_REFUSED;
     }
     for (int k = 0; k < 2; k++) /* never cut short: the export would land elsewhere */
         if (strlen(k ? out : ckpt) >= PT_PATH_MAX) {
             pt_log_error("export: %s: a path of %zu characters, longer than the %d allowed",
                          k ? "--out" : "--checkpoint", strlen(k ? out : ckpt), PT_PATH_MAX - 1);
-            return 2;
+            return PT_EXIT_REFUSED;
         }
-    char path[PT_PATH_MAX + 32];
+    /* the outputs first: a FIFO or device there would hang the write or be replaced by it */
+    char path[PT_PATH_MAX + 32], limit_what[160];
+    pt_status st = pt_check_output(out, 1, "export --out");
+    const char *written[] = {"config.json", "model.safetensors"};
+    for (int k = 0; k < 2 && st == PT_OK; k++) {
+        snprintf(path, sizeof path, "%s/%s", out, written[k]);
+        st = pt_check_output(path, 0, "export --out");
+    }
     snprintf(path, sizeof path, "%s/config.json", ckpt);
     pt_model_config mc;
-    pt_status st = pt_hf_config_read(path, &mc);
+    if (st == PT_OK) st = pt_hf_config_read(path, &mc);
     pt_model m = {0};
     m.cfg = mc;
     if (st == PT_OK) st = pt_model_config_check(&mc);
-    if (st == PT_OK) /* the host copy of the weights, before allocating it */
-        st = pt_memory_precheck(&mc, 4, 0, 1, pt_memory_available(), "the memory available");
+    if (st == PT_OK) { /* the host copy of the weights, before allocating it */
+        int64_t limit = pt_memory_limit(0, limit_what, sizeof limit_what);
+        st = pt_memory_precheck(&mc, 4, 0, 1, limit, limit_what);
+    }
     float *host = NULL;
     if (st == PT_OK) {
         pt_param_table_build(&m.gtable, &mc);
         host = pt_malloc(m.gtable.total * sizeof(float));
         st = pt_ckpt_load_weights_host(ckpt, &m, host);
     }
+    int started = st == PT_OK; /* inputs read: a failure from here is the write's (1) */
     if (st == PT_OK)
         st = pt_ckpt_export_hf_host(out, &m, host,
                                     strcmp(dtype, "bf16") ? PT_ST_DTYPE_F32 : PT_ST_DTYPE_BF16);
@@ -76,5 +86,5 @@ int pt_cmd_export(int argc, char **argv) {
     else pt_log_error("%s", pt_last_error());
     free(host);
     pt_param_table_free(&m.gtable);
-    return st == PT_OK ? 0 : 1;
+    return pt_cli_exit(st, started);
 }

@@ -161,7 +161,7 @@ int pt_cmd_generate(int argc, char **argv) {
         }
         if (i + 1 >= argc) {
             pt_log_error("generate: %s needs a value (see --help)", a);
-            return 2;
+            return PT_EXIT_REFUSED;
         }
         const char *v = argv[++i];
         long long x = 0;
@@ -193,7 +193,7 @@ int pt_cmd_generate(int argc, char **argv) {
         }
         else {
             pt_log_error("generate: unknown option %s (see --help)", a);
-            return 2;
+            return PT_EXIT_REFUSED;
         }
         if (!ok) {
             char want[64] = "an integer in [0, 2147483647]";
@@ -204,13 +204,13 @@ int pt_cmd_generate(int argc, char **argv) {
                 snprintf(want, sizeof want, "an integer in [0, %d] (4 × the cores here)",
                          pt_max_threads());
             pt_log_error("generate: bad value \"%s\" for %s: expected %s", v, a, want);
-            return 2;
+            return PT_EXIT_REFUSED;
         }
     }
     if (!ckpt == !model || !prompt) {
         pt_log_error("generate: --checkpoint and --prompt are required (or --model instead of "
                      "--checkpoint, not both; see --help)");
-        return 2;
+        return PT_EXIT_REFUSED;
     }
     const char *dir = ckpt ? ckpt : model;
     const char *const paths[][2] = {{"--checkpoint", ckpt}, {"--model", model}, {"--tokenizer", tokenizer}};
@@ -218,7 +218,7 @@ int pt_cmd_generate(int argc, char **argv) {
         if (paths[k][1] && strlen(paths[k][1]) >= PT_PATH_MAX) {
             pt_log_error("generate: %s: a path of %zu characters, longer than the %d allowed",
                          paths[k][0], strlen(paths[k][1]), PT_PATH_MAX - 1);
-            return 2;
+            return PT_EXIT_REFUSED;
         }
     char path[PT_PATH_MAX + 32], tok_path[PT_PATH_MAX];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -229,8 +229,11 @@ int pt_cmd_generate(int argc, char **argv) {
     pt_backend *be = NULL;
     pt_model m = {0};
     if (st == PT_OK) st = pt_model_config_check(&mc);
-    if (st == PT_OK) /* the weights, before allocating them */
-        st = pt_memory_precheck(&mc, 4, 0, 1, pt_memory_available(), "the memory available");
+    if (st == PT_OK) { /* the weights, before allocating them */
+        char what[160];
+        int64_t limit = pt_memory_limit(0, what, sizeof what);
+        st = pt_memory_precheck(&mc, 4, 0, 1, limit, what);
+    }
     if (st == PT_OK) {
         be = pt_backend_cpu_create(threads, PT_GEMM_ONEDNN);
         if (!be) st = PT_ERR_RUNTIME;
@@ -242,5 +245,7 @@ int pt_cmd_generate(int argc, char **argv) {
     if (st != PT_OK) pt_log_error("generate: %s", pt_last_error());
     pt_model_free(&m);
     if (be) be->destroy(be);
-    return st == PT_OK ? 0 : 1;
+    /* everything it can fail on is its input (the model, the tokenizer, the prompt), but the
+     * runtime's own failures */
+    return pt_cli_exit(st, 0);
 }

@@ -1,7 +1,8 @@
 /* launch_cmd.c: `pentatron launch`: runs a training job (an `mpirun ... pentatron train ...`
  * command line, or any command) and reruns it after a failure, up to --restarts times, each time
  * after a back-off; the job resumes from its newest checkpoint because its configuration says
- * checkpoint.resume = latest (checked here when the command shows `pentatron train`).
+ * checkpoint.resume = latest (checked here when the command shows `pentatron train`). A job that
+ * exits PT_EXIT_REFUSED (2: refused before training, cli/commands.h) is not rerun.
  *
  * The job runs in its own process group with stdin from /dev/null, so that a terminal's Ctrl-C
  * reaches the supervisor alone, which forwards it: SIGTERM, SIGINT, SIGUSR1 and SIGHUP sent to the
@@ -25,6 +26,9 @@
 #include "pt/config.h"
 #include "pt/preempt.h"
 
+/* --restarts at most: more says a job that never succeeds, restarted for days */
+enum { PT_LAUNCH_MAX_RESTARTS = 1000 };
+
 static volatile sig_atomic_t pt_launch_signal; /* the first signal to the supervisor */
 static volatile sig_atomic_t pt_launch_child;  /* the job's pid while it runs, else 0 */
 
@@ -37,15 +41,25 @@ static void pt_launch_usage(FILE *f) {
     fprintf(f,
             "usage: pentatron launch [--restarts N] [--backoff S] [--max-backoff S] -- COMMAND...\n"
             "\n"
-            "Runs COMMAND (e.g. mpirun -np 8 pentatron train --config run.ini) and, when it exits\n"
-            "non-zero (a rank died, a collective timed out, the job was preempted: %d), runs it\n"
-            "again, up to N times (default 3), waiting S seconds before the first restart (default\n"
-            "10), twice as long before each next one, at most --max-backoff (default 600). The\n"
-            "job must save checkpoints and resume from the newest: checkpoint.dir set and\n"
-            "checkpoint.resume = latest (checked when COMMAND runs `pentatron train`). SIGTERM,\n"
-            "SIGINT, SIGUSR1 and SIGHUP to the launcher are forwarded to COMMAND and end the\n"
-            "supervision. Exit status: 0 once the job completes, else the job's last status.\n",
-            PT_EXIT_PREEMPTED);
+            "Runs COMMAND (e.g. mpirun -np 8 pentatron train --config run.ini) and, when it fails,\n"
+            "runs it again, up to N times (default 3, at most %d), waiting S seconds before the\n"
+            "first restart (default 10), twice as long before each next one, at most --max-backoff\n"
+            "(default 600). The job must save checkpoints and resume from the newest: checkpoint.dir\n"
+            "set and checkpoint.resume = latest (checked when COMMAND runs `pentatron train`).\n"
+            "SIGTERM, SIGINT, SIGUSR1 and SIGHUP to the launcher are forwarded to COMMAND and end\n"
+            "the supervision.\n"
+            "\n"
+            "The job's exit status decides (pentatron train's; docs/guide.md, \"Running unattended\"):\n"
+            "  0          done: the launcher exits 0\n"
+            "  %d, 128+N   failed while running (a rank died, a collective timed out), killed by\n"
+            "             signal N: restarted\n"
+            "  %d          refused before training (configuration, layout, input files): the same\n"
+            "             again would be refused, so it is not restarted; the launcher exits %d\n"
+            "  %d         preempted after saving a checkpoint: restarted\n"
+            "When no restart is left the launcher exits with the job's last status; with %d for its\n"
+            "own bad arguments or a job it refuses to run.\n",
+            PT_LAUNCH_MAX_RESTARTS, PT_EXIT_FAILED, PT_EXIT_REFUSED, PT_EXIT_REFUSED,
+            PT_EXIT_PREEMPTED, PT_EXIT_REFUSED);
 }
 
 static int pt_launch_number(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -110,6 +124,7 @@ static int pt_launch_run(char **cmd) {
 
 static const char *pt_launch_why(int code) {
     if (code == PT_EXIT_PREEMPTED) return " (preempted: its checkpoint saved)";
+    if (code == PT_EXIT_REFUSED) return " (refused before training: its configuration, layout or input files)";
     if (code == 127) return " (the command was not found)";
     if (code > 128) return " (ended by a signal)";
     return "";
@@ -132,21 +147,21 @@ int pt_cmd_launch(int argc, char **argv) {
             pt_launch_usage(stdout);
             return 0;
         }
-        int ok = !strcmp(a, "--restarts")      ? pt_launch_number(a, v, 0, 1e6, &restarts)
+        int ok = !strcmp(a, "--restarts")      ? pt_launch_number(a, v, 0, PT_LAUNCH_MAX_RESTARTS, &restarts)
                  : !strcmp(a, "--backoff")     ? pt_launch_number(a, v, 0, 86400, &backoff)
                  : !strcmp(a, "--max-backoff") ? pt_launch_number(a, v, 0, 86400, &max_backoff)
                                                : -1;
         if (ok == -1) fprintf(stderr, "pentatron launch: unknown option \"%s\"\n\n", a);
         if (ok != 1) {
             if (ok == -1) pt_launch_usage(stderr);
-            return 2;
+            return PT_EXIT_REFUSED;
         }
         i++;
     }
     if (i + 1 >= argc) {
         fprintf(stderr, "pentatron launch: no command after --\n\n");
         pt_launch_usage(stderr);
-        return 2;
+        return PT_EXIT_REFUSED;
     }
     char **cmd = argv + i + 1;
     int ncmd = argc - i - 1;
@@ -154,12 +169,12 @@ int pt_cmd_launch(int argc, char **argv) {
     /* a restart is only worth it when the job continues from its newest checkpoint */
     pt_config cfg;
     int known = pt_launch_job_config(ncmd, cmd, &cfg);
-    if (known < 0) return 2;
+    if (known < 0) return PT_EXIT_REFUSED;
     if (known && (!cfg.checkpoint.dir[0] || strcmp(cfg.checkpoint.resume, "latest") != 0)) {
         fprintf(stderr, "pentatron launch: a restarted job would start again from step 0: its "
                         "configuration needs checkpoint.dir and checkpoint.resume = latest (add "
                         "--checkpoint.dir=DIR --checkpoint.resume=latest)\n");
-        return 2;
+        return PT_EXIT_REFUSED;
     }
     if (!known)
         pt_log_warn("launch: no `pentatron train` in the command: cannot check that the job "
@@ -188,6 +203,11 @@ int pt_cmd_launch(int argc, char **argv) {
         if (pt_launch_signal) {
             pt_log_warn("launch: %s to the launcher, forwarded to the job, which exited with %d%s: "
                         "supervision ends", strsignal(pt_launch_signal), code, pt_launch_why(code));
+            return code;
+        }
+        if (code == PT_EXIT_REFUSED) { /* the same command would be refused again */
+            pt_log_error("launch: the job exited with %d%s after %.1f s: not restarted (fix the "
+                         "job; its message is above)", code, pt_launch_why(code), took);
             return code;
         }
         if (run >= (int)restarts) {

@@ -144,7 +144,7 @@ int pt_cmd_plan(int argc, char **argv) {
     free(cfg), free(rest), free(over);
     if (st != PT_OK) {
         fprintf(stderr, "pentatron plan: %s\n", pt_last_error());
-        return 1;
+        return pt_cli_exit(st, 0); /* its input refused: 2 (cli/commands.h) */
     }
     return 0;
 }

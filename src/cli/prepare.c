@@ -61,6 +61,7 @@ static pt_status shard_flush(prepare_shard *s) {
     memcpy(s->buf, header, sizeof header);
     char path[4096];
     snprintf(path, sizeof path, "%s/train_%06d.bin", s->dir, s->index);
+    PT_TRY(pt_check_output(path, 0, "prepare --out")); /* a FIFO there: not replaced */
     PT_TRY(pt_write_file_atomic(path, s->buf, sizeof header + s->n * s->width));
     pt_log_info("prepare: wrote %s (%zu tokens)", path, s->n);
     s->index++;
@@ -204,18 +205,23 @@ int pt_cmd_prepare(int argc, char **argv) {
         return rc < 0 ? 0 : rc;
     }
 
-    /* Check every input before writing anything. */
+    /* Check every input and the output before writing anything: refused, exit 2 */
+    if (pt_check_output(o.out, 1, "prepare --out") != PT_OK) {
+        pt_log_error("%s", pt_last_error());
+        free(files);
+        return PT_EXIT_REFUSED;
+    }
     for (int i = 0; i < nfiles; i++) {
         struct stat st;
         if (stat(files[i], &st) != 0 || access(files[i], R_OK) != 0) {
             pt_log_error("prepare: %s: cannot read input file: %s", files[i], strerror(errno));
             free(files);
-            return 1;
+            return PT_EXIT_REFUSED;
         }
         if (!S_ISREG(st.st_mode)) {
             pt_log_error("prepare: %s: input is not a regular file", files[i]);
             free(files);
-            return 1;
+            return PT_EXIT_REFUSED;
         }
     }
 
@@ -237,10 +243,11 @@ int pt_cmd_prepare(int argc, char **argv) {
         for (int k = 0; k < nt; k++) pt_tokenizer_free(toks[k]);
         free(toks);
         free(files);
-        return 1;
+        return pt_cli_exit(status, 0);
     }
     const char *out = o.out;
     status = pt_mkdirs(out);
+    int started = status == PT_OK; /* an --out that cannot be made: refused (2) */
 
     size_t width = pt_tokenizer_vocab_size(tok) > 65536 ? 4 : 2;
     prepare_shard shard = {.max = (size_t)o.shard_max, .dir = out, .width = width};
@@ -271,7 +278,8 @@ int pt_cmd_prepare(int argc, char **argv) {
         for (int i = 0; i < nb; i++) {
             free(docs[i].text);
             docs[i].text = NULL;
-            if (status == PT_OK && docs[i].st != PT_OK) status = pt_errorf(docs[i].st, "%s", docs[i].err);
+            if (status == PT_OK && docs[i].st != PT_OK)
+                status = pt_errorf(docs[i].st, "%s: %s", files[b0 + i], docs[i].err);
             if (status == PT_OK) status = shard_add(&shard, docs[i].ids, docs[i].n);
             total_tokens += docs[i].n;
             total_bytes += docs[i].len;
@@ -301,5 +309,5 @@ int pt_cmd_prepare(int argc, char **argv) {
     free(files);
     for (int k = 0; k < nt; k++) pt_tokenizer_free(toks[k]);
     free(toks);
-    return status == PT_OK ? 0 : 1;
+    return pt_cli_exit(status, started); /* encoding and writing: failures while working (1) */
 }

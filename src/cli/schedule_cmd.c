@@ -98,6 +98,7 @@ static pt_status pt_sched_parse(int argc, char **argv, pt_sched_args *a, int *he
             a->head_cost_set = 1;
         } else a->svg = val;
     }
+    if (a->svg) PT_TRY(pt_check_output(a->svg, 0, "schedule --svg")); /* a FIFO: replaced */
     if (a->head_cost_set && !a->head)
         return pt_errorf(PT_ERR_CONFIG, "schedule: --head-cost needs --head-split (without it the head is "
                                         "part of the last stage's forward and backward)");
@@ -182,10 +183,10 @@ int pt_cmd_schedule(int argc, char **argv) {
     if (st == PT_OK) st = pt_schedule_build_head(&s, a.kind, a.pp, a.m, a.v, a.head ? a.head_cost : 0);
     if (st != PT_OK) {
         pt_log_error("%s", pt_last_error());
-        return 2;
+        return pt_cli_exit(st, 0);
     }
     st = pt_sched_report(&s, a.head ? a.head_cost : 0, a.svg);
     pt_schedule_free(&s);
     if (st != PT_OK) pt_log_error("%s", pt_last_error());
-    return st == PT_OK ? 0 : 1;
+    return pt_cli_exit(st, 1); /* (the SVG's write) */
 }

@@ -21,8 +21,16 @@ static void pt_train_usage(FILE *f) {
             "rank saves a checkpoint (checkpoint.dir) and exits with %d (preempted; a second\n"
             "signal exits at once). Under Open MPI's mpirun, give the ranks time to save after\n"
             "SIGTERM with --mca odls_base_sigkill_timeout SECONDS (SIGUSR1 is forwarded as is).\n"
-            "Exit status: 0 done, 1 failed, 2 bad configuration, %d preempted.\n",
-            PT_EXIT_PREEMPTED, PT_EXIT_PREEMPTED);
+            "\n"
+            "Exit status (mpirun passes it on):\n"
+            "  0   done\n"
+            "  %d   failed while training (a rank or the runtime failed, a write failed, the loss\n"
+            "      diverged), or the distributed runtime did not start: a rerun may succeed\n"
+            "  %d   refused before training started: the configuration, the layout, an input\n"
+            "      file (data, checkpoint, model.init_from) or an output path; the same command\n"
+            "      is refused again (pentatron launch does not restart it)\n"
+            "  %d  preempted: a signal stopped it after saving a checkpoint\n",
+            PT_EXIT_PREEMPTED, PT_EXIT_FAILED, PT_EXIT_REFUSED, PT_EXIT_PREEMPTED);
 }
 
 int pt_cmd_train(int argc, char **argv) {
@@ -41,7 +49,7 @@ int pt_cmd_train(int argc, char **argv) {
     int rank = 0, world = 1;
     if (pt_comm_runtime_init(&rank, &world) != PT_OK) {
         pt_log_error("%s", pt_last_error());
-        return 1;
+        return PT_EXIT_FAILED;
     }
     pt_log_set_rank(rank, world);
     pt_preempt_install(rank);
@@ -50,34 +58,33 @@ int pt_cmd_train(int argc, char **argv) {
     if (pt_config_from_args(&cfg, argc, argv) != PT_OK) {
         if (rank == 0) pt_log_error("%s", pt_last_error());
         pt_comm_runtime_finalize();
-        return 2;
+        return PT_EXIT_REFUSED;
     }
     pt_trainer t;
     pt_status st = pt_trainer_init(&t, &cfg);
+    int started = st == PT_OK; /* from here a failure is one while training: 1, never 2 */
     if (st == PT_OK) st = pt_trainer_run(&t);
     int sample = st == PT_OK && !t.preempted && cfg.sample.prompt[0] &&
                  cfg.sample.max_new_tokens > 0;
     pt_model whole = {0};
     /* collective: the model's blocks and shards gathered into one model on rank 0 */
     if (sample) st = pt_trainer_unsplit(&t, &whole, rank == 0);
-    if (sample && st == PT_OK && rank == 0) {
-        if (!cfg.sample.vocab[0])
-            st = pt_errorf(PT_ERR_CONFIG, "sample.prompt needs sample.vocab (the BPE directory)");
-        else {
-            pt_log_info("sample:");
-            pt_gen_options o = {.temperature = cfg.sample.temperature,
-                                .top_k = cfg.sample.top_k,
-                                .seed = cfg.training.seed};
-            st = pt_cli_sample(&whole, cfg.sample.vocab, cfg.sample.prompt,
-                               cfg.sample.max_new_tokens, &o, 0);
-        }
+    if (sample && st == PT_OK && rank == 0) { /* (sample.vocab is checked with the config) */
+        pt_log_info("sample:");
+        pt_gen_options o = {.temperature = cfg.sample.temperature,
+                            .top_k = cfg.sample.top_k,
+                            .seed = cfg.training.seed};
+        st = pt_cli_sample(&whole, cfg.sample.vocab, cfg.sample.prompt, cfg.sample.max_new_tokens,
+                           &o, 0);
     }
+    int code = pt_cli_exit(st, started);
     if (st != PT_OK) {
         /* a layout or config error, a divergence, is the same on every rank: one message, from
          * rank 0 */
         if (rank == 0 || !pt_status_agreed(st)) pt_log_error("%s", pt_last_error());
-        /* other failures may be one rank's own: end the whole job rather than leave peers waiting */
-        if (world > 1 && !pt_status_agreed(st)) pt_comm_runtime_abort(1);
+        /* other failures may be one rank's own: end the whole job rather than leave peers
+         * waiting, with the status this rank would exit with (mpirun passes it on) */
+        if (world > 1 && !pt_status_agreed(st)) pt_comm_runtime_abort(code);
     }
     int preempted = st == PT_OK && t.preempted;
     pt_model_free(&whole);
@@ -87,5 +94,5 @@ int pt_cmd_train(int argc, char **argv) {
      * no longer answers): each rank exits with the code itself */
     if (preempted) exit(PT_EXIT_PREEMPTED);
     pt_comm_runtime_finalize();
-    return st != PT_OK ? 1 : 0;
+    return code;
 }

@@ -33,13 +33,4 @@ void pt_comm_req_done(pt_comm *c, pt_comm_req *r);
 /* Frees every request of c's pool, idle or not (from c->free). */
 void pt_comm_req_free_all(pt_comm *c);
 
-/* The diagnosis channel (the backend's; comm_mpi.c): messages between world ranks that never
- * end the job on an error (a dead peer), for the flight recorder's hang protocol (flight.c).
- * Ready once the world is made (pt_comm_world). A send does not block and its buffer must stay
- * as it is until the process ends; a receive takes one message if one is there. */
-int pt_comm_diag_ready(void);
-void pt_comm_diag_send(int to, int tag, const void *buf, size_t bytes);
-int pt_comm_diag_pending(void);
-int pt_comm_diag_recv(void *buf, size_t cap, int *from, int *tag, size_t *len);
-
 #endif

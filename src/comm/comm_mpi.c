@@ -488,22 +488,20 @@ static void pt_world_handshake(double timeout_s) {
  * are never waited for: their requests are dropped at once (MPI completes them on its own). */
 static MPI_Comm pt_diag = MPI_COMM_NULL;
 
-int pt_comm_diag_ready(void) { return pt_diag != MPI_COMM_NULL; }
-
-void pt_comm_diag_send(int to, int tag, const void *buf, size_t bytes) {
+static void pt_diag_send(int to, int tag, const void *buf, size_t bytes) {
     MPI_Request req;
     static char none;
     if (MPI_Isend(buf ? buf : &none, pt_icount(bytes), MPI_BYTE, to, tag, pt_diag, &req) == MPI_SUCCESS)
         MPI_Request_free(&req);
 }
 
-int pt_comm_diag_pending(void) {
+static int pt_diag_pending(void) {
     int flag = 0;
     if (pt_diag != MPI_COMM_NULL) MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, pt_diag, &flag, MPI_STATUS_IGNORE);
     return flag;
 }
 
-int pt_comm_diag_recv(void *buf, size_t cap, int *from, int *tag, size_t *len) {
+static int pt_diag_recv(void *buf, size_t cap, int *from, int *tag, size_t *len) {
     int flag = 0, count = 0;
     MPI_Status st;
     if (pt_diag == MPI_COMM_NULL ||
@@ -525,8 +523,10 @@ int pt_comm_diag_recv(void *buf, size_t cap, int *from, int *tag, size_t *len) {
 pt_comm *pt_comm_world(double timeout_s) {
     pt_world_handshake(timeout_s);
     if (pt_diag == MPI_COMM_NULL) { /* after the handshake: every rank is here */
+        static const pt_flight_channel ch = {pt_diag_send, pt_diag_pending, pt_diag_recv, pt_mpi_abort};
         PT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &pt_diag));
         MPI_Comm_set_errhandler(pt_diag, MPI_ERRORS_RETURN);
+        pt_flight_set_channel(&ch);
     }
     MPI_Comm world;
     PT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));

@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/comm_backend.h"
 
 enum { PT_FLIGHT_TAG_STATE = 1, PT_FLIGHT_TAG_ASK = 2, PT_FLIGHT_TAG_DONE = 3 };
 enum { PT_FLIGHT_ROSTER = PT_FLIGHT_LABEL + PT_FLIGHT_HOST }; /* bytes of one roster entry */
@@ -23,6 +22,9 @@ static pt_flight_state *pt_fs;      /* this process's state (heap, or the file's
 static int pt_fs_mapped;            /* 1: a shared mapping of the file pt_fs_dir/flight-rankN.bin */
 static char pt_fs_dir[4096];
 static char *pt_fs_roster;          /* world × PT_FLIGHT_ROSTER bytes, or NULL */
+static const pt_flight_channel *pt_fs_ch; /* the backend's diagnosis channel, or NULL */
+
+void pt_flight_set_channel(const pt_flight_channel *ch) { pt_fs_ch = ch; }
 
 static double pt_wall(void) {
     struct timespec ts;
@@ -465,7 +467,7 @@ int pt_flight_verdict(const pt_flight_state *const *full, const unsigned char *s
 /* ------------------------------------------------------------------------------------------ */
 /* the hang protocol */
 
-int pt_flight_asked(void) { return pt_fs && pt_fs->world > 1 && pt_comm_diag_pending(); }
+int pt_flight_asked(void) { return pt_fs && pt_fs_ch && pt_fs->world > 1 && pt_fs_ch->pending(); }
 
 /* The verdict printed (one error line a cause), kept beside the trace, and the job ended. */
 _Noreturn static void pt_flight_conclude(char *const *got, int n, int answered, int waited_s) {
@@ -491,13 +493,13 @@ _Noreturn static void pt_flight_conclude(char *const *got, int n, int answered, 
     /* the others end at once (where the launcher does not end the whole job on an abort: mpirun
      * --enable-recovery) */
     for (int r = 0; r < n; r++)
-        if (r != pt_fs->rank) pt_comm_diag_send(r, PT_FLIGHT_TAG_DONE, NULL, 0);
+        if (r != pt_fs->rank) pt_fs_ch->send(r, PT_FLIGHT_TAG_DONE, NULL, 0);
     pt_fatal(__FILE__, __LINE__, "the job ends: a communication hung (the cause above)");
 }
 
 _Noreturn void pt_flight_hang(const pt_comm *c, int timed_out) {
     pt_flight_state *s = pt_fs;
-    if (!s || s->world < 2 || !pt_comm_diag_ready())
+    if (!s || s->world < 2 || !pt_fs_ch)
         pt_fatal(__FILE__, __LINE__, "a wait over group \"%s\" timed out", c->name);
     s->timed_out |= timed_out;
     s->answered = 1;
@@ -514,7 +516,7 @@ _Noreturn void pt_flight_hang(const pt_comm *c, int timed_out) {
     char *mine = pt_malloc(bytes), *buf = pt_malloc(bytes);
     memcpy(mine, s, bytes);
     for (int k = 0; k < ncol; k++)
-        if (k != me) pt_comm_diag_send(k, PT_FLIGHT_TAG_STATE, mine, bytes);
+        if (k != me) pt_fs_ch->send(k, PT_FLIGHT_TAG_STATE, mine, bytes);
     char **got = NULL;
     int answered = 0;
     if (collector) {
@@ -522,17 +524,17 @@ _Noreturn void pt_flight_hang(const pt_comm *c, int timed_out) {
         got[me] = mine;
         answered = 1;
         for (int r = 0; r < n; r++)
-            if (r != me) pt_comm_diag_send(r, PT_FLIGHT_TAG_ASK, NULL, 0);
+            if (r != me) pt_fs_ch->send(r, PT_FLIGHT_TAG_ASK, NULL, 0);
     }
     const struct timespec nap = {0, 1000000};
     for (;;) {
         int from, tag;
         size_t len;
-        while (pt_comm_diag_recv(buf, bytes, &from, &tag, &len)) {
+        while (pt_fs_ch->recv(buf, bytes, &from, &tag, &len)) {
             const pt_flight_state *q = (const pt_flight_state *)buf;
             if (tag == PT_FLIGHT_TAG_DONE) { /* a collector named the cause */
                 if (pt_fs_mapped) msync(s, s->bytes, MS_SYNC);
-                pt_comm_runtime_abort(1);
+                pt_fs_ch->abort(1);
             }
             if (tag != PT_FLIGHT_TAG_STATE || !collector || from < 0 || from >= n || got[from] ||
                 len != bytes || memcmp(q->magic, PT_FLIGHT_MAGIC, 8) || q->rank != from)

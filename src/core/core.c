@@ -274,11 +274,37 @@ static void pt_dirname(const char *path, char *out, size_t cap) {
         *slash = 0;
 }
 
+pt_status pt_refuse_link(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode))
+        return pt_errorf(PT_ERR_IO, "%s: a symbolic link: outputs are never written through a "
+                         "link (remove it, or write elsewhere)", path);
+    return PT_OK;
+}
+
+pt_status pt_create_file(const char *path, int *fd) {
+    struct stat sb;
+    *fd = -1;
+    PT_TRY(pt_refuse_link(path));
+    if (lstat(path, &sb) == 0) {
+        if (!S_ISREG(sb.st_mode))
+            return pt_errorf(PT_ERR_IO, "%s: exists and is not a regular file: not replaced", path);
+        /* (unlink removes the entry itself; a link swapped in meanwhile fails O_EXCL below) */
+        if (unlink(path) != 0 && errno != ENOENT)
+            return pt_errorf(PT_ERR_IO, "%s: cannot remove the stale file: %s", path, strerror(errno));
+    }
+    *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        return pt_errorf(PT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    return PT_OK;
+}
+
 pt_status pt_write_file_atomic(const char *path, const void *data, size_t len) {
     char tmp[4096], dir[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    PT_TRY(pt_refuse_link(path)); /* rename would replace the link: refused rather than hidden */
+    int fd;
+    PT_TRY(pt_create_file(tmp, &fd));
     const char *p = data;
     size_t left = len;
     while (left > 0) {
@@ -319,17 +345,21 @@ pt_status pt_mkdirs(const char *path) {
     return PT_OK;
 }
 
+/* What a file of this mode is, for messages ("a FIFO"); NULL for a regular file. */
+static const char *pt_file_kind(mode_t mode) {
+    if (S_ISREG(mode)) return NULL;
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
 pt_status pt_open_regular(const char *path, const char *what, int *fd) {
     *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (*fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot open %s: %s", path, what, strerror(errno));
     struct stat sb;
-    const char *kind = NULL;
-    if (fstat(*fd, &sb) != 0) kind = "a file that cannot be examined";
-    else if (S_ISDIR(sb.st_mode)) kind = "a directory";
-    else if (S_ISFIFO(sb.st_mode)) kind = "a FIFO";
-    else if (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) kind = "a device";
-    else if (S_ISSOCK(sb.st_mode)) kind = "a socket";
-    if (!kind && !S_ISREG(sb.st_mode)) kind = "not a regular file";
+    const char *kind = fstat(*fd, &sb) != 0 ? "a file that cannot be examined" : pt_file_kind(sb.st_mode);
     if (kind) {
         close(*fd);
         *fd = -1;
@@ -340,7 +370,35 @@ pt_status pt_open_regular(const char *path, const char *what, int *fd) {
     return PT_OK;
 }
 
+pt_status pt_check_output(const char *path, int dir, const char *what) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return PT_OK; /* absent (or beyond reach: its writer says why) */
+    if (dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode)) return PT_OK;
+    const char *kind = S_ISREG(sb.st_mode) ? "a regular file" : pt_file_kind(sb.st_mode);
+    return pt_errorf(PT_ERR_IO, "%s: %s is %s, not a %s", what, path, kind,
+                     dir ? "directory" : "regular file");
+}
+
+pt_status pt_open_append(const char *path, const char *what, int *fd) {
+    *fd = -1;
+    PT_TRY(pt_check_output(path, 0, what));
+    /* without blocking: a FIFO put there since fails (ENXIO) or is refused below, never waited on */
+    *fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (*fd < 0)
+        return pt_errorf(PT_ERR_IO, "%s: cannot open %s for appending: %s", what, path, strerror(errno));
+    struct stat sb;
+    const char *kind = fstat(*fd, &sb) != 0 ? "a file that cannot be examined" : pt_file_kind(sb.st_mode);
+    if (kind) {
+        close(*fd);
+        *fd = -1;
+        return pt_errorf(PT_ERR_IO, "%s: %s is %s, not a regular file", what, path, kind);
+    }
+    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK); /* a regular file's writes: as usual */
+    return PT_OK;
+}
+
 pt_status pt_check_writable_dir(const char *dir, const char *what) {
+    PT_TRY(pt_check_output(dir, 1, what)); /* a FIFO or a file there: named, not "not writable" */
     if (pt_mkdirs(dir) != PT_OK) {
         char why[1024]; /* pt_mkdirs's message, copied out of the buffer pt_errorf writes */
         snprintf(why, sizeof why, "%s", pt_last_error());
@@ -351,9 +409,12 @@ pt_status pt_check_writable_dir(const char *dir, const char *what) {
     int n = snprintf(path, sizeof path, "%s/.pentatron-probe-%s-%ld", dir, host, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof path)
         return pt_errorf(PT_ERR_IO, "%s: the path is too long (%zu characters)", what, strlen(dir));
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return pt_errorf(PT_ERR_IO, "%s = %s is not writable: %s", what, dir, strerror(errno));
+    int fd;
+    if (pt_create_file(path, &fd) != PT_OK) { /* (a link at the probe's name is refused) */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", pt_last_error());
+        return pt_errorf(PT_ERR_IO, "%s = %s is not writable: %s", what, dir, why);
+    }
     char byte = 0;
     int err = write(fd, &byte, 1) != 1 ? errno : 0;
     if (close(fd) != 0 && !err) err = errno;

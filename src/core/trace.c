@@ -2,9 +2,11 @@
 #include "pt/trace.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { PT_EV_SPAN, PT_EV_WAIT, PT_EV_COMM };
 
@@ -30,6 +32,8 @@ void pt_trace_open(int rank, size_t capacity) {
     pt_tr.cap = capacity;
     pt_tr.rank = rank;
 }
+
+size_t pt_trace_bytes(size_t capacity) { return capacity * sizeof(pt_trace_ev); }
 
 void pt_trace_record(int on) {
     if (!pt_tr.ev) return;
@@ -74,12 +78,28 @@ void pt_trace_comm(const char *op, const char *group, uint64_t bytes, double t0,
     if (e) pt_trace_group(e, group), e->bytes = bytes;
 }
 
+/* path created for writing, never through a link (pt_create_file): NULL with the message set. */
+static FILE *pt_trace_create(const char *path) {
+    int fd;
+    if (pt_create_file(path, &fd) != PT_OK) return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        pt_errorf(PT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 /* Microseconds since the origin, to the nanosecond (spans recorded in turn then nest exactly). */
 static double pt_us(double t) { return (t - pt_tr.origin) * 1e6; }
 
 pt_status pt_trace_write(const char *path, const char *label) {
-    FILE *f = fopen(path, "w");
-    if (!f) return pt_errorf(PT_ERR_IO, "logging.trace: cannot write %s", path);
+    FILE *f = pt_trace_create(path);
+    if (!f) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", pt_last_error());
+        return pt_errorf(PT_ERR_IO, "logging.trace: %s", why);
+    }
     int R = pt_tr.rank;
     fprintf(f, "{\"traceEvents\": [\n");
     fprintf(f, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"%s\"}},\n", R,
@@ -155,10 +175,12 @@ pt_status pt_trace_merge(const char *dir, const char *out) {
     closedir(d);
     if (!n) return pt_errorf(PT_ERR_IO, "trace merge: no trace-rank*.json in %s (logging.trace writes them)", dir);
     qsort(ranks, (size_t)n, sizeof *ranks, pt_cmp_int);
-    FILE *f = fopen(out, "w");
+    FILE *f = pt_trace_create(out);
     if (!f) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", pt_last_error());
         free(ranks);
-        return pt_errorf(PT_ERR_IO, "trace merge: cannot write %s", out);
+        return pt_errorf(PT_ERR_IO, "trace merge: %s", why);
     }
     fprintf(f, "{\"traceEvents\": [\n");
     pt_status st = PT_OK;

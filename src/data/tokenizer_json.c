@@ -191,11 +191,22 @@ static pt_status add_stage(pt_tokenizer *t, const char *pattern, const char *whe
 
 /* ---- encoding ---- */
 
+/* PCRE2's match limit for a search over `left` bytes. Its default (10^7) stops Llama 3's and
+ * cl100k's \s*[\r\n]+, which backtracks over a run of spaces (about a step a byte) before
+ * \s+(?!\S) takes the run whole as the references do, on runs of 10^7 spaces; 2 steps a byte left
+ * more keeps such searches linear in the text and still stops a pattern that backtracks
+ * exponentially. */
+static uint32_t match_limit(size_t left) {
+    uint64_t limit = 10000000 + 2 * (uint64_t)left;
+    return limit < UINT32_MAX ? (uint32_t)limit : UINT32_MAX;
+}
+
 /* Stage k of the pre-tokenizer on one piece: its matches and the text between them go on to stage
  * k + 1; after the last stage each piece is merged. Returns 0, or PCRE2's error code (a match or
- * stack limit: the text cannot be split as the references split it). */
+ * stack limit: the text cannot be split as the references split it) with *at where the failed
+ * search began. */
 static int split_piece(pt_tokenizer *t, int k, const uint8_t *s, size_t len, int32_t **tokens,
-                       size_t *n, size_t *cap) {
+                       size_t *n, size_t *cap, const uint8_t **at) {
     if (len == 0) return 0;
     if (k == t->n_stages) {
         pt_bpe_encode_piece(t, s, len, tokens, n, cap);
@@ -205,9 +216,13 @@ static int split_piece(pt_tokenizer *t, int k, const uint8_t *s, size_t len, int
     size_t pos = 0, done = 0;
     int err = 0;
     while (pos < len && !err) {
+        pcre2_set_match_limit(r->context, match_limit(len - pos));
         int rc = pcre2_match(r->code, s, len, pos, PCRE2_NO_UTF_CHECK, r->match, r->context);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) return rc;
+        if (rc < 0) {
+            *at = s + pos;
+            return rc;
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(r->match);
         size_t a = ov[0], b = ov[1];
         if (b == a) { /* an empty match splits nothing: step over one character */
@@ -215,11 +230,11 @@ static int split_piece(pt_tokenizer *t, int k, const uint8_t *s, size_t len, int
             while (pos < len && (s[pos] & 0xC0) == 0x80) pos++;
             continue;
         }
-        if (a > done) err = split_piece(t, k + 1, s + done, a - done, tokens, n, cap);
-        if (!err) err = split_piece(t, k + 1, s + a, b - a, tokens, n, cap);
+        if (a > done) err = split_piece(t, k + 1, s + done, a - done, tokens, n, cap, at);
+        if (!err) err = split_piece(t, k + 1, s + a, b - a, tokens, n, cap, at);
         done = pos = b;
     }
-    if (!err && done < len) err = split_piece(t, k + 1, s + done, len - done, tokens, n, cap);
+    if (!err && done < len) err = split_piece(t, k + 1, s + done, len - done, tokens, n, cap, at);
     return err;
 }
 
@@ -268,13 +283,15 @@ static void sp_encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, boo
     pt_bpe_encode_piece(t, o + start, k - start, tokens, n, cap);
 }
 
-/* One section of text between added tokens; `first`: it starts the text. */
-static pt_status encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, bool first, int32_t **tokens,
-                                size_t *n, size_t *cap) {
+/* One section of text between added tokens, at byte `off` of the text; `first`: it starts the
+ * text; `exact`: the text's offsets are the input's (it was valid UTF-8). */
+static pt_status encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, bool first, size_t off,
+                                bool exact, int32_t **tokens, size_t *n, size_t *cap) {
     if (len == 0) return PT_OK;
     bool ascii = true;
     for (size_t i = 0; i < len && ascii; i++) ascii = s[i] < 0x80;
     int err = 0;
+    const uint8_t *at = NULL;
     utf8proc_uint8_t *norm = NULL;
     if (t->nfc && !ascii) {
         utf8proc_ssize_t nl = utf8proc_map(s, (utf8proc_ssize_t)len, &norm, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
@@ -285,13 +302,15 @@ static pt_status encode_section(pt_tokenizer *t, const uint8_t *s, size_t len, b
     if (t->sp)
         sp_encode_section(t, s, len, first, tokens, n, cap);
     else
-        err = split_piece(t, 0, s, len, tokens, n, cap);
+        err = split_piece(t, 0, s, len, tokens, n, cap, &at);
+    size_t where = err ? off + (size_t)(at - s) : 0; /* (NFC or replaced UTF-8 moves it a little) */
+    exact = exact && !norm;
     free(norm);
     if (!err) return PT_OK;
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    return pt_errorf(PT_ERR_RUNTIME, "the pre-tokenizer regex failed on a section of %zu bytes: %s", len,
-                     (const char *)msg);
+    return pt_errorf(PT_ERR_RUNTIME, "the pre-tokenizer regex failed on a search from %sbyte %zu: %s",
+                     exact ? "" : "about ", where, (const char *)msg);
 }
 
 /* The WHATWG UTF-8 decoder's output, re-encoded: every maximal invalid subsequence becomes
@@ -353,6 +372,7 @@ static pt_status json_encode(pt_tokenizer *t, const char *text, size_t len, int3
                              size_t *n, size_t *cap) {
     size_t sl;
     const uint8_t *s = replace_invalid(t, (const uint8_t *)text, len, &sl);
+    bool exact = s == (const uint8_t *)text;
     size_t start = 0;
     for (size_t i = 0; i < sl;) {
         int32_t lo = t->added_first[s[i]], hi = t->added_first[s[i] + 1];
@@ -365,12 +385,12 @@ static pt_status json_encode(pt_tokenizer *t, const char *text, size_t len, int3
             i++;
             continue;
         }
-        PT_TRY(encode_section(t, s + start, i - start, start == 0, tokens, n, cap));
+        PT_TRY(encode_section(t, s + start, i - start, start == 0, start, exact, tokens, n, cap));
         pt_bpe_append(tokens, n, cap, &hit->id, 1);
         i += hit->len;
         start = i;
     }
-    return encode_section(t, s + start, sl - start, start == 0, tokens, n, cap);
+    return encode_section(t, s + start, sl - start, start == 0, start, exact, tokens, n, cap);
 }
 
 static void json_free(pt_tokenizer *t) {
@@ -395,11 +415,20 @@ typedef struct {
     uint32_t *len;
     bool *set;
     size_t n, cap_ids, used, cap_bytes;
+    size_t count; /* the tokens the file gives (ids are below count + PT_TOK_ID_GAP) */
 } tok_table;
+
+/* The tables are indexed by id: an id may exceed the count of tokens the file gives by this much
+ * (gaps), not more, so that one sparse id cannot size them by gigabytes. */
+enum { PT_TOK_ID_GAP = 1 << 20 };
 
 static pt_status table_set(tok_table *tt, const char *where, int64_t id, const uint8_t *b, size_t len) {
     if (id < 0 || id >= INT32_MAX - 1)
         return pt_errorf(PT_ERR_FORMAT, "%s: id %lld is out of range", where, (long long)id);
+    if ((uint64_t)id >= (uint64_t)tt->count + PT_TOK_ID_GAP)
+        return pt_errorf(PT_ERR_FORMAT, "%s: id %lld is far beyond the %zu tokens the file gives (ids "
+                         "must be below %zu: the tables are indexed by id)", where, (long long)id,
+                         tt->count, tt->count + PT_TOK_ID_GAP);
     if ((size_t)id >= tt->cap_ids) {
         size_t c = tt->cap_ids ? tt->cap_ids : 1024;
         while (c <= (size_t)id) c *= 2;
@@ -919,7 +948,12 @@ static pt_status load_tokenizer_json(pt_tokenizer *t, const char *path) {
         st = pt_errorf(PT_ERR_FORMAT, "%s: SentencePiece-style BPE without the normalizer Replace \" \" by \"" PT_TOK_META
                        "\" or the pre-tokenizer Metaspace (spaces would stay spaces) is not supported", path);
     if (st == PT_OK) st = load_decoder(t, path, json_object_get(root, "decoder"));
-    if (st == PT_OK) st = load_model(t, path, json_object_get(root, "model"), &tt, dec);
+    if (st == PT_OK) {
+        const json_t *added = json_object_get(root, "added_tokens");
+        tt.count = json_object_size(json_object_get(json_object_get(root, "model"), "vocab")) +
+                   (json_is_array(added) ? json_array_size(added) : 0);
+        st = load_model(t, path, json_object_get(root, "model"), &tt, dec);
+    }
     if (st == PT_OK) {
         /* the vocabulary alone first: merges name only its tokens */
         table_install(t, &tt);
@@ -981,6 +1015,8 @@ static pt_status load_tiktoken(pt_tokenizer *t, const char *path) {
     PT_TRY(pt_read_file(path, &data, &len));
     t->source = PT_TOK_SOURCE_TIKTOKEN;
     tok_table tt = {0};
+    for (size_t i = 0; i < len; i++) tt.count += data[i] == '\n'; /* the ranks, and the specials */
+    tt.count += 1 + sizeof PT_TOK_CL100K_SPECIAL / sizeof PT_TOK_CL100K_SPECIAL[0];
     pt_status st = PT_OK;
     size_t line = 0;
     uint8_t buf[1024];

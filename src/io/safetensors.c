@@ -964,14 +964,19 @@ pt_status pt_st_writer_write(pt_st_writer *w, const char *path) {
     memcpy(tmp + plen, ".tmp", 5);
     pt_status st = PT_OK;
     FILE *fp = NULL;
+    int fd = -1;
     if (padded > PT_ST_MAX_HEADER_BYTES) {
         st = pt_errorf(PT_ERR_CONFIG, "%s: header of %zu bytes exceeds the %llu-byte limit", path,
                        padded, (unsigned long long)PT_ST_MAX_HEADER_BYTES);
         goto done;
     }
-    fp = fopen(tmp, "wb");
+    /* never through a link: neither the temporary nor the final name */
+    if ((st = pt_refuse_link(path)) != PT_OK || (st = pt_create_file(tmp, &fd)) != PT_OK) goto done;
+    fp = fdopen(fd, "wb");
     if (!fp) {
         st = pt_errorf(PT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        close(fd);
+        remove(tmp);
         goto done;
     }
     uint8_t size_le[8];

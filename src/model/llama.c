@@ -127,6 +127,9 @@ pt_status pt_model_config_check(const pt_model_config *c) {
     PT_CHECK_POS(ffn_dim);
     PT_CHECK_POS(max_seq_len);
 #undef PT_CHECK_POS
+    if (c->n_layers > PT_MODEL_MAX_LAYERS)
+        return pt_errorf(PT_ERR_CONFIG, "model.n_layers = %d: at most %d (the deepest trained "
+                         "models have a few hundred)", c->n_layers, PT_MODEL_MAX_LAYERS);
     if (c->head_dim < 0) return pt_errorf(PT_ERR_CONFIG, "model.head_dim must be >= 0 (0: dim / n_heads)");
     if (c->head_dim == 0 && c->dim % c->n_heads != 0)
         return pt_errorf(PT_ERR_CONFIG, "model.dim (%d) must be divisible by model.n_heads (%d) "
@@ -134,6 +137,10 @@ pt_status pt_model_config_check(const pt_model_config *c) {
     if (pt_head_dim(c) % 2 != 0)
         return pt_errorf(PT_ERR_CONFIG, "the head dimension (model.head_dim, or model.dim / "
                          "model.n_heads) = %d must be even (rotary)", pt_head_dim(c));
+    if (pt_head_dim(c) > PT_ATTN_MAX_HEAD_DIM)
+        return pt_errorf(PT_ERR_CONFIG, "the head dimension (model.head_dim, or model.dim / "
+                         "model.n_heads) = %d is more than the attention kernels take (%d)",
+                         pt_head_dim(c), PT_ATTN_MAX_HEAD_DIM);
     if (c->rope_factor < 0) return pt_errorf(PT_ERR_CONFIG, "model.rope_factor must be >= 0 (0: no scaling)");
     if (c->rope_factor > 0 && !(c->rope_high_freq_factor > c->rope_low_freq_factor &&
                                 c->rope_low_freq_factor > 0 && c->rope_original_max_seq_len > 0))
@@ -166,6 +173,15 @@ pt_status pt_model_config_check(const pt_model_config *c) {
             return pt_errorf(PT_ERR_CONFIG, "model.aux_loss_coef and z_loss_coef must be >= 0");
     }
     if (!(c->norm_eps > 0)) return pt_errorf(PT_ERR_CONFIG, "model.norm_eps must be > 0");
+    return PT_OK;
+}
+
+pt_status pt_model_config_settle(pt_model_config *c, int seq_len) {
+    if (c->n_experts > 0 && c->moe_ffn_dim == 0) c->moe_ffn_dim = c->ffn_dim;
+    PT_TRY(pt_model_config_check(c));
+    if (seq_len > c->max_seq_len)
+        return pt_errorf(PT_ERR_CONFIG, "training.seq_len (%d) exceeds model.max_seq_len (%d)",
+                         seq_len, c->max_seq_len);
     return PT_OK;
 }
 

@@ -29,15 +29,11 @@ static pt_status layout_tp(pt_layout *l, const pt_layout_spec *s, const pt_model
                            pt_backend *be) {
     pt_mesh *mesh = l->mesh;
     pt_model_parallel *par = &l->par;
-    PT_TRY(pt_model_check_tp(mc, mesh->deg.tp));
     par->tp = mesh->deg.tp;
     par->tp_rank = mesh->tp_i;
     par->sp = s->sp;
     /* the rows of a micro-batch this rank's tp group holds (its share of each sequence) */
     int mbt = s->micro_batch * (s->seq_len / mesh->deg.cp);
-    if (par->sp && mbt % par->tp != 0)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.sp: micro_batch × seq_len / cp = %d rows must "
-                         "be divisible by tp = %d", mbt, par->tp);
     pt_local_dims ld = pt_model_local_dims(mc, par->tp, par->tp_rank);
     if (ld.kv_shared > 1) pt_mesh_make_kv(mesh, ld.kv_shared);
     par->tp_ops = pt_tp_create(be, mesh->tp, ld.kv_shared > 1 ? mesh->kv : NULL, par->sp, ld.V,
@@ -54,25 +50,21 @@ static pt_status layout_pp_head(pt_layout *l, const pt_layout_spec *s, const pt_
     pt_mesh *mesh = l->mesh;
     pt_model_parallel *par = &l->par;
     int pp = l->pp, tp = mesh->deg.tp, *rows = pt_malloc((size_t)pp * sizeof *rows);
-    pt_status st = pt_pipe_head_rows(mc, pp, stages, s->pp_head_rows, rows);
-    if (st != PT_OK) {
+    pt_status st = pt_pipe_head_rows(mc, pp, tp, stages, s->pp_head_rows, rows);
+    if (st != PT_OK) { /* every rank sees it, and stops */
         free(rows);
         return st;
     }
     l->head_rows = pt_malloc((size_t)pp * sizeof *l->head_rows);
     memcpy(l->head_rows, rows, (size_t)pp * sizeof *rows);
-    int start = 0, least = 0;
+    int start = 0;
     for (int i = 0; i < mesh->pp_i; i++) start += rows[i];
-    for (int i = 1; i < pp; i++) least = rows[i] < rows[least] ? i : least;
-    int mine = rows[mesh->pp_i], fewest = rows[least];
+    int mine = rows[mesh->pp_i];
     char shares[256];
     size_t len = 0;
     for (int i = 0; i < pp && len < sizeof shares; i++)
         len += (size_t)snprintf(shares + len, sizeof shares - len, "%s%d", i ? "," : "", rows[i]);
     free(rows);
-    if (fewest < tp) /* every rank sees it, and stops */
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split: stage %d's %d vocabulary rows "
-                         "are fewer than parallel.tp = %d", least, fewest, tp);
     par->head_split = 1;
     par->head_V = (mine + tp - 1) / tp;
     par->head_v0 = start + mesh->tp_i * par->head_V;
@@ -91,38 +83,11 @@ static pt_status layout_pp_head(pt_layout *l, const pt_layout_spec *s, const pt_
 static pt_status layout_pp(pt_layout *l, const pt_layout_spec *s, const pt_model_config *mc,
                            pt_backend *be) {
     pt_model_parallel *par = &l->par;
-    int pp = l->pp, v = s->pp_virtual;
+    int pp = l->pp;
     PT_TRY(pt_schedule_parse_kind(s->pp_schedule, &l->sched));
-    int interleaved = l->sched == PT_SCHED_INTERLEAVED;
-    if (l->sched == PT_SCHED_DUALPIPEV && v > 2)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_schedule = dualpipev holds 2 model chunks per "
-                         "rank (the V): parallel.pp_virtual = %d, leave it at 1 (or 2)", v);
-    v = pt_schedule_chunks(l->sched, v);
-    if (v > 1 && !interleaved && l->sched != PT_SCHED_DUALPIPEV)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual = %d needs parallel.pp_schedule = "
-                         "interleaved", v);
-    if (interleaved && v < 2)
-        return pt_errorf(PT_ERR_CONFIG, "the interleaved schedule needs parallel.pp_virtual >= 2");
-    if (l->zero >= 2)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-2/3 "
-                         "reduce (and gather) every micro-batch, m times the traffic under a "
-                         "pipeline; use ZeRO-0 or 1 (docs/parallelism.md)", l->zero);
-    if (interleaved && !s->pp_layers[0] && mc->n_layers % (pp * v) != 0)
-        return pt_errorf(PT_ERR_CONFIG, "interleaved: pp × pp_virtual = %d must divide "
-                         "model.n_layers = %d (or give parallel.pp_layers)", pp * v, mc->n_layers);
-    pt_chunk stages[PT_MAX_CHUNKS * 16];
-    if (pp * v > (int)(sizeof stages / sizeof *stages))
-        return pt_errorf(PT_ERR_CONFIG, "pipeline: too many stages (%d)", pp * v);
-    if (v > PT_MAX_CHUNKS)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual = %d exceeds %d", v, PT_MAX_CHUNKS);
+    int interleaved = l->sched == PT_SCHED_INTERLEAVED, v = pt_schedule_chunks(l->sched, s->pp_virtual);
+    pt_chunk stages[PT_LAYOUT_MAX_STAGES]; /* pt_layout_check bounds pp × v */
     int split = s->pp_head && !strcmp(s->pp_head, "split");
-    if (split && (v > 1 || l->sched == PT_SCHED_DUALPIPEV))
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs the afab, 1f1b or zb "
-                         "schedule (parallel.pp_schedule = %s)", s->pp_schedule);
-    if (split && mc->tied_embeddings)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs untied embeddings "
-                         "(model.tied_embeddings = true: the head is the embedding, on the first "
-                         "stage)");
     PT_TRY(pt_pipe_split(mc, pp * v, interleaved && !s->pp_layers[0] ? "" : s->pp_layers, split,
                          stages));
     if (interleaved && !s->pp_layers[0]) {
@@ -132,6 +97,70 @@ static pt_status layout_pp(pt_layout *l, const pt_layout_spec *s, const pt_model
     par->n_chunks = v;
     for (int c = 0; c < v; c++) par->chunk[c] = stages[pt_schedule_stage(l->sched, pp, v, l->mesh->pp_i, c)];
     return split ? layout_pp_head(l, s, mc, be, stages) : PT_OK;
+}
+
+/* The pipeline's part of pt_layout_check (pp > 1); zero: the stage in force. */
+static pt_status layout_check_pp(const pt_layout_spec *s, const pt_degrees *d, int zero,
+                                 const pt_model_config *mc) {
+    int pp = d->pp, v = s->pp_virtual;
+    pt_sched_kind kind;
+    PT_TRY(pt_schedule_parse_kind(s->pp_schedule, &kind));
+    int interleaved = kind == PT_SCHED_INTERLEAVED;
+    if (kind == PT_SCHED_DUALPIPEV && v > 2)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_schedule = dualpipev holds 2 model chunks per "
+                         "rank (the V): parallel.pp_virtual = %d, leave it at 1 (or 2)", v);
+    v = pt_schedule_chunks(kind, v);
+    if (v > 1 && !interleaved && kind != PT_SCHED_DUALPIPEV)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual = %d needs parallel.pp_schedule = "
+                         "interleaved", v);
+    if (interleaved && v < 2)
+        return pt_errorf(PT_ERR_CONFIG, "the interleaved schedule needs parallel.pp_virtual >= 2");
+    if (zero >= 2)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-2/3 "
+                         "reduce (and gather) every micro-batch, m times the traffic under a "
+                         "pipeline; use ZeRO-0 or 1 (docs/parallelism.md)", zero);
+    if (interleaved && !s->pp_layers[0] && mc->n_layers % (pp * v) != 0)
+        return pt_errorf(PT_ERR_CONFIG, "interleaved: pp × pp_virtual = %d must divide "
+                         "model.n_layers = %d (or give parallel.pp_layers)", pp * v, mc->n_layers);
+    if ((int64_t)pp * v > PT_LAYOUT_MAX_STAGES)
+        return pt_errorf(PT_ERR_CONFIG, "pipeline: too many stages (%lld)", (long long)pp * v);
+    if (v > PT_MAX_CHUNKS)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_virtual = %d exceeds %d", v, PT_MAX_CHUNKS);
+    int split = s->pp_head && !strcmp(s->pp_head, "split");
+    if (split && (v > 1 || kind == PT_SCHED_DUALPIPEV))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs the afab, 1f1b or zb "
+                         "schedule (parallel.pp_schedule = %s)", s->pp_schedule);
+    if (split && mc->tied_embeddings)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs untied embeddings "
+                         "(model.tied_embeddings = true: the head is the embedding, on the first "
+                         "stage)");
+    return PT_OK;
+}
+
+pt_status pt_layout_check(const pt_layout_spec *s, const pt_degrees *d, const pt_model_config *mc) {
+    if (s->global_batch % (d->dp * s->micro_batch) != 0)
+        return pt_errorf(PT_ERR_CONFIG,
+                         "training.global_batch (%d) must be divisible by dp × micro_batch = %d × %d",
+                         s->global_batch, d->dp, s->micro_batch);
+    if (d->tp > 1) {
+        PT_TRY(pt_model_check_tp(mc, d->tp));
+        int mbt = s->micro_batch * (s->seq_len / d->cp); /* a micro-batch's rows in a tp group */
+        if (s->sp && mbt % d->tp != 0)
+            return pt_errorf(PT_ERR_CONFIG, "parallel.sp: micro_batch × seq_len / cp = %d rows must "
+                             "be divisible by tp = %d", mbt, d->tp);
+    }
+    if (d->ep > 1 && (mc->n_experts == 0 || mc->n_experts % d->ep != 0))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", d->ep,
+                         mc->n_experts);
+    int unit = s->cp_zigzag ? 2 * d->cp : d->cp;
+    if (d->cp > 1 && s->seq_len % unit != 0)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d (%s): training.seq_len = %d must be a "
+                         "multiple of %d", d->cp, s->cp_zigzag ? "zigzag" : "contiguous",
+                         s->seq_len, unit);
+    if (d->pp > 1) return layout_check_pp(s, d, d->dp * d->cp > 1 ? s->zero : 0, mc);
+    if (s->pp_head && !strcmp(s->pp_head, "split"))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs parallel.pp > 1");
+    return PT_OK;
 }
 
 pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_config *mc,
@@ -157,10 +186,8 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
         return pt_errorf(PT_ERR_CONFIG, "parallel.dp = %d needs MPI: run under mpirun -np N",
                          s->deg.dp);
     }
-    if (s->global_batch % (l->dp_size * s->micro_batch) != 0)
-        return pt_errorf(PT_ERR_CONFIG,
-                         "training.global_batch (%d) must be divisible by dp × micro_batch = %d × %d",
-                         s->global_batch, l->dp_size, s->micro_batch);
+    pt_degrees one = {1, 1, 1, 1, 1};
+    PT_TRY(pt_layout_check(s, l->mesh ? &l->mesh->deg : &one, mc));
     l->red = l->dpc ? l->dpc->size : 1;
     l->zero = l->red > 1 ? s->zero : 0;
     if (s->zero > 0 && l->red == 1)
@@ -172,9 +199,6 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
     /* expert parallelism: this rank's experts of every MoE layer */
     int ep = mesh ? mesh->deg.ep : 1;
     if (ep > 1) {
-        if (mc->n_experts == 0 || mc->n_experts % ep != 0)
-            return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", ep,
-                             mc->n_experts);
         par->ep = ep;
         par->ep_rank = mesh->ep_i;
         par->ep_ops = pt_ep_create(be, mesh->ep, mc->n_experts, mc->top_k, mc->capacity_factor,
@@ -187,12 +211,8 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
     l->cp = mesh ? mesh->deg.cp : 1;
     l->cp_rank = mesh ? mesh->cp_i : 0;
     if (l->cp > 1) {
-        int cp = l->cp, unit = s->cp_zigzag ? 2 * cp : cp;
+        int cp = l->cp;
         par->cp = cp;
-        if (s->seq_len % unit != 0)
-            return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d (%s): training.seq_len = %d must be a "
-                             "multiple of %d", cp, s->cp_zigzag ? "zigzag" : "contiguous",
-                             s->seq_len, unit);
         int Tl = s->seq_len / cp;
         pt_local_dims ld = pt_model_local_dims(mc, mesh->deg.tp, mesh->tp_i);
         par->cp_ops = pt_cp_create(be, mesh->cp, s->cp_zigzag, s->overlap, s->micro_batch * Tl,
@@ -204,8 +224,6 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
     /* pipeline parallelism: this rank's stages, as model chunks */
     l->pp = mesh ? mesh->deg.pp : 1;
     if (l->pp > 1) PT_TRY(layout_pp(l, s, mc, be));
-    else if (s->pp_head && !strcmp(s->pp_head, "split"))
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split needs parallel.pp > 1");
     /* the data-parallel regions: the dense tensors, then (expert parallelism) the experts */
     pt_param_table local;
     pt_param_table_build_local(&local, mc, par);

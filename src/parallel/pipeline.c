@@ -123,19 +123,26 @@ static void pt_water_fill(const double *cost, int S, double unit, int V, int *ro
     }
 }
 
-pt_status pt_pipe_head_rows(const pt_model_config *c, int S, const pt_chunk *stages,
+pt_status pt_pipe_head_rows(const pt_model_config *c, int S, int tp, const pt_chunk *stages,
                             const char *spec, int *rows) {
     int V = c->vocab_size;
     if (S > V)
         return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split: %d stages exceed "
                          "model.vocab_size = %d rows of the head", S, V);
-    if (spec && spec[0]) return pt_pipe_parse_counts("parallel.pp_head_rows", spec, S, "model.vocab_size", V, rows);
-    /* the cost model's: each stage's layers, a row of the head C */
-    double *cost = pt_calloc((size_t)S, sizeof *cost);
-    for (int s = 0; s < S; s++)
-        for (int l = stages[s].l0; l < stages[s].l1; l++) cost[s] += pt_pipe_layer_cost(c, l);
-    pt_water_fill(cost, S, c->dim, V, rows);
-    free(cost);
+    if (spec && spec[0]) {
+        PT_TRY(pt_pipe_parse_counts("parallel.pp_head_rows", spec, S, "model.vocab_size", V, rows));
+    } else { /* the cost model's: each stage's layers, a row of the head C */
+        double *cost = pt_calloc((size_t)S, sizeof *cost);
+        for (int s = 0; s < S; s++)
+            for (int l = stages[s].l0; l < stages[s].l1; l++) cost[s] += pt_pipe_layer_cost(c, l);
+        pt_water_fill(cost, S, c->dim, V, rows);
+        free(cost);
+    }
+    int least = 0; /* every tp rank of a stage holds some of its rows */
+    for (int s = 1; s < S; s++) least = rows[s] < rows[least] ? s : least;
+    if (rows[least] < tp)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp_head = split: stage %d's %d vocabulary rows "
+                         "are fewer than parallel.tp = %d", least, rows[least], tp);
     return PT_OK;
 }
 

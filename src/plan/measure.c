@@ -768,7 +768,8 @@ int pt_plan_measure_cmd(int argc, char **argv) {
         char *slash = strrchr(dir, '/');
         if (slash) *slash = 0;
         writable = pt_check_writable_dir(slash ? (dir[0] ? dir : "/") : ".", "--out's directory")
-                   == PT_OK;
+                   == PT_OK &&
+                   pt_check_output(out, 0, "--out") == PT_OK; /* a FIFO: replaced */
         if (!writable) pt_log_error("plan --measure: %s", pt_last_error());
     }
     pt_bcast(w, &writable, 1, PT_DTYPE_I32, 0);

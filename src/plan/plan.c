@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pt/layout.h"
 #include "pt/model.h"
 #include "pt/pipeline.h"
 #include "pt/plan.h"
@@ -394,6 +395,34 @@ static const int *pt_plan_held_all(pt_sched_kind kind, int pp, int m, int v) {
     return e->most;
 }
 
+/* The stages of pt_pipe_split, its balanced splits remembered for the search (which meets the
+ * same model and stage count again and again; the split is quadratic in the layers). */
+typedef struct {
+    pt_model_config m;
+    int S, head_split;
+    pt_chunk *stages;
+} pt_plan_split_entry;
+static pt_plan_split_entry pt_split_cache[16];
+static int pt_split_next;
+
+static pt_status pt_plan_split(const pt_model_config *m, int S, const char *spec, int head_split,
+                               pt_chunk *stages) {
+    if (spec && spec[0]) return pt_pipe_split(m, S, spec, head_split, stages);
+    for (int i = 0; i < 16; i++) {
+        pt_plan_split_entry *e = &pt_split_cache[i];
+        if (e->stages && e->S == S && e->head_split == head_split && !memcmp(&e->m, m, sizeof *m)) {
+            memcpy(stages, e->stages, (size_t)S * sizeof *stages);
+            return PT_OK;
+        }
+    }
+    PT_TRY(pt_pipe_split(m, S, spec, head_split, stages));
+    pt_plan_split_entry *e = &pt_split_cache[pt_split_next++ % 16];
+    free(e->stages);
+    *e = (pt_plan_split_entry){*m, S, head_split, malloc((size_t)S * sizeof *stages)};
+    memcpy(e->stages, stages, (size_t)S * sizeof *stages);
+    return PT_OK;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -414,7 +443,7 @@ static pt_status pt_plan_model_of(const pt_config *c, pt_plan_model *M) {
     M->E = M->bf16 ? 2 : 4;
     M->C = m->dim;
     M->H = m->n_heads;
-    M->KV = M->gpt ? m->n_heads : (m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads);
+    M->KV = M->gpt ? m->n_heads : m->n_kv_heads;
     M->hd = m->head_dim > 0 ? m->head_dim : (double)m->dim / m->n_heads;
     M->F = m->ffn_dim;
     M->Vg = m->vocab_size;
@@ -583,47 +612,22 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
 /* ------------------------------------------------------------------------------------------ */
 /* a layout */
 
-static int pt_plan_divides(double a, double b) { return b > 0 && fmod(a, b) == 0; }
-
-static pt_status pt_plan_check(const pt_plan_ctx *x, const pt_plan_lay *y, int world, int chunks,
-                               pt_sched_kind kind, int m) {
+/* The layout on the cluster: the trainer's checks (pt_degrees_resolve, pt_layout_check: its
+ * messages), then the planner's own (the hardware's devices, its table of stages). */
+static pt_status pt_plan_check(const pt_plan_ctx *x, const pt_plan_lay *y, int world) {
     const pt_config *c = x->c;
-    const pt_plan_model *M = &x->M;
     int devices = x->hw->devices_per_node * x->hw->nodes;
     if (world > devices)
         return pt_errorf(PT_ERR_CONFIG, "the layout needs dp × pp × cp × tp = %d devices; the "
                          "hardware has %d (%d nodes × %d)", world, devices, x->hw->nodes,
                          x->hw->devices_per_node);
-    if (!pt_plan_divides(M->H, y->tp))
-        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.n_heads = %.0f", y->tp, M->H);
-    if (!pt_plan_divides(M->F, y->tp))
-        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.ffn_dim = %.0f", y->tp, M->F);
-    if (M->n_experts && !pt_plan_divides(M->Fe, y->tp))
-        return pt_errorf(PT_ERR_CONFIG, "parallel.tp = %d must divide model.moe_ffn_dim = %.0f", y->tp, M->Fe);
-    if (y->ep > 1 && (!M->n_experts || !pt_plan_divides(M->Ex, y->ep)))
-        return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", y->ep,
-                         M->n_experts);
-    if (y->ep > 1 && (y->dp * y->cp) % y->ep)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide dp × cp = %d", y->ep, y->dp * y->cp);
-    if (c->training.global_batch % (y->dp * c->training.micro_batch))
-        return pt_errorf(PT_ERR_CONFIG, "training.global_batch (%d) must be divisible by dp × "
-                         "micro_batch = %d × %d", c->training.global_batch, y->dp, c->training.micro_batch);
-    if (y->cp > 1 && c->training.seq_len % (2 * y->cp))
-        return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d: training.seq_len = %d must be a multiple "
-                         "of %d", y->cp, c->training.seq_len, 2 * y->cp);
-    if (y->sp && y->tp > 1 && (c->training.micro_batch * c->training.seq_len / y->cp) % y->tp)
-        return pt_errorf(PT_ERR_CONFIG, "sequence parallelism: micro_batch × seq_len / cp rows must "
-                         "be divisible by tp = %d", y->tp);
-    if (y->pp * chunks > M->n_layers)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp × chunks = %d exceeds model.n_layers = %d",
-                         y->pp * chunks, M->n_layers);
+    pt_degrees d = {y->dp, y->tp, y->pp, y->cp, y->ep};
+    PT_TRY(pt_degrees_resolve(&d, world));
+    pt_layout_spec s = pt_config_layout_spec(c);
+    s.deg = d;
+    PT_TRY(pt_layout_check(&s, &d, &c->model));
     if (y->pp > PT_PLAN_MAX_PP)
         return pt_errorf(PT_ERR_CONFIG, "parallel.pp = %d: the planner takes at most %d", y->pp, PT_PLAN_MAX_PP);
-    if (y->pp > 1 && y->zero >= 2)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: use ZeRO-0 or 1", y->zero);
-    if (kind == PT_SCHED_INTERLEAVED && (m % y->pp || M->n_layers % (y->pp * chunks)))
-        return pt_errorf(PT_ERR_CONFIG, "interleaved: pp = %d must divide the %d micro-batches and "
-                         "pp × pp_virtual = %d model.n_layers = %d", y->pp, m, y->pp * chunks, M->n_layers);
     return PT_OK;
 }
 
@@ -723,13 +727,8 @@ static pt_status pt_plan_layout_of(const pt_config *c, const pt_hardware *hw, pt
     return PT_OK;
 }
 
-pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simulate, pt_plan *out);
-
-pt_status pt_plan_eval(const pt_config *c, const pt_hardware *hw, pt_plan *out) {
-    return pt_plan_eval_sim(c, hw, 1, out);
-}
-
-pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simulate, pt_plan *out) {
+/* The plan of c's layout, its model already checked (pt_model_config_settle). */
+static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simulate, pt_plan *out) {
     pt_plan_ctx x = {c, hw, {0}, simulate};
     PT_TRY(pt_plan_model_of(c, &x.M));
     const pt_plan_model *M = &x.M;
@@ -743,7 +742,7 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
     if (!strcmp(c->training.recompute, "selective")) y.re = PT_RECOMPUTE_SELECTIVE;
     else if (!strcmp(c->training.recompute, "full")) y.re = PT_RECOMPUTE_FULL;
     int m = c->training.global_batch / (y.dp * c->training.micro_batch);
-    PT_TRY(pt_plan_check(&x, &y, world, chunks, kind, m));
+    PT_TRY(pt_plan_check(&x, &y, world));
     y.zb = y.pp > 1 && pt_schedule_splits_backward(kind);
     int head_split = y.pp > 1 && !strcmp(c->parallel.pp_head, "split");
 
@@ -760,10 +759,10 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
         int k = M->n_layers / S;
         for (int i = 0; i < S; i++) stages[i] = (pt_chunk){i * k, (i + 1) * k};
     } else {
-        st = pt_pipe_split(&c->model, S, c->parallel.pp_layers, head_split, stages);
+        st = pt_plan_split(&c->model, S, c->parallel.pp_layers, head_split, stages);
     }
     int *rows = calloc((size_t)y.pp, sizeof *rows);
-    if (st == PT_OK && head_split) st = pt_pipe_head_rows(&c->model, y.pp, stages, c->parallel.pp_head_rows, rows);
+    if (st == PT_OK && head_split) st = pt_pipe_head_rows(&c->model, y.pp, y.tp, stages, c->parallel.pp_head_rows, rows);
     pt_schedule sched = {0};
     const int *held = NULL;
     if (st == PT_OK && y.pp > 1) {
@@ -976,6 +975,26 @@ pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simula
     return PT_OK;
 }
 
+/* *out: a copy of c (malloc'ed) with its model as the trainer takes it, checked with the
+ * trainer's messages and completed (pt_model_config_settle), before anything is sized. */
+static pt_status pt_plan_model_checked(const pt_config *c, pt_config **out) {
+    pt_config *m = malloc(sizeof *m);
+    *m = *c;
+    if (!strcmp(m->plan.block, "gpt")) m->model.n_kv_heads = m->model.n_heads; /* its attention's */
+    pt_status st = pt_model_config_settle(&m->model, m->training.seq_len);
+    if (st != PT_OK) free(m), m = NULL;
+    *out = m;
+    return st;
+}
+
+pt_status pt_plan_eval(const pt_config *c, const pt_hardware *hw, pt_plan *out) {
+    pt_config *m;
+    PT_TRY(pt_plan_model_checked(c, &m));
+    pt_status st = pt_plan_eval_sim(m, hw, 1, out);
+    free(m);
+    return st;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* output */
 
@@ -1064,8 +1083,10 @@ static int pt_plan_cmp(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-pt_status pt_plan_search(const pt_config *c0, const pt_hardware *hw, pt_plan **out, int *n,
+pt_status pt_plan_search(const pt_config *c_in, const pt_hardware *hw, pt_plan **out, int *n,
                          int *n_fit, int *n_tried) {
+    pt_config *c0; /* the model first: the layouts vary the rest */
+    PT_TRY(pt_plan_model_checked(c_in, &c0));
     int devices = hw->devices_per_node * hw->nodes, cnt = 0, kept = 0, tried = 0;
     int cap = 4 * (c0->plan.top > 0 ? c0->plan.top : 1) + 8;
     pt_plan *res = malloc((size_t)cap * sizeof *res);
@@ -1132,7 +1153,7 @@ pt_status pt_plan_search(const pt_config *c0, const pt_hardware *hw, pt_plan **o
         if (pt_plan_eval_sim(c, hw, 1, p) == PT_OK) *r = *p;
     }
     qsort(res, (size_t)top, sizeof *res, pt_plan_cmp);
-    free(c), free(p);
+    free(c), free(p), free(c0);
     *out = res;
     *n = kept;
     *n_fit = cnt;

@@ -3,10 +3,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -80,44 +84,224 @@ static int pt_is_step_dir(const char *name, int64_t *step) {
     return 1;
 }
 
-static pt_status pt_rmtree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? PT_OK : pt_errorf(PT_ERR_IO, "%s: cannot open", dir);
+static int pt_rm_at(int dfd, const char *name, int depth);
+
+/* Removes the entries of the directory open as dfd (closed here), depth first, never following a
+ * symbolic link: a link is removed as itself, its target untouched. index.json goes last, so
+ * that a checkpoint whose removal was cut short still names its run (and is pruned again). 0, or
+ * -1 with errno. */
+static int pt_rm_entries(int dfd, int depth) {
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return -1;
+    }
+    int err = 0, index = 0;
     struct dirent *e;
-    char path[PT_PATH_MAX + 300];
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
+        if (!strcmp(e->d_name, "index.json")) index = 1;
+        else if (pt_rm_at(dirfd(d), e->d_name, depth) != 0 && !err) err = errno;
     }
+    if (index && unlinkat(dirfd(d), "index.json", 0) != 0 && errno != ENOENT && !err) err = errno;
     closedir(d);
-    if (rmdir(dir) != 0) return pt_errorf(PT_ERR_IO, "%s: cannot remove: %s", dir, strerror(errno));
+    errno = err;
+    return err ? -1 : 0;
+}
+
+/* Removes dfd's entry name: a file or a link unlinked, a directory emptied (opened O_NOFOLLOW:
+ * never a link's target) and removed. At most 64 levels deep. */
+static int pt_rm_at(int dfd, const char *name, int depth) {
+    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT) return 0;
+    if (errno != EISDIR && errno != EPERM) return -1; /* (EPERM: unlink of a directory, POSIX) */
+    if (depth >= 64) {
+        errno = ELOOP;
+        return -1;
+    }
+    int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0 || pt_rm_entries(sub, depth + 1) != 0) return -1;
+    return unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* Removes dir and everything under it without following a symbolic link: dir itself a link (or
+ * a file) is unlinked as itself, never emptied through. Absent: PT_OK. */
+static pt_status pt_rmtree(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return PT_OK;
+        if ((errno == ELOOP || errno == ENOTDIR) && (unlink(dir) == 0 || errno == ENOENT))
+            return PT_OK;
+        return pt_errorf(PT_ERR_IO, "%s: cannot remove: %s", dir, strerror(errno));
+    }
+    if (pt_rm_entries(fd, 0) != 0 || (rmdir(dir) != 0 && errno != ENOENT))
+        return pt_errorf(PT_ERR_IO, "%s: cannot remove: %s", dir, strerror(errno));
     return PT_OK;
 }
 
-static int pt_cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+/* ------------------------------------------------------------------------------------------ */
+/* run identity */
+
+void pt_ckpt_new_run_id(char *id) {
+    uint64_t x;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) { /* no entropy yet */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40);
+        x ^= x >> 31, x *= 0x9E3779B97F4A7C15ull, x ^= x >> 29; /* spread the bits */
+    }
+    snprintf(id, PT_RUN_ID_LEN + 1, "%016llx", (unsigned long long)x);
+}
+
+/* A run id as a checkpoint records it: 16 lower-case hex digits. */
+static int pt_is_run_id(const char *s) {
+    if (!s || strlen(s) != PT_RUN_ID_LEN) return 0;
+    for (const char *c = s; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return 0;
+    return 1;
+}
+
+void pt_ckpt_identity(const char *dir, char *id, int64_t *step) {
+    json_t *root = NULL;
+    id[0] = 0;
+    if (step) *step = -1;
+    char saved[1024]; /* reading it leaves the last error as it was */
+    snprintf(saved, sizeof saved, "%s", pt_last_error());
+    if (pt_resume_load_index(dir, &root) == PT_OK) {
+        const char *r = json_string_value(json_object_get(root, "run_id"));
+        if (pt_is_run_id(r)) snprintf(id, PT_RUN_ID_LEN + 1, "%s", r);
+        json_t *js = json_object_get(root, "step");
+        if (step && json_is_integer(js)) *step = json_integer_value(js);
+        json_decref(root);
+    }
+    pt_errorf(PT_OK, "%s", saved);
+}
+
+/* What checkpoint.dir holds: each step_N entry, a link or not, and its run. */
+typedef struct {
+    int64_t step;
+    int link;                    /* a symbolic link: never pruned, never replaced */
+    char run[PT_RUN_ID_LEN + 1]; /* "": its index names no run (saved before run ids, or none) */
+} pt_ckpt_entry;
+
+static int pt_cmp_entry(const void *a, const void *b) {
+    int64_t x = ((const pt_ckpt_entry *)a)->step, y = ((const pt_ckpt_entry *)b)->step;
     return (x > y) - (x < y);
 }
 
-/* Steps of the complete checkpoints under root, sorted ascending (caller frees). */
-static int pt_list_steps(const char *root, int64_t **steps) {
+/* root's step_N entries, ascending (caller frees); with their run ids when identity is set (each
+ * index.json read). */
+static int pt_scan(const char *root, pt_ckpt_entry **out, int identity) {
     DIR *d = opendir(root);
-    *steps = NULL;
+    *out = NULL;
     if (!d) return 0;
     int n = 0, cap = 0;
     struct dirent *e;
+    char path[PT_PATH_MAX + 300];
     while ((e = readdir(d)) != NULL) {
         int64_t s;
         if (!pt_is_step_dir(e->d_name, &s)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
-            *steps = pt_realloc(*steps, (size_t)cap * sizeof **steps);
+            *out = pt_realloc(*out, (size_t)cap * sizeof **out);
         }
-        (*steps)[n++] = s;
+        pt_ckpt_entry *c = &(*out)[n++];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        c->step = s;
+        c->link = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+        c->run[0] = 0;
+        if (identity) pt_ckpt_identity(path, c->run, NULL);
     }
     closedir(d);
-    if (n) qsort(*steps, (size_t)n, sizeof **steps, pt_cmp_i64);
+    if (n) qsort(*out, (size_t)n, sizeof **out, pt_cmp_entry);
+    return n;
+}
+
+/* Appends to out (cap bytes, used so far): cut at cap. */
+static void pt_append(char *out, size_t cap, size_t *used, const char *fmt, ...) {
+    if (*used + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out + *used, cap - *used, fmt, ap);
+    va_end(ap);
+    if (n > 0) *used = *used + (size_t)n < cap ? *used + (size_t)n : cap - 1;
+}
+
+/* The entries not this run's, grouped by run, into out: "run X: step_A, step_B (a link); no run
+ * id: step_C" (four a run at most); their count. */
+static int pt_describe_others(const pt_ckpt_entry *e, int n, const char *run_id, char *out,
+                              size_t cap) {
+    int others = 0;
+    size_t used = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(e[i].run, run_id)) continue;
+        others++;
+        int first = 1;
+        for (int j = 0; j < i && first; j++) first = strcmp(e[j].run, e[i].run) != 0;
+        if (!first) continue; /* listed with its run's first */
+        pt_append(out, cap, &used, "%s%s%s: ", used ? "; " : "", e[i].run[0] ? "run " : "no run id",
+                  e[i].run);
+        int shown = 0, more = 0;
+        for (int j = i; j < n; j++) {
+            if (strcmp(e[j].run, e[i].run)) continue;
+            if (shown == 4) {
+                more++;
+                continue;
+            }
+            pt_append(out, cap, &used, "%sstep_%08lld%s", shown++ ? ", " : "",
+                      (long long)e[j].step, e[j].link ? " (a link)" : "");
+        }
+        if (more) pt_append(out, cap, &used, " and %d more", more);
+    }
+    return others;
+}
+
+pt_status pt_ckpt_check_dir(const char *root, const char *run_id, pt_run_start start, int share,
+                            int64_t from, int64_t total, int64_t every) {
+    pt_ckpt_entry *e;
+    int n = pt_scan(root, &e, 1);
+    char others[640];
+    int n_others = pt_describe_others(e, n, run_id, others, sizeof others);
+    pt_status st = PT_OK;
+    if (n_others && !share && start == PT_RUN_NEW)
+        st = pt_errorf(PT_ERR_CONFIG, "checkpoint.dir = %s holds checkpoints of another run (%s): a "
+                       "new run would mix with them. Continue that run (checkpoint.resume = latest), "
+                       "give this run another checkpoint.dir, or set checkpoint.share_dir = true to "
+                       "start it beside them (they are kept: never pruned or replaced)", root, others);
+    else if (n_others && !share && start == PT_RUN_RESUMED_ELSEWHERE)
+        st = pt_errorf(PT_ERR_CONFIG, "checkpoint.dir = %s holds checkpoints of another run (%s): "
+                       "this run, resumed from a checkpoint elsewhere, would mix with them. Give it "
+                       "another checkpoint.dir, or set checkpoint.share_dir = true to save beside "
+                       "them (they are kept: never pruned or replaced)", root, others);
+    /* a save never replaces another run's checkpoint or a link: a run that would is refused now,
+     * not when it reaches that step */
+    for (int i = 0; i < n && st == PT_OK; i++) {
+        int64_t s = e[i].step;
+        int saves = s > from && s <= total && (s == total || (every > 0 && s % every == 0));
+        if (!saves || (!e[i].link && !strcmp(e[i].run, run_id))) continue;
+        char whose[64] = " (no run id)";
+        if (e[i].run[0]) snprintf(whose, sizeof whose, " (run %s)", e[i].run);
+        st = pt_errorf(PT_ERR_CONFIG, "this run would save step %lld, where checkpoint.dir = %s holds "
+                       "%s step_%08lld%s, which is never replaced: give this run another "
+                       "checkpoint.dir, or other checkpoint.every or training.steps", (long long)s,
+                       root, e[i].link ? "the symbolic link" : "another run's checkpoint",
+                       (long long)s, e[i].link ? "" : whose);
+    }
+    if (st == PT_OK && n_others)
+        pt_log_warn("checkpoint.dir = %s also holds checkpoints of another run (%s): they are kept, "
+                    "never pruned or replaced", root, others);
+    free(e);
+    return st;
+}
+
+/* Steps of the checkpoints under root, sorted ascending (caller frees). */
+static int pt_list_steps(const char *root, int64_t **steps) {
+    pt_ckpt_entry *e;
+    int n = pt_scan(root, &e, 0);
+    *steps = pt_malloc((size_t)(n ? n : 1) * sizeof **steps);
+    for (int i = 0; i < n; i++) (*steps)[i] = e[i].step;
+    free(e);
     return n;
 }
 
@@ -250,10 +434,12 @@ static int pt_all_ok(pt_comm *world, int ok) {
 #define PT_BLOCK_INTS 5 /* tensor, r0, r1, c0, c1 */
 
 static pt_status pt_write_index(const char *path, int64_t step, const pt_model *m,
-                                int64_t optimizer_step, const pt_config *cfg, int world_size,
-                                const int64_t *info, const int64_t *blocks, int max_pieces) {
+                                int64_t optimizer_step, const pt_config *cfg, const char *run_id,
+                                int world_size, const int64_t *info, const int64_t *blocks,
+                                int max_pieces) {
     json_t *root = json_object();
     json_object_set_new(root, "format", json_string(PT_CKPT_FORMAT));
+    json_object_set_new(root, "run_id", json_string(run_id)); /* whose: pruning removes its own */
     json_object_set_new(root, "step", json_integer(step));
     json_object_set_new(root, "optimizer_step", json_integer(optimizer_step));
     json_object_set_new(root, "seed", json_integer((json_int_t)cfg->training.seed));
@@ -344,8 +530,8 @@ static const pt_param *pt_uncovered(const pt_param_table *t, const int64_t *bloc
 /* Rank 0: config.json, index.json and train.ini into tmp_dir, then publish it as final_dir. */
 static pt_status pt_publish(const char *root, const char *tmp_dir, const char *final_dir,
                             int64_t step, const pt_model *m, int64_t optimizer_step,
-                            const pt_config *cfg, int keep, int world_size, const int64_t *info,
-                            const int64_t *blocks, int max_pieces) {
+                            const pt_config *cfg, int keep, const char *run_id, int world_size,
+                            const int64_t *info, const int64_t *blocks, int max_pieces) {
     char path[PT_PATH_MAX + 96], old_dir[PT_PATH_MAX + 40];
     size_t n_blocks = 0;
     for (int r = 0; r < world_size; r++) n_blocks += (size_t)info[3 * r + 1];
@@ -364,7 +550,8 @@ static pt_status pt_publish(const char *root, const char *tmp_dir, const char *f
     snprintf(path, sizeof path, "%s/config.json", tmp_dir);
     PT_TRY(pt_hf_config_write(path, &m->cfg));
     snprintf(path, sizeof path, "%s/index.json", tmp_dir);
-    PT_TRY(pt_write_index(path, step, m, optimizer_step, cfg, world_size, info, blocks, max_pieces));
+    PT_TRY(pt_write_index(path, step, m, optimizer_step, cfg, run_id, world_size, info, blocks,
+                          max_pieces));
     snprintf(path, sizeof path, "%s/train.ini", tmp_dir);
     char *ini = NULL;
     size_t ini_len = 0;
@@ -376,11 +563,18 @@ static pt_status pt_publish(const char *root, const char *tmp_dir, const char *f
     PT_TRY(st);
     PT_TRY(pt_fsync_dir(tmp_dir));
 
-    /* an existing checkpoint of the same step is replaced only once the new one is whole */
+    /* an existing checkpoint of the same step is replaced only once the new one is whole, and
+     * only if this run saved it: never another run's, never a link (pt_ckpt_check_dir refuses at
+     * set-up a run that would) */
     snprintf(old_dir, sizeof old_dir, "%s.old", final_dir);
     struct stat sb;
-    int had_old = stat(final_dir, &sb) == 0;
+    int had_old = lstat(final_dir, &sb) == 0;
     if (had_old) {
+        char other[PT_RUN_ID_LEN + 1];
+        pt_ckpt_identity(final_dir, other, NULL);
+        if (S_ISLNK(sb.st_mode) || strcmp(other, run_id))
+            return pt_errorf(PT_ERR_IO, "%s is %s: it is never replaced", final_dir,
+                             S_ISLNK(sb.st_mode) ? "a symbolic link" : "another run's checkpoint");
         PT_TRY(pt_rmtree(old_dir));
         if (rename(final_dir, old_dir) != 0)
             return pt_errorf(PT_ERR_IO, "%s: rename failed: %s", final_dir, strerror(errno));
@@ -390,16 +584,19 @@ static pt_status pt_publish(const char *root, const char *tmp_dir, const char *f
     PT_TRY(pt_fsync_dir(root));
     if (had_old) PT_TRY(pt_rmtree(old_dir));
 
-    /* keep the newest `keep` */
-    int64_t *steps;
-    int n_steps = pt_list_steps(root, &steps);
-    for (int i = 0; i < n_steps - keep; i++) {
+    /* keep the newest `keep` of this run's own: another run's checkpoints and links are never
+     * pruned */
+    pt_ckpt_entry *e;
+    int n = pt_scan(root, &e, 1), own = 0;
+    for (int i = 0; i < n; i++) own += !e[i].link && !strcmp(e[i].run, run_id);
+    for (int i = 0; i < n && own > keep; i++) {
+        if (e[i].link || strcmp(e[i].run, run_id)) continue;
         char victim[PT_PATH_MAX + 32];
-        snprintf(victim, sizeof victim, "%s/step_%08lld", root, (long long)steps[i]);
-        st = pt_rmtree(victim);
-        if (st != PT_OK) pt_log_warn("%s", pt_last_error());
+        snprintf(victim, sizeof victim, "%s/step_%08lld", root, (long long)e[i].step);
+        if (pt_rmtree(victim) != PT_OK) pt_log_warn("%s", pt_last_error());
+        own--;
     }
-    free(steps);
+    free(e);
     return PT_OK;
 }
 
@@ -415,10 +612,11 @@ static pt_status pt_save_failed(int rank, const char *tmp_dir, pt_status st) {
 
 pt_status pt_ckpt_save_begin(pt_ckpt_save_state *s, const char *root, int64_t step,
                              int64_t optimizer_step, const pt_ckpt_piece *pieces, int n_pieces,
-                             pt_comm *world) {
+                             const char *run_id, pt_comm *world) {
     int rank = world ? world->rank : 0;
     memset(s, 0, sizeof *s);
     snprintf(s->root, sizeof s->root, "%s", root);
+    snprintf(s->run_id, sizeof s->run_id, "%s", run_id);
     snprintf(s->final_dir, sizeof s->final_dir, "%s/step_%08lld", root, (long long)step);
     snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s.tmp", s->final_dir);
     s->step = step, s->optimizer_step = optimizer_step;
@@ -484,7 +682,7 @@ pt_status pt_ckpt_save_finish(pt_ckpt_save_state *s, const pt_model *m, const pt
     free(my_blocks);
     if (rank == 0)
         st = pt_publish(s->root, s->tmp_dir, s->final_dir, s->step, m, s->optimizer_step, cfg, keep,
-                        size, info, blocks, max_pieces);
+                        s->run_id, size, info, blocks, max_pieces);
     free(info);
     free(blocks);
     if (!pt_all_ok(world, st == PT_OK))
@@ -495,9 +693,9 @@ pt_status pt_ckpt_save_finish(pt_ckpt_save_state *s, const pt_model *m, const pt
 
 pt_status pt_ckpt_save(const char *root, int64_t step, const pt_model *m, const pt_ckpt_piece *pieces,
                        int n_pieces, int64_t optimizer_step, const pt_config *cfg, int keep,
-                       pt_comm *world) {
+                       const char *run_id, pt_comm *world) {
     pt_ckpt_save_state s;
-    PT_TRY(pt_ckpt_save_begin(&s, root, step, optimizer_step, pieces, n_pieces, world));
+    PT_TRY(pt_ckpt_save_begin(&s, root, step, optimizer_step, pieces, n_pieces, run_id, world));
     pt_ckpt_save_write(&s);
     return pt_ckpt_save_finish(&s, m, cfg, keep, world);
 }

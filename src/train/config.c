@@ -150,7 +150,7 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("training.memory_limit", PT_CFG_INT64, training.memory_limit, "0", NULL,
          "bytes a rank may use; the trainer refuses to start, printing its need by category, "
          "when it needs more (0 = this host's available memory, cgroup limit included, divided "
-         "by the ranks on it)"),
+         "by the ranks on it; either lowered to the address space left under ulimit -v)"),
     PT_K("optimizer.lr", PT_CFG_FLOAT, optimizer.lr, "3e-4", NULL, "peak learning rate"),
     PT_K("optimizer.beta1", PT_CFG_FLOAT, optimizer.beta1, "0.9", NULL, "AdamW beta1"),
     PT_K("optimizer.beta2", PT_CFG_FLOAT, optimizer.beta2, "0.95", NULL, "AdamW beta2"),
@@ -220,7 +220,9 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "directory for checkpoints (\"\" = none)"),
     PT_K("checkpoint.every", PT_CFG_INT64, checkpoint.every, "0", NULL,
          "save every n steps (0 = only at the end)"),
-    PT_K("checkpoint.keep", PT_CFG_INT, checkpoint.keep, "2", NULL, "keep the last K checkpoints"),
+    PT_K("checkpoint.keep", PT_CFG_INT, checkpoint.keep, "2", NULL,
+         "keep the last K checkpoints of this run (another run's and symbolic links are never "
+         "pruned)"),
     PT_K("checkpoint.async", PT_CFG_BOOL, checkpoint.async, "false", NULL,
          "copy the state to host memory at the step and write it on a thread of its own while "
          "training goes on; published once every rank has written (docs/guide.md \"Asynchronous "
@@ -228,6 +230,10 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("checkpoint.resume", PT_CFG_STR, checkpoint.resume, "", NULL,
          "resume from \"latest\" (the newest checkpoint in checkpoint.dir whose checksums "
          "verify) or a checkpoint directory"),
+    PT_K("checkpoint.share_dir", PT_CFG_BOOL, checkpoint.share_dir, "false", NULL,
+         "let this run save into a checkpoint.dir that holds another run's checkpoints (without "
+         "it a run that does not continue one of them is refused at set-up); theirs are kept, "
+         "never pruned or replaced (docs/guide.md \"Whose checkpoints\")"),
     PT_K("checkpoint.allow_change", PT_CFG_STR, checkpoint.allow_change, "", NULL,
          "what a resumed run may change from the run that saved the checkpoint (else an error "
          "naming the difference; listed: a warning): data, seed, shuffle, global_batch, seq_len, "
@@ -237,7 +243,8 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "heartbeat (the lock file's mtime, refreshed every timeout/10 s) is older than this is "
          "stale and taken over"),
     PT_K("logging.metrics", PT_CFG_STR, logging.metrics, "", NULL,
-         "append one JSON object per step to this file"),
+         "append one JSON object per step to this file (a regular file: a FIFO or a device "
+         "such as /dev/null is refused; \"\" = none)"),
     PT_K("logging.comm_every", PT_CFG_INT64, logging.comm_every, "1", NULL,
          "every n steps, the metrics add this rank's communication and memory over those steps"),
     PT_K("logging.report_every", PT_CFG_INT64, logging.report_every, "0", NULL,
@@ -631,6 +638,11 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_errorf(PT_ERR_CONFIG, "checkpoint.lock_timeout_s must be > 0");
     if (c->checkpoint.resume[0] && !c->checkpoint.dir[0] && !strcmp(c->checkpoint.resume, "latest"))
         return pt_errorf(PT_ERR_CONFIG, "checkpoint.resume = latest needs checkpoint.dir");
+    if (c->checkpoint.share_dir && !strcmp(c->checkpoint.resume, "latest")) /* whose latest? */
+        return pt_errorf(PT_ERR_CONFIG, "checkpoint.share_dir = true and checkpoint.resume = latest: "
+                         "latest is the newest checkpoint in checkpoint.dir, whichever run saved "
+                         "it; name the checkpoint to resume (checkpoint.resume = DIR), or start a "
+                         "new run without checkpoint.resume");
     if (c->logging.every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.every must be >= 1");
     if (c->logging.comm_every < 1) return pt_errorf(PT_ERR_CONFIG, "logging.comm_every must be >= 1");
     if (c->logging.report_every < 0)
@@ -645,6 +657,9 @@ pt_status pt_config_validate(const pt_config *c) {
     if (!(c->sample.temperature >= 0))
         return pt_errorf(PT_ERR_CONFIG, "sample.temperature must be >= 0");
     if (c->sample.top_k < 0) return pt_errorf(PT_ERR_CONFIG, "sample.top_k must be >= 0");
+    if (c->sample.prompt[0] && c->sample.max_new_tokens > 0 && !c->sample.vocab[0]) /* not after training */
+        return pt_errorf(PT_ERR_CONFIG, "sample.prompt needs sample.vocab (the tokenizer: a BPE "
+                         "directory or a tokenizer.json)");
     return PT_OK;
 }
 
@@ -697,4 +712,24 @@ void pt_config_write(const pt_config *c, FILE *f) {
         case PT_CFG_STR: fprintf(f, "\"%s\"\n", (const char *)src); break;
         }
     }
+}
+
+pt_layout_spec pt_config_layout_spec(const pt_config *c) {
+    return (pt_layout_spec){
+        .deg = {c->parallel.dp, c->parallel.tp, c->parallel.pp, c->parallel.cp, c->parallel.ep},
+        .sp = c->parallel.sp,
+        .cp_zigzag = !strcmp(c->parallel.cp_layout, "zigzag"),
+        .overlap = c->parallel.overlap,
+        .zero = c->parallel.zero,
+        .bucket_mb = c->parallel.bucket_mb,
+        .timeout_s = c->parallel.timeout_s,
+        .micro_batch = c->training.micro_batch,
+        .seq_len = c->training.seq_len,
+        .global_batch = c->training.global_batch,
+        .pp_schedule = c->parallel.pp_schedule,
+        .pp_virtual = c->parallel.pp_virtual,
+        .pp_layers = c->parallel.pp_layers,
+        .pp_head = c->parallel.pp_head,
+        .pp_head_rows = c->parallel.pp_head_rows,
+    };
 }

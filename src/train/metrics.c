@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 /* A square n³ product large enough to reach the library's steady state, best of 12 (robust to a
  * brief disturbance from other processes): gemm in fp32, or gemm_bf16 on the same values rounded
@@ -119,23 +121,48 @@ int64_t pt_memory_available(void) {
     return avail < 0 ? INT64_MAX : avail / ranks;
 }
 
-pt_status pt_memory_check(const pt_rank_memory *mem, int64_t limit, const char *what) {
-    double mib = 1048576.0;
-    size_t need = mem->params + mem->grads + mem->optim + mem->params_transient +
-                  mem->grads_transient + mem->activations;
-    if ((int64_t)need <= limit) return PT_OK;
-    return pt_errorf(PT_ERR_CONFIG,
-                     "this rank needs %.1f MiB but %s is %.1f MiB: parameters %.1f, gradients %.1f, "
-                     "optimizer %.1f, gathered parameters %.1f, gradient buffers %.1f, activations "
-                     "%.1f MiB (training.recompute = selective or full keeps fewer activations)",
-                     need / mib, what, limit / mib, mem->params / mib, mem->grads / mib,
-                     mem->optim / mib, mem->params_transient / mib, mem->grads_transient / mib,
-                     mem->activations / mib);
+const char *pt_fmt_bytes(double bytes, char *out, size_t cap) {
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (u < 4 && fabs(bytes) >= 1024) bytes /= 1024, u++;
+    snprintf(out, cap, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
+    return out;
 }
 
-/* The parameters of c's tensors, without biases (a lower bound), in double: the embedding and
- * head, per layer the attention and its norms, the dense or mixture-of-experts SwiGLU. */
-static double pt_param_estimate(const pt_model_config *c) {
+int64_t pt_memory_limit(int64_t configured, char *what, size_t cap) {
+    int64_t limit = configured > 0 ? configured : pt_memory_available();
+    snprintf(what, cap, "%s", configured > 0 ? "training.memory_limit" : "the memory available to it");
+    /* RLIMIT_AS (ulimit -v) bounds what may be mapped at all: what is left of it, when lower */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return limit;
+    int64_t as = rl.rlim_cur > INT64_MAX ? INT64_MAX : (int64_t)rl.rlim_cur;
+    int64_t mapped = pt_proc_kb("/proc/self/status", "VmSize");
+    int64_t left = as - (mapped > 0 ? mapped : 0);
+    if (left >= limit) return limit;
+    char b[32];
+    snprintf(what, cap, "the address space left under its limit (ulimit -v: %s)",
+             pt_fmt_bytes((double)as, b, sizeof b));
+    return left > 0 ? left : 0;
+}
+
+pt_status pt_memory_check(const pt_rank_memory *mem, double other, int64_t limit, const char *what) {
+    double need = (double)(mem->params + mem->grads + mem->optim + mem->params_transient +
+                           mem->grads_transient + mem->activations) + other;
+    if (need <= (double)limit) return PT_OK;
+    char b[9][32];
+    return pt_errorf(PT_ERR_CONFIG,
+                     "this rank needs %s but %s is %s: parameters %s, gradients %s, optimizer %s, "
+                     "gathered parameters %s, gradient buffers %s, activations %s, the batch and "
+                     "other buffers %s (training.recompute = selective or full keeps fewer "
+                     "activations)", pt_fmt_bytes(need, b[0], 32), what,
+                     pt_fmt_bytes((double)limit, b[1], 32), pt_fmt_bytes((double)mem->params, b[2], 32),
+                     pt_fmt_bytes((double)mem->grads, b[3], 32), pt_fmt_bytes((double)mem->optim, b[4], 32),
+                     pt_fmt_bytes((double)mem->params_transient, b[5], 32),
+                     pt_fmt_bytes((double)mem->grads_transient, b[6], 32),
+                     pt_fmt_bytes((double)mem->activations, b[7], 32), pt_fmt_bytes(other, b[8], 32));
+}
+
+double pt_param_estimate(const pt_model_config *c) {
     double D = c->dim, L = c->n_layers, hd = c->head_dim > 0 ? c->head_dim : c->dim / c->n_heads;
     double embed = (double)c->vocab_size * D * (c->tied_embeddings ? 1 : 2) + D;
     double attn = hd * D * (2.0 * c->n_heads + 2.0 * c->n_kv_heads) + 2 * D;
@@ -148,23 +175,54 @@ static double pt_param_estimate(const pt_model_config *c) {
     return embed + L * attn + (L - moe_layers) * dense + moe_layers * moe;
 }
 
+double pt_mem_buffers_bytes(const pt_mem_buffer *buf, int n_buf) {
+    /* the buffers held throughout add up; of those held for a moment, the largest counts */
+    double kept = 0, moment = 0;
+    for (int i = 0; i < n_buf; i++) {
+        if (buf[i].transient) moment = buf[i].bytes > moment ? buf[i].bytes : moment;
+        else kept += buf[i].bytes;
+    }
+    return kept + moment;
+}
+
 pt_status pt_memory_precheck(const pt_model_config *c, double bytes_per_param, double tokens,
                              int ranks, int64_t limit, const char *what) {
-    double gib = 1073741824.0, n = pt_param_estimate(c), r = ranks > 0 ? ranks : 1;
+    return pt_memory_precheck_ex(c, bytes_per_param, tokens, ranks, NULL, 0, limit, what);
+}
+
+pt_status pt_memory_precheck_ex(const pt_model_config *c, double bytes_per_param, double tokens,
+                                int ranks, const pt_mem_buffer *buf, int n_buf, int64_t limit,
+                                const char *what) {
+    double n = pt_param_estimate(c), r = ranks > 0 ? ranks : 1;
     double state = n * bytes_per_param / r;
     double acts = tokens * ((double)c->vocab_size + (double)c->n_layers * c->dim) * 4 / r;
-    double need = state + acts;
-    if (need >= 0x1p62)
+    if (state + acts >= 0x1p62)
         return pt_errorf(PT_ERR_CONFIG, "the model's sizes overflow: %.3g parameters, %.3g bytes "
                          "per rank (model.dim %d, n_layers %d, ffn_dim %d, vocab_size %d, "
-                         "n_experts %d)", n, need, c->dim, c->n_layers, c->ffn_dim, c->vocab_size,
-                         c->n_experts);
+                         "n_experts %d)", n, state + acts, c->dim, c->n_layers, c->ffn_dim,
+                         c->vocab_size, c->n_experts);
+    int top = -1;
+    for (int i = 0; i < n_buf; i++)
+        if (top < 0 || buf[i].bytes > buf[top].bytes) top = i;
+    double need = state + acts + pt_mem_buffers_bytes(buf, n_buf);
     if (need <= (double)limit) return PT_OK;
-    return pt_errorf(PT_ERR_CONFIG, "this rank needs at least %.2f GiB but %s is %.2f GiB: %.4g "
-                     "parameters × %.0f bytes over %d rank(s) = %.2f GiB, activations (logits and "
-                     "layer inputs of %.0f tokens) %.2f GiB (checked before allocating)", need / gib,
-                     what, (double)limit / gib, n, bytes_per_param, ranks, state / gib, tokens,
-                     acts / gib);
+    char b[5][32];
+    if (top >= 0 && 2 * buf[top].bytes >= need) /* most of it one key's: that key named */
+        return pt_errorf(PT_ERR_CONFIG, "%s needs %s for %s, but %s is %s (this rank needs at "
+                         "least %s in all; checked before allocating)", buf[top].key,
+                         pt_fmt_bytes(buf[top].bytes, b[0], 32), buf[top].what, what,
+                         pt_fmt_bytes((double)limit, b[1], 32), pt_fmt_bytes(need, b[2], 32));
+    char list[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < n_buf && used < sizeof list; i++)
+        if (buf[i].bytes > 0)
+            used += (size_t)snprintf(list + used, sizeof list - used, "; %s: %s for %s", buf[i].key,
+                                     pt_fmt_bytes(buf[i].bytes, b[0], 32), buf[i].what);
+    return pt_errorf(PT_ERR_CONFIG, "this rank needs at least %s but %s is %s (checked before "
+                     "allocating): %.4g parameters × %.0f bytes over %d rank(s) = %s, activations "
+                     "(logits and layer inputs of %.0f tokens) %s%s", pt_fmt_bytes(need, b[1], 32),
+                     what, pt_fmt_bytes((double)limit, b[2], 32), n, bytes_per_param, ranks,
+                     pt_fmt_bytes(state, b[3], 32), tokens, pt_fmt_bytes(acts, b[4], 32), list);
 }
 
 /* Bytes of every group so far (bus-bandwidth convention), and microseconds blocked waiting on it,
@@ -191,8 +249,18 @@ pt_status pt_metrics_open(pt_metrics *mx, const char *path, const pt_mesh *mesh,
             return pt_errorf(PT_ERR_IO, "logging.metrics: cannot create the directory %s", dir);
     }
     snprintf(mx->path, sizeof mx->path, "%s", path);
-    mx->f = fopen(path, "a");
-    if (!mx->f) return pt_errorf(PT_ERR_IO, "logging.metrics: cannot open %s for appending", path);
+    if (pt_refuse_link(path) != PT_OK) { /* appended by design: never through a link */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", pt_last_error());
+        return pt_errorf(PT_ERR_IO, "logging.metrics: %s", why);
+    }
+    int fd; /* a FIFO or a device (/dev/null, /dev/full) refused: one would hang the open */
+    PT_TRY(pt_open_append(path, "logging.metrics", &fd));
+    mx->f = fdopen(fd, "a");
+    if (!mx->f) {
+        close(fd);
+        return pt_errorf(PT_ERR_IO, "logging.metrics: cannot open %s for appending", path);
+    }
     mx->mesh = mesh;
     mx->total_steps = total_steps;
     mx->comm_every = comm_every;

@@ -112,13 +112,22 @@ pt_status pt_run_lock_acquire(pt_run_lock **out, const char *dir, double timeout
     char path[4096], host[256] = "";
     snprintf(path, sizeof path, "%s/%s", dir, PT_RUN_LOCK_FILE);
     gethostname(host, sizeof host - 1);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    /* 0600: another user who could open it could flock it and keep every run from starting */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot open the run lock: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
         return pt_errorf(PT_ERR_IO, "%s: the run lock is not a regular file", path);
     }
+    if (sb.st_nlink > 1) { /* a hard link: its other name's content would be replaced, emptied */
+        close(fd);
+        return pt_errorf(PT_ERR_IO, "%s: the run lock has %lu links (a hard link to another "
+                         "file?): not used, since a run replaces its content; remove it", path,
+                         (unsigned long)sb.st_nlink);
+    }
+    if ((sb.st_mode & 077) && sb.st_uid == geteuid() && fchmod(fd, 0600) != 0) /* an older 0644 */
+        pt_log_warn("%s: cannot make the run lock 0600: %s", path, strerror(errno));
     for (pt_run_lock *l = pt_run_locks; l; l = l->next)
         if (l->dev == sb.st_dev && l->ino == sb.st_ino) { /* this process holds it already */
             close(fd);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pt/comm.h"
@@ -15,6 +16,7 @@
 #include "pt/preempt.h"
 #include "pt/run_lock.h"
 #include "pt/safetensors.h"
+#include "pt/flight.h"
 #include "pt/trace.h"
 #include "train/resume.h"
 
@@ -71,7 +73,9 @@ static pt_status pt_trainer_agree(pt_trainer *t, pt_status st, const char *what)
 /* Fail early: every rank can create files in checkpoint.dir (each writes its shard there) and in
  * logging.trace (each its trace), and
  * rank 0 opens logging.metrics, before anything is allocated, so that a run never trains for
- * hours to find it cannot save. Rank 0 takes checkpoint.dir's run lock (pt/run_lock.h) before
+ * hours to find it cannot save; where a file will be written (metrics, trace, gradients) there is
+ * a regular file or nothing (pt_check_output: a FIFO hung the run, a device took or refused the
+ * lines). Rank 0 takes checkpoint.dir's run lock (pt/run_lock.h) before
  * it writes anything: a second run on the directory stops here, naming the holder. Collective
  * over the world: every rank learns whether all succeeded and fails alike, with one message
  * (rank 0's: its own failure, else the count). */
@@ -81,11 +85,25 @@ static pt_status pt_trainer_check_outputs(pt_trainer *t) {
     pt_status st = PT_OK;
     if (cfg->checkpoint.dir[0]) st = pt_check_writable_dir(cfg->checkpoint.dir, "checkpoint.dir");
     if (st == PT_OK && cfg->logging.trace[0]) st = pt_check_writable_dir(cfg->logging.trace, "logging.trace");
+    if (st == PT_OK && cfg->logging.trace[0]) { /* written at the end, never through a link */
+        char path[sizeof cfg->logging.trace + 32], why[1024];
+        snprintf(path, sizeof path, "%s/trace-rank%d.json", cfg->logging.trace, rank);
+        if ((st = pt_refuse_link(path)) != PT_OK) {
+            snprintf(why, sizeof why, "%s", pt_last_error());
+            pt_errorf(st, "logging.trace: %s", why);
+        } else {
+            st = pt_check_output(path, 0, "logging.trace"); /* a FIFO there hung the write */
+        }
+    }
+    /* the flight recorder's state moves beside the trace: it survives a killed rank (pt/flight.h) */
+    if (st == PT_OK && cfg->logging.trace[0]) st = pt_flight_file(cfg->logging.trace);
     if (st == PT_OK && rank == 0 && cfg->checkpoint.dir[0])
         st = pt_run_lock_acquire(&t->lock, cfg->checkpoint.dir, cfg->checkpoint.lock_timeout_s);
     if (st == PT_OK && rank == 0 && cfg->logging.metrics[0])
         st = pt_metrics_open(&t->metrics, cfg->logging.metrics, t->mesh, cfg->training.steps,
                              cfg->logging.comm_every);
+    if (st == PT_OK && rank == 0 && cfg->logging.dump_grads[0]) /* written by rename at step 1 */
+        st = pt_check_output(cfg->logging.dump_grads, 0, "logging.dump_grads");
     return pt_trainer_agree(t, st, "the check that checkpoint.dir, logging.trace and logging.metrics are "
                                    "writable");
 }
@@ -113,6 +131,55 @@ static pt_status pt_trainer_resume_from(pt_trainer *t, char *dir, size_t cap) {
     return pt_trainer_agree(t, st, "the check of what the checkpoint was saved with");
 }
 
+/* 1 if the checkpoint directory ckpt lies in root (the same directory, by any path). */
+static int pt_in_dir(const char *ckpt, const char *root) {
+    char parent[PT_PATH_MAX + 32];
+    snprintf(parent, sizeof parent, "%s", ckpt);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = 0;
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    struct stat a, b;
+    return root[0] && stat(parent, &a) == 0 && stat(root, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+/* This run's identity (pt/checkpoint.h): a resumed run continues its checkpoint's run id; a new
+ * one, or one resumed from a checkpoint that records none, makes its own. Rank 0 checks
+ * checkpoint.dir for other runs' checkpoints this run would mix with or replace
+ * (pt_ckpt_check_dir), before step 1. Collective over the world: every rank learns the id. */
+static pt_status pt_trainer_identity(pt_trainer *t, const char *resume) {
+    const pt_config *cfg = &t->cfg;
+    pt_status st = PT_OK;
+    int64_t id = 0;
+    if (!t->mesh || t->mesh->world_rank == 0) {
+        int64_t from = -1;
+        if (resume[0]) pt_ckpt_identity(resume, t->run_id, &from);
+        int continued = t->run_id[0] != 0;
+        if (!continued) pt_ckpt_new_run_id(t->run_id);
+        pt_run_start start = !resume[0]                              ? PT_RUN_NEW
+                             : pt_in_dir(resume, cfg->checkpoint.dir) ? PT_RUN_CONTINUED
+                                                                      : PT_RUN_RESUMED_ELSEWHERE;
+        if (cfg->checkpoint.dir[0]) {
+            st = pt_ckpt_check_dir(cfg->checkpoint.dir, t->run_id, start, cfg->checkpoint.share_dir,
+                                   from > 0 ? from : 0, cfg->training.steps, cfg->checkpoint.every);
+            if (st == PT_OK)
+                pt_log_info("checkpoint: run %s (%s)", t->run_id,
+                            continued ? "continued" : resume[0] ? "new: its checkpoint records no "
+                            "run id" : "new");
+        }
+        id = (int64_t)strtoull(t->run_id, NULL, 16);
+    }
+    PT_TRY(pt_trainer_agree(t, st, "the check of checkpoint.dir's other runs"));
+    if (t->mesh) {
+        pt_allreduce_sum(t->mesh->world, &id, 1, PT_DTYPE_I64); /* rank 0's, the others' 0 */
+        snprintf(t->run_id, sizeof t->run_id, "%016llx", (unsigned long long)id);
+    }
+    return PT_OK;
+}
+
 /* How a rank waits for communication (pt_comm_set_busy_wait): polling without napping when the
  * host's ranks and their threads fit its cores, napping between polls when oversubscribed;
  * PT_COMM_WAIT = spin or nap forces either (measured in docs/benchmarks.md, "How a rank waits"). */
@@ -128,6 +195,40 @@ static pt_status pt_trainer_wait_policy(int threads) {
                 busy ? "poll without napping" : "nap 20 µs between polls", ranks, threads,
                 threads == 1 ? "" : "s", cores, env && *env ? ", PT_COMM_WAIT" : "");
     return PT_OK;
+}
+
+/* The buffers keys size beyond the model and its activations, for the memory checks at set-up
+ * (lower bounds, on this rank): the global batch's inputs and targets (every rank reads the whole
+ * batch), logging.trace's buffer, checkpoint.async's copy of the state, and for a moment the whole
+ * model's gradients (logging.dump_grads, at step 1) or weights (the sample, at the end). */
+static int pt_trainer_key_buffers(const pt_config *cfg, int ranks, pt_mem_buffer *b) {
+    double params = pt_param_estimate(&cfg->model);
+    int n = 0;
+    b[n] = (pt_mem_buffer){.what = "the batch's tokens (its inputs and targets, on every rank)",
+                           .bytes = 8.0 * cfg->training.global_batch * cfg->training.seq_len};
+    snprintf(b[n++].key, sizeof b->key, "training.global_batch = %d", cfg->training.global_batch);
+    if (cfg->logging.trace[0]) {
+        b[n] = (pt_mem_buffer){.what = "the trace buffer",
+                               .bytes = (double)pt_trace_bytes((size_t)cfg->logging.trace_events)};
+        snprintf(b[n++].key, sizeof b->key, "logging.trace_events = %lld",
+                 (long long)cfg->logging.trace_events);
+    }
+    if (cfg->checkpoint.async && cfg->checkpoint.dir[0]) {
+        b[n] = (pt_mem_buffer){.what = "the state's copy in host memory (weights, two moments)",
+                               .bytes = 12 * params / ranks};
+        snprintf(b[n++].key, sizeof b->key, "checkpoint.async = true");
+    }
+    if (cfg->logging.dump_grads[0]) {
+        b[n] = (pt_mem_buffer){.what = "the whole model's gradients (on every rank, at step 1)",
+                               .bytes = 4 * params, .transient = 1};
+        snprintf(b[n++].key, sizeof b->key, "logging.dump_grads");
+    }
+    if (cfg->sample.prompt[0] && cfg->sample.max_new_tokens > 0) {
+        b[n] = (pt_mem_buffer){.what = "the whole model's weights (on every rank, for the sample)",
+                               .bytes = 4 * params, .transient = 1};
+        snprintf(b[n++].key, sizeof b->key, "sample.prompt");
+    }
+    return n;
 }
 
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
@@ -154,45 +255,25 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     cfg->model.aux_scope = !strcmp(cfg->aux_loss_scope, "global")        ? PT_AUX_GLOBAL
                            : !strcmp(cfg->aux_loss_scope, "micro_batch") ? PT_AUX_MICRO_BATCH
                                                                          : PT_AUX_SEQUENCE;
-    if (cfg->model.n_experts > 0 && cfg->model.moe_ffn_dim == 0)
-        cfg->model.moe_ffn_dim = cfg->model.ffn_dim;
-    if (cfg->training.seq_len > cfg->model.max_seq_len)
-        return pt_errorf(PT_ERR_CONFIG, "training.seq_len (%d) exceeds model.max_seq_len (%d)",
-                         cfg->training.seq_len, cfg->model.max_seq_len);
-    PT_TRY(pt_model_config_check(&cfg->model));
+    /* the check `pentatron plan` makes too */
+    PT_TRY(pt_model_config_settle(&cfg->model, cfg->training.seq_len));
     /* before allocating: overcommit would let a too-large model start and die at first touch */
     t->inject_nonfinite = getenv("PT_INJECT_NONFINITE");
     const char *ranks_env = getenv("OMPI_COMM_WORLD_SIZE");
-    int64_t limit = cfg->training.memory_limit ? cfg->training.memory_limit : pt_memory_available();
-    const char *limit_what = cfg->training.memory_limit ? "training.memory_limit"
-                                                        : "the memory available to it";
-    PT_TRY(pt_memory_precheck(&cfg->model, 16, (double)cfg->training.micro_batch *
-                              cfg->training.seq_len, ranks_env ? atoi(ranks_env) : 1, limit,
-                              limit_what));
+    int ranks = ranks_env && atoi(ranks_env) > 0 ? atoi(ranks_env) : 1;
+    char limit_what[160];
+    int64_t limit = pt_memory_limit(cfg->training.memory_limit, limit_what, sizeof limit_what);
+    pt_mem_buffer bufs[8];
+    int n_bufs = pt_trainer_key_buffers(cfg, ranks, bufs);
+    PT_TRY(pt_memory_precheck_ex(&cfg->model, 16, (double)cfg->training.micro_batch *
+                                 cfg->training.seq_len, ranks, bufs, n_bufs, limit, limit_what));
 
     pt_gemm_lib lib = !strcmp(cfg->training.gemm, "openblas") ? PT_GEMM_OPENBLAS : PT_GEMM_ONEDNN;
     t->be = pt_backend_cpu_create(cfg->training.threads, lib);
     if (!t->be) return PT_ERR_RUNTIME;
 
     /* the layout: groups, this rank's share of the model and of the batch, parallel tables */
-    pt_layout_spec spec = {
-        .deg = {cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, cfg->parallel.cp,
-                cfg->parallel.ep},
-        .sp = cfg->parallel.sp,
-        .cp_zigzag = !strcmp(cfg->parallel.cp_layout, "zigzag"),
-        .overlap = cfg->parallel.overlap,
-        .zero = cfg->parallel.zero,
-        .bucket_mb = cfg->parallel.bucket_mb,
-        .timeout_s = cfg->parallel.timeout_s,
-        .micro_batch = cfg->training.micro_batch,
-        .seq_len = cfg->training.seq_len,
-        .global_batch = cfg->training.global_batch,
-        .pp_schedule = cfg->parallel.pp_schedule,
-        .pp_virtual = cfg->parallel.pp_virtual,
-        .pp_layers = cfg->parallel.pp_layers,
-        .pp_head = cfg->parallel.pp_head,
-        .pp_head_rows = cfg->parallel.pp_head_rows,
-    };
+    pt_layout_spec spec = pt_config_layout_spec(cfg);
     pt_layout *lay = &t->lay;
     PT_TRY(pt_layout_init(lay, &spec, &cfg->model, t->be, pt_comm_distributed()));
     t->mesh = lay->mesh;
@@ -209,6 +290,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     if (cfg->data.val[0]) PT_TRY(pt_trainer_agree(t, pt_trainer_open_val(t), "opening data.val"));
     char resume[PT_PATH_MAX + 32];
     PT_TRY(pt_trainer_resume_from(t, resume, sizeof resume));
+    PT_TRY(pt_trainer_identity(t, resume));
 
     const pt_model_parallel *par = &lay->par;
     int zero = lay->zero, ep = par->ep > 1 ? par->ep : 1, pp = lay->pp, cp = lay->cp;
@@ -325,7 +407,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                 mem.params / 1048576.0, mem.grads / 1048576.0, mem.optim / 1048576.0,
                 mem.activations / 1048576.0, cfg->training.recompute, cfg->training.precision,
                 t->peak_flops / 1e9);
-    return pt_memory_check(&mem, limit, limit_what);
+    return pt_memory_check(&mem, pt_mem_buffers_bytes(bufs, n_bufs), limit, limit_what);
 }
 
 void pt_trainer_set_params(pt_trainer *t, const float *host) {
@@ -920,7 +1002,7 @@ pt_status pt_trainer_save(pt_trainer *t) {
     pt_status st = pt_save_check_finite(t, b.pieces, n_pieces);
     if (st == PT_OK)
         st = pt_ckpt_save(cfg->checkpoint.dir, t->step, &t->model, b.pieces, n_pieces, t->opt.step,
-                          cfg, cfg->checkpoint.keep, t->mesh ? t->mesh->world : NULL);
+                          cfg, cfg->checkpoint.keep, t->run_id, t->mesh ? t->mesh->world : NULL);
     pt_save_buf_free(&b);
     if (st == PT_OK)
         pt_log_info("checkpoint: %s/step_%08lld", cfg->checkpoint.dir, (long long)t->step);
@@ -960,7 +1042,7 @@ pt_status pt_trainer_save_start(pt_trainer *t) {
     a->n_pieces = pt_save_collect(t, &a->buf);
     PT_TRY(pt_save_check_finite(t, a->buf.pieces, a->n_pieces));
     PT_TRY(pt_ckpt_save_begin(&a->state, cfg->checkpoint.dir, t->step, t->opt.step, a->buf.pieces,
-                              a->n_pieces, t->mesh ? t->mesh->world : NULL));
+                              a->n_pieces, t->run_id, t->mesh ? t->mesh->world : NULL));
     a->done = 0;
     a->t0 = t0;
     if (pthread_create(&a->thread, NULL, pt_save_thread, a) != 0) {
@@ -1098,6 +1180,15 @@ pt_status pt_trainer_run(pt_trainer *t) {
             return pt_trainer_preempt(t, why, saved);
         pt_step_stats s;
         PT_TRY(pt_trainer_step(t, &s));
+        /* a loss that does not depend on the weights (outputs saturated or vanished: init_std or
+         * norm_eps far off) trains "fine" at ln(V) for ever: said once, at this run's first step
+         * (a sane model's first gradient norm is ~1e-2 or more, one of init_std 1e-8 ~1e-5) */
+        if (s.step == first + 1 && isfinite(s.grad_norm) && s.grad_norm < 1e-10 &&
+            (!t->mesh || t->mesh->world_rank == 0))
+            pt_log_warn("step %lld: gradient norm %.3g: the model cannot learn (its loss does not "
+                        "depend on its weights); check model.init_std (%g) and model.norm_eps (%g)",
+                        (long long)s.step, s.grad_norm, (double)cfg->model.init_std,
+                        (double)cfg->model.norm_eps);
         int64_t ev = cfg->eval.every;
         s.evaluated = t->val.n_shards > 0 && ((ev > 0 && t->step % ev == 0) || t->step == total);
         if (s.evaluated) {

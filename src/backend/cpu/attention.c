@@ -40,7 +40,7 @@
 #define QT 32 /* query rows per tile */
 #define KT 64 /* key rows per tile */
 /* head_dim bound, only to keep the per-thread scratch on the stack small (about 200 KB at 256) */
-#define MAX_HD 256
+#define MAX_HD PT_ATTN_MAX_HEAD_DIM
 
 /* ---------------------------------------------------------------------------------------------
  * Tile products. All have the form C (M × N) += A (M × K) · B (K × N) with B's rows contiguous

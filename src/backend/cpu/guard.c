@@ -196,7 +196,7 @@ static void pt_guard_segv(int sig, siginfo_t *si, void *ucv) {
 
 void pt_backend_guard_report(const char *log_path) {
     if (log_path && *log_path && pt_guard_fd == 2) {
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd >= 0)
             pt_guard_fd = fd;
         else
