@@ -2,7 +2,8 @@
  * pentatron: the INI config file and the command-line keys (with data.sources/data.weights),
  * Hugging Face config.json, a checkpoint's index.json (and its shards' blocks), token shards'
  * headers and tokens (plain and mixed), tokenizer.json (byte-level and SentencePiece-style),
- * .tiktoken files and GPT-2's encoder.json + vocab.bpe, and safetensors headers.
+ * .tiktoken files and GPT-2's encoder.json + vocab.bpe, safetensors headers, and the flight
+ * records `pentatron trace why` reads.
  *
  * Each parser starts from a small valid seed written here; every iteration applies 1 to 4 seeded
  * mutations (bit flips, bytes set, inserted or deleted, truncation, a range repeated, a number
@@ -29,6 +30,7 @@
 #include "pt/checkpoint.h"
 #include "pt/config.h"
 #include "pt/data.h"
+#include "pt/flight.h"
 #include "pt/hf_config.h"
 #include "pt/safetensors.h"
 #include "pt/tokenizer.h"
@@ -639,6 +641,54 @@ static void test_fuzz_token_shards(void **state) {
     free(s32);
 }
 
+/* ---- flight records (pentatron trace why) ---- */
+
+/* The seed: this process's own record, made by the recorder (two groups, communications entered
+ * and completed, the ring wrapped, one pending and waited in) and mapped into a file; each
+ * mutation is read as rank 0's record of a world of 2. */
+static void test_fuzz_flight_records(void **state) {
+    (void)state;
+    fz_begin("flight records");
+    const char *dir = fz_path("flight");
+    pt_mkdirs(dir);
+    pt_flight_start(0, 2);
+    int members[] = {0, 1};
+    int dp = pt_flight_group_add("dp", 0, 2, members), world = pt_flight_group_add("world", 0, 2, NULL);
+    uint64_t seq;
+    for (int i = 0; i < 300; i++) { /* the ring wraps */
+        int g = i % 3 ? dp : world;
+        uint64_t id = pt_flight_enter(g, i % 5 ? PT_COMM_ALLREDUCE : PT_COMM_SEND, i % 5 ? -1 : 1, 64, &seq);
+        if (i < 299) pt_flight_done(id, g, i % 5 ? PT_COMM_ALLREDUCE : PT_COMM_SEND, seq);
+    }
+    pt_flight_wait_begin(dp, PT_COMM_ALLREDUCE, seq, -1);
+    pt_flight_set_label("dp0 pp0 cp0 tp0");
+    pt_mkdirs(fz_path("flight-seed"));
+    assert_int_equal(pt_flight_file(fz_path("flight-seed")), PT_OK);
+    const pt_flight_state *self = pt_flight_self();
+    size_t n = self->bytes;
+    char *seed = malloc(n);
+    memcpy(seed, self, n);
+    char p0[700];
+    snprintf(p0, sizeof p0, "%s/flight-rank0.bin", dir);
+    FILE *null = fopen("/dev/null", "w");
+    fz_buf m = {0};
+    int iters = fz_iters(), opened = 0;
+    for (int it = 0; it < iters; it++) {
+        fz_iter = it;
+        /* half the byte edits in the header and group table, where counts and indices are */
+        fz_mutate(&m, seed, n, sizeof(pt_flight_state) - sizeof self->ring);
+        fz_write(p0, m.b, m.n);
+        fz_arm(it);
+        pt_status st = pt_flight_why(dir, null);
+        fz_check(st, PT_ERR_IO, PT_ERR_FORMAT);
+        if (st == PT_OK) opened++, fz_seed_ok |= it == 0;
+    }
+    fclose(null);
+    fz_report(opened, iters);
+    free(m.b);
+    free(seed);
+}
+
 /* ---- tokenizer.json and .tiktoken ---- */
 
 /* GPT-2's byte-to-character table: printable Latin-1 bytes stand for themselves, the others for
@@ -973,6 +1023,7 @@ int main(void) {
         cmocka_unit_test(test_fuzz_hf_config),
         cmocka_unit_test(test_fuzz_checkpoint_index),
         cmocka_unit_test(test_fuzz_token_shards),
+        cmocka_unit_test(test_fuzz_flight_records),
         cmocka_unit_test(test_fuzz_tokenizer_json_bytelevel),
         cmocka_unit_test(test_fuzz_tokenizer_json_sentencepiece),
         cmocka_unit_test(test_fuzz_tiktoken),
