@@ -40,6 +40,8 @@ code 2 "$tmp/missing.txt" "$bin" prepare --tokenizer "$tmp/none.json" --out "$tm
 code 2 "pp = 0" "$bin" schedule --pp 0
 code 2 "no trace-rank" "$bin" trace merge "$tmp"
 code 2 "$tmp/none" "$bin" trace merge "$tmp/none"
+code 2 "no flight record" "$bin" trace why "$tmp"
+code 2 "$tmp/none: cannot open" "$bin" trace why "$tmp/none"
 code 2 "--hardware FILE is required" "$bin" plan "${tiny[@]}"
 code 2 "$tmp/none.ini" "$bin" plan "${tiny[@]}" --hardware "$tmp/none.ini"
 

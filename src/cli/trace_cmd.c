@@ -28,11 +28,8 @@ int pt_cmd_trace(int argc, char **argv) {
     }
     if (argc == 2 && !strcmp(argv[0], "why")) {
         pt_status st = pt_flight_why(argv[1], stdout);
-        if (st != PT_OK) {
-            fprintf(stderr, "error: %s\n", pt_last_error());
-            return 2;
-        }
-        return 0;
+        if (st != PT_OK) fprintf(stderr, "error: %s\n", pt_last_error());
+        return pt_cli_exit(st, 0);
     }
     if (argc < 2 || strcmp(argv[0], "merge") || (argc != 2 && !(argc == 4 && !strcmp(argv[2], "--out")))) {
         pt_trace_usage(stderr);
