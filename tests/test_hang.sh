@@ -10,7 +10,7 @@
 #     its trace (logging.trace), also after mpirun ended the job itself (a plain kill: the rank
 #     that stopped first);
 #   - across two network-namespace hosts (scripts/cluster.sh; skipped where they cannot be made):
-#     stopped rank 3 of 2 hosts x 2 ranks, named on its host pth*-h1.
+#     stopped rank 3 and killed rank 2 of 2 hosts x 2 ranks, named on their host pth*-h1.
 # (tests/test_flight.c checks the verdict itself on states made by hand.)
 set -u
 source "$(dirname "$0")/parallel_common.sh"
@@ -90,6 +90,8 @@ if "$C" check > /dev/null 2>&1 && [ -z "${PT_HANG_NO_HOSTS:-}" ]; then
     # the cluster's processes see the shard through the shared file system (one machine)
     PT_CLUSTER_SLOTS=2 hang hosts 4 3 STOP "hang: rank 3 (dp1 pp0 cp0 tp1) on host $PT_CLUSTER-h1 does not answer" \
         timeout 120 "$C" run -- "${l4[@]}"
+    PT_CLUSTER_SLOTS=2 hang hostskill 4 2 KILL "hang: rank 2 (dp1 pp0 cp0 tp0) on host $PT_CLUSTER-h1 does not answer" \
+        timeout 120 "$C" run --enable-recovery -- "${l4[@]}"
   else
     bad "cluster.sh up 2: $(tail -3 "$tmp/up.log")"
   fi
