@@ -6,6 +6,7 @@
 #   expect_fail NP NEEDLE ARGS a layout that must fail fast with one message
 #   bf16_check NP NAME LAYERS  a bf16 run against bref$LAYERS within bf16's own distance from fp32
 #   val_same NAME LABEL        validation losses equal to the run ev_ref's
+#   rank_pid LOG RANK          the pid of world rank RANK once the run's LOG shows step 2
 #   killed_rank NP RANK ARGS   a rank SIGKILLed once training runs must end the job fast
 #   ok / bad MESSAGE           count a pass / a failure
 bin="$1"
@@ -99,6 +100,20 @@ sys.exit(0 if len(a) == 2 and [s for s, _ in a] == [s for s, _ in b] and worst <
 PY
 }
 
+# rank_pid LOG RANK [TRIES]: once LOG shows step 2, the pid of the job's world rank RANK (a process
+# naming $tmp/train_ whose environment has OMPI_COMM_WORLD_RANK=RANK); nothing if none appears
+# within TRIES tenths of a second (default 100)
+rank_pid() {
+  local log="$1" rank="$2" tries="${3:-100}" p
+  for _ in $(seq 1 "$tries"); do
+    sleep 0.1
+    grep -Eq "step +2/" "$log" 2>/dev/null || continue
+    for p in $(pgrep -f "$tmp/train_"); do
+      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && { echo "$p"; return; }
+    done
+  done
+}
+
 # killed_rank NP RANK ARGS...: rank RANK killed (SIGKILL) once the run has reached step 2: the job
 # must end non-zero within 30 s (not by the test's timeout, not as a failed start), naming the rank
 killed_rank() {
@@ -106,14 +121,7 @@ killed_rank() {
   local out="$tmp/kill.log" victim="" job rc t0 took
   timeout 60 mpiexec -np "$np" "$bin" train "${tiny[@]}" "$@" --training.steps=1000000 > "$out" 2>&1 &
   job=$!
-  for _ in $(seq 1 100); do
-    sleep 0.1
-    grep -Eq "step +2/" "$out" 2>/dev/null || continue
-    for p in $(pgrep -f "$tmp/train_"); do
-      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank" && victim=$p
-    done
-    [ -n "$victim" ] && break
-  done
+  victim=$(rank_pid "$out" "$rank")
   t0=$SECONDS
   [ -n "$victim" ] && kill -9 "$victim"
   wait $job; rc=$?

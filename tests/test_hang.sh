@@ -29,14 +29,7 @@ hang() {
   "${launcher[@]}" -np "$np" "$bin" train "${tiny[@]}" --training.steps=1000000 \
       --parallel.timeout_s=$T --logging.trace="$tmp/$name.tr" "$@" > "$log" 2>&1 &
   job=$!
-  for _ in $(seq 1 300); do
-    sleep 0.1
-    grep -Eq "step +2/" "$log" 2>/dev/null || continue
-    for p in $(pgrep -f "$tmp/train_"); do
-      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$victim" && pid=$p
-    done
-    [ -n "$pid" ] && break
-  done
+  pid=$(rank_pid "$log" "$victim" 300)
   [ -n "$pid" ] && kill -"$sig" "$pid"
   t0=$(date +%s.%N)
   for _ in $(seq 1 $(((T + SLACK + 20) * 10))); do

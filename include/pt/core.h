@@ -146,7 +146,7 @@ pt_status pt_read_file(const char *path, char **data, size_t *len);
 /* Writes atomically: PATH.tmp (pt_create_file), fsync, rename, fsync of the directory. PATH a
  * symbolic link is refused (pt_refuse_link). */
 pt_status pt_write_file_atomic(const char *path, const void *data, size_t len);
-/* Creates path for writing (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0644) into *fd: a regular file
+/* Creates path for reading and writing (O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode 0644) into *fd: a regular file
  * already there (a temporary a crashed write left) is unlinked first; a symbolic link or anything
  * else there is refused, PT_ERR_IO naming it. An output is never written through a link. */
 pt_status pt_create_file(const char *path, int *fd);

@@ -176,11 +176,8 @@ pt_status pt_flight_file(const char *dir) {
     if (!pt_fs || pt_fs_mapped) return PT_OK;
     char path[4200];
     snprintf(path, sizeof path, "%s/flight-rank%d.bin", dir, pt_fs->rank);
-    /* an earlier run's file is replaced, never written through (unlink removes a link itself) */
-    if (unlink(path) != 0 && errno != ENOENT)
-        return pt_errorf(PT_ERR_IO, "%s: cannot replace the flight record: %s", path, strerror(errno));
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return pt_errorf(PT_ERR_IO, "%s: cannot create the flight record: %s", path, strerror(errno));
+    int fd; /* an earlier run's file replaced, a link refused (never written through) */
+    PT_TRY(pt_create_file(path, &fd));
     size_t bytes = pt_fs->bytes;
     void *m = MAP_FAILED;
     if (ftruncate(fd, (off_t)bytes) == 0) m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

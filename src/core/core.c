@@ -293,7 +293,7 @@ pt_status pt_create_file(const char *path, int *fd) {
         if (unlink(path) != 0 && errno != ENOENT)
             return pt_errorf(PT_ERR_IO, "%s: cannot remove the stale file: %s", path, strerror(errno));
     }
-    *fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    *fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); /* (RDWR: mappable) */
     if (*fd < 0)
         return pt_errorf(PT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     return PT_OK;
