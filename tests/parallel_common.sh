@@ -13,7 +13,7 @@ bin="$1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader
 export OMP_NUM_THREADS=1
-PY=/usr/bin/python3
+PY="${PT_PYTHON:-/usr/bin/python3}"
 export PT_SOURCE_DIR="${PT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 # the EXIT trap removes $tmp in this shell only: a forked child of it (a background job killed
 # before it has exec'd its command, as a watchdog may be) inherits the trap and would run it

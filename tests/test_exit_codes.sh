@@ -31,6 +31,14 @@ for np in 1 2; do
   code 2 "$tmp/nope/config.json" "${l[@]}" "$bin" train "${tiny[@]}" "${extra[@]}" --model.init_from="$tmp/nope"
 done
 
+# training.device = cuda: more than one rank is refused everywhere (one process, one GPU, until
+# a comm backend moves device memory); one rank without a usable GPU is refused too
+code 2 "runs one process on one GPU" "${np2[@]}" "$bin" train "${tiny[@]}" "${dp2[@]}" --training.device=cuda
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  code 2 "training.device = cuda" "$bin" train "${tiny[@]}" --training.device=cuda
+fi
+code 2 "training.device" "$bin" train "${tiny[@]}" --training.device=tpu
+
 # the other commands: bad arguments or input
 code 2 "unknown command" "$bin" trian
 code 2 "$tmp/nope" "$bin" generate --checkpoint "$tmp/nope" --prompt hi

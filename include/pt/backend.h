@@ -3,7 +3,7 @@
  * The model, the optimizer and (later) the parallel code call kernels only through this table and
  * never assume that device memory is host memory: tokens, parameters and activations passed to a
  * kernel live in memory from be->alloc; host data crosses with be->upload / be->download.
- * Only the CPU backend (src/backend/cpu) exists now; a CUDA one implements the same table.
+ * Two backends implement the table: the CPU's (src/backend/cpu) and CUDA's (src/backend/cuda).
  *
  * Conventions: all matrices are row-major fp32 (bf16 where a slot says so: pt_bf16 in core.h);
  * "N" is a count of token rows, "C" a row width;
@@ -15,6 +15,10 @@
 #define PT_BACKEND_H
 
 #include "pt/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct pt_backend pt_backend;
 
@@ -221,6 +225,26 @@ typedef enum { PT_GEMM_ONEDNN = 0, PT_GEMM_OPENBLAS = 1 } pt_gemm_lib;
  * not know the CPU model (see src/backend/cpu/gemm.c). Returns NULL with pt_last_error() set. */
 pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib);
 
+/* The CUDA backend (src/backend/cuda): one GPU per process, the device `local_rank mod the device
+ * count`. At set-up it takes one arena of device memory (all the device's free memory less a
+ * reserve for CUDA and cuBLASLt; PT_CUDA_ARENA_MB=N takes N MiB instead), two pinned staging
+ * buffers, a stream, cuBLASLt's workspace, and measures the bf16 and fp32 GEMM peaks; nothing is
+ * allocated on the device after that. Returns NULL with pt_last_error() set when pentatron was
+ * built without CUDA, no device can be used, or the arena cannot be had. */
+pt_backend *pt_backend_cuda_create(int local_rank);
+/* The devices this process can use: 0 when built without CUDA, without a driver, or none. */
+int pt_cuda_device_count(void);
+/* PT_OK when a CUDA backend can be made here; else PT_ERR_CONFIG with the reason (built without
+ * CUDA, no device or driver) in pt_last_error(). */
+pt_status pt_cuda_check_usable(void);
+/* The measured GEMM peaks (TFLOP/s) and the device's datasheet bf16 dense peak (0 when unknown)
+ * of a CUDA backend; 0 for others. */
+double pt_cuda_peak_tflops(pt_backend *be, int bf16);
+double pt_cuda_datasheet_tflops(pt_backend *be);
+/* cudaMalloc calls of this process's CUDA backends so far: one arena each, then none (the tests
+ * hold steps to that). */
+int64_t pt_cuda_malloc_count(void);
+
 /* A test facility (src/backend/cpu/guard.c): a backend whose every slot calls `inner`'s, whose
  * alloc hands out page-aligned zeroed blocks of one reserved region (16 GiB of address space,
  * committed as used) that is inaccessible (PROT_NONE) except while a hold is taken
@@ -238,5 +262,9 @@ pt_backend *pt_backend_guard(pt_backend *inner);
  * pt_backend_cpu_create calls it for every backend it makes, since cmocka resets the handler
  * around each test. */
 void pt_backend_guard_report(const char *log_path);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

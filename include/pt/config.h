@@ -43,6 +43,7 @@ typedef struct {
         char on_nonfinite[8]; /* stop | skip: a step whose loss or gradient norm is not finite */
         int max_skips;        /* skip: stop after this many such steps in a row */
         int threads;      /* 0 = all cores */
+        char device[8];   /* cpu | cuda (docs/gpu.md) */
         char gemm[16];    /* onednn | openblas */
         char precision[8];    /* fp32 | bf16 (docs/precision.md) */
         char recompute[16];   /* none | selective | full (pt_recompute) */

@@ -13,6 +13,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus /* the CUDA backend's .cu files include this header */
+extern "C" {
+#endif
+
 typedef enum {
     PT_OK = 0,
     PT_ERR_IO,       /* a file could not be opened, read or written */
@@ -43,7 +47,8 @@ void pt_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Aborts the job. Replaced by the distributed runtime with one that calls MPI_Abort. */
 typedef void (*pt_abort_fn)(int code);
 void pt_set_abort(pt_abort_fn fn);
-_Noreturn void pt_fatal(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void pt_fatal(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
 
 #define PT_ASSERT(cond)                                                                        \
     do {                                                                                       \
@@ -173,5 +178,9 @@ pt_status pt_open_append(const char *path, const char *what, int *fd);
 pt_status pt_check_writable_dir(const char *dir, const char *what);
 /* The most compute threads a process may ask for: 4 × the cores it may run on. */
 int pt_max_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -20,6 +20,7 @@ typedef struct {
     double seconds;    /* wall time of the step */
     double tokens_per_s;
     double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
+    double mfu_datasheet; /* the same against a GPU's datasheet peak (0: not on a known GPU) */
     int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */
     double idle[64];   /* pipeline: each stage's time blocked on its transfers / step time */
     double busy[64];   /* pipeline: each stage's seconds in its forwards and backwards */

@@ -56,6 +56,7 @@ typedef struct {
     struct pt_trainer_async *async;
     float *bias_host;              /* (n_experts) host scratch of the balancing bias update */
     double peak_flops;             /* measured sgemm FLOP/s of this process */
+    double datasheet_flops;        /* a GPU's datasheet bf16 peak, 0 when unknown or on CPUs */
     double flops_per_token;
     /* the head split over the pipeline stages: each stage's layer and head seconds summed over
      * the steps after the first two, for the measured balance logged at the end of a run */

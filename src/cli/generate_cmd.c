@@ -90,7 +90,9 @@ static void pt_generate_usage(FILE *f) {
             "                         context (slow; the same tokens)\n"
             "  --precision P          fp32 (default) or bf16: weights and activations rounded to bf16,\n"
             "                         products summed in fp32, as training.precision = bf16 computes\n"
-            "  --threads N            compute threads (default: all cores)\n");
+            "  --threads N            compute threads (default: all cores)\n"
+            "  --device D             cpu (default) or cuda: the model, its key/value cache and\n"
+            "                         the sampling's logits on one GPU (docs/gpu.md)\n");
 }
 
 static int pt_file_exists(const char *dir, const char *name) {
@@ -146,7 +148,7 @@ static int pt_parse_nonneg_float(const char *v, float *out) {
 
 int pt_cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *model = NULL, *prompt = NULL, *tokenizer = NULL;
-    int n_new = 64, threads = 0, flags = PT_SAMPLE_REPORT, bf16 = 0;
+    int n_new = 64, threads = 0, flags = PT_SAMPLE_REPORT, bf16 = 0, cuda = 0;
     pt_gen_options o = {.seed = 1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -190,6 +192,9 @@ int pt_cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--precision")) {
             bf16 = !strcmp(v, "bf16");
             ok = bf16 || !strcmp(v, "fp32");
+        } else if (!strcmp(a, "--device")) {
+            cuda = !strcmp(v, "cuda");
+            ok = cuda || !strcmp(v, "cpu");
         }
         else {
             pt_log_error("generate: unknown option %s (see --help)", a);
@@ -200,6 +205,7 @@ int pt_cmd_generate(int argc, char **argv) {
             if (!strcmp(a, "--temperature")) snprintf(want, sizeof want, "a finite number >= 0");
             if (!strcmp(a, "--seed")) snprintf(want, sizeof want, "an integer in [0, 2^64)");
             if (!strcmp(a, "--precision")) snprintf(want, sizeof want, "fp32 or bf16");
+            if (!strcmp(a, "--device")) snprintf(want, sizeof want, "cpu or cuda");
             if (!strcmp(a, "--threads"))
                 snprintf(want, sizeof want, "an integer in [0, %d] (4 × the cores here)",
                          pt_max_threads());
@@ -235,8 +241,13 @@ int pt_cmd_generate(int argc, char **argv) {
         st = pt_memory_precheck(&mc, 4, 0, 1, limit, what);
     }
     if (st == PT_OK) {
-        be = pt_backend_cpu_create(threads, PT_GEMM_ONEDNN);
-        if (!be) st = PT_ERR_RUNTIME;
+        if (cuda) {
+            st = pt_cuda_check_usable();
+            be = st == PT_OK ? pt_backend_cuda_create(0) : NULL;
+        } else {
+            be = pt_backend_cpu_create(threads, PT_GEMM_ONEDNN);
+        }
+        if (!be && st == PT_OK) st = PT_ERR_RUNTIME;
     }
     if (st == PT_OK) st = pt_model_init_ex(&m, &mc, be, 0, PT_MODEL_NO_GRADS, NULL);
     if (st == PT_OK) st = pt_ckpt_load_weights(dir, &m);

@@ -134,6 +134,10 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "with on_nonfinite = skip: stop when this many steps in a row were skipped"),
     PT_K("training.threads", PT_CFG_INT, training.threads, "0", NULL,
          "compute threads per process (0 = all cores)"),
+    PT_K("training.device", PT_CFG_STR, training.device, "cpu", "cpu|cuda",
+         "where the model computes: cpu (the CPU backend, training.threads threads), or cuda (one "
+         "GPU per process, the GPU local rank mod the device count; needs a build with the CUDA "
+         "toolkit; docs/gpu.md)"),
     PT_K("training.gemm", PT_CFG_STR, training.gemm, "onednn", "onednn|openblas",
          "GEMM library of the CPU backend"),
     PT_K("training.precision", PT_CFG_STR, training.precision, "fp32", "fp32|bf16",

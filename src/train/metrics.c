@@ -306,6 +306,7 @@ pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_mode
             fprintf(f, "%s\"%s\": %.9g", i ? ", " : "", s->source_names[i], s->source_share[i]);
         fprintf(f, "}");
     }
+    if (s->mfu_datasheet > 0) fprintf(f, ", \"mfu_datasheet\": %.5f", s->mfu_datasheet);
     if (s->skipped) fprintf(f, ", \"skipped\": 1");
     if (s->evaluated) fprintf(f, ", \"val_loss\": %.17g, \"val_tokens\": %lld", s->val_loss,
                               (long long)s->val_tokens);

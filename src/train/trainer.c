@@ -268,8 +268,21 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     PT_TRY(pt_memory_precheck_ex(&cfg->model, 16, (double)cfg->training.micro_batch *
                                  cfg->training.seq_len, ranks, bufs, n_bufs, limit, limit_what));
 
-    pt_gemm_lib lib = !strcmp(cfg->training.gemm, "openblas") ? PT_GEMM_OPENBLAS : PT_GEMM_ONEDNN;
-    t->be = pt_backend_cpu_create(cfg->training.threads, lib);
+    if (!strcmp(cfg->training.device, "cuda")) {
+        /* one process, one GPU: layouts over several GPUs need a comm backend that moves device
+         * memory (NCCL), which pentatron does not have yet */
+        if (ranks > 1)
+            return pt_errorf(PT_ERR_CONFIG, "training.device = cuda runs one process on one GPU "
+                             "for now: this job has %d ranks (layouts over several GPUs need the "
+                             "NCCL comm backend, not yet written; docs/gpu.md)", ranks);
+        PT_TRY(pt_cuda_check_usable());
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        t->be = pt_backend_cuda_create(local ? atoi(local) : 0);
+    } else {
+        pt_gemm_lib lib = !strcmp(cfg->training.gemm, "openblas") ? PT_GEMM_OPENBLAS
+                                                                  : PT_GEMM_ONEDNN;
+        t->be = pt_backend_cpu_create(cfg->training.threads, lib);
+    }
     if (!t->be) return PT_ERR_RUNTIME;
 
     /* the layout: groups, this rank's share of the model and of the batch, parallel tables */
@@ -386,8 +399,18 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     if (t->model.expert_load)
         t->eval_load = pt_calloc((size_t)cfg->model.n_layers * cfg->model.n_experts,
                                  sizeof *t->eval_load);
-    t->peak_flops = t->model.prec == PT_PREC_BF16 ? pt_measure_gemm_bf16_peak(t->be)
-                                                  : pt_measure_gemm_peak(t->be);
+    /* a GPU's peak needs products far larger than the CPU's measurement: its backend measured
+     * its own at set-up */
+    double gpu_peak = pt_cuda_peak_tflops(t->be, t->model.prec == PT_PREC_BF16) * 1e12;
+    t->peak_flops = gpu_peak > 0                      ? gpu_peak
+                    : t->model.prec == PT_PREC_BF16 ? pt_measure_gemm_bf16_peak(t->be)
+                                                    : pt_measure_gemm_peak(t->be);
+    t->datasheet_flops = pt_cuda_datasheet_tflops(t->be) * 1e12;
+    if (t->datasheet_flops > 0)
+        pt_log_info("GPU peaks: measured %.0f TFLOP/s (%s GEMM), datasheet %.0f TFLOP/s (bf16 "
+                    "dense): MFU is reported against the measured peak, mfu_datasheet against "
+                    "the datasheet's", t->peak_flops / 1e12, cfg->training.precision,
+                    t->datasheet_flops / 1e12);
     t->flops_per_token = pt_model_flops_per_token(&cfg->model, T);
     size_t mine = 0;
     for (int i = 0; i < t->model.table.n; i++) mine += t->model.table.p[i].numel;
@@ -829,6 +852,10 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
                     (long long)s->allocs);
     s->mfu = pt_mfu(t->flops_per_token, s->tokens_per_s, t->mesh ? t->mesh->world_size : 1,
                     t->peak_flops);
+    s->mfu_datasheet = t->datasheet_flops > 0
+                           ? pt_mfu(t->flops_per_token, s->tokens_per_s,
+                                    t->mesh ? t->mesh->world_size : 1, t->datasheet_flops)
+                           : 0.0;
     return PT_OK;
 }
 
