@@ -17,8 +17,10 @@
 # Figures: tokens/s = median over the steps after the first 2; MFU = pentatron's FLOPs per token
 # (6 × active matrix parameters incl. the head + causal attention, src/model/llama.c) × tokens/s
 # against the measured bf16 peak and against the H100 SXM datasheet's 989 TFLOP/s (bf16 dense);
-# peak memory = the most nvidia-smi reported used on the GPU during the run minus before it
-# (the same for both frameworks; torch's max_memory_reserved too). Writes DIR/bench.json
+# memory held = what each framework's allocator held at most: pentatron's arena high-water mark
+# (device_peak_bytes in its metrics; its arena takes the GPU's free memory at start, so
+# nvidia-smi shows the arena, not the need) against torch's max_memory_reserved; nvidia-smi's
+# peak over the run minus before it is listed too. Writes DIR/bench.json
 # ({"summary": {...}, "runs": {...}, "kernels": {...}}) and DIR/bench.md.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -84,7 +86,7 @@ if [ -n "$gemm_bin" ] && [ -x "$gemm_bin" ]; then
   part pt_gemm 30 "$gemm_bin" cuda || echo "bench_gemm has no cuda mode yet" >> "$out/pt_gemm.log"
 fi
 att_bin="$(dirname "$bin")/bench_attention"
-[ -x "$att_bin" ] && part pt_attention 30 "$att_bin" cuda --batch "$batch" --seq "$seq" --heads $H --kv-heads $KV --head-dim $hd
+[ -x "$att_bin" ] && part pt_attention 30 "$att_bin" cuda "$batch" "$seq" $H $KV $hd 1
 
 common=(--training.steps="$steps" --training.global_batch="$batch" --training.micro_batch="$batch"
         --training.seq_len="$seq" --model.max_seq_len="$seq" --training.device=cuda
@@ -139,6 +141,10 @@ def load(n):
             r["pt_mfu_own"] = statistics.median(x["mfu"] for x in st[2:])
     if tail:
         r["torch_max_reserved_gib"] = tail[0]["max_memory_reserved"] / 2**30
+    if st and "device_peak_bytes" in st[-1]:
+        # pentatron's arena takes the GPU's free memory at start, so nvidia-smi shows the arena:
+        # the arena's high-water mark is what the run needed (torch's counterpart: max reserved)
+        r["pt_device_peak_gib"] = st[-1]["device_peak_bytes"] / 2**30
     try:
         mem = [int(x) for x in open(os.path.join(out, n + ".mem")).read().split() if x.isdigit()]
         base = int(open(os.path.join(out, n + ".membase")).read().split()[0])
@@ -172,8 +178,9 @@ summary.update({
     "dense_vs_eager": ratio("pt_dense", "torch_eager_dense"),
     "dense_vs_compile": ratio("pt_dense", "torch_compile_dense"),
     "moe_vs_eager": ratio("pt_moe", "torch_eager_moe"),
-    "dense_pt_mem_gib": runs.get("pt_dense", {}).get("gpu_mem_peak_gib"),
-    "dense_torch_compile_mem_gib": runs.get("torch_compile_dense", {}).get("gpu_mem_peak_gib"),
+    "dense_pt_mem_gib": runs.get("pt_dense", {}).get("pt_device_peak_gib"),
+    "dense_torch_eager_mem_gib": runs.get("torch_eager_dense", {}).get("torch_max_reserved_gib"),
+    "dense_torch_compile_mem_gib": runs.get("torch_compile_dense", {}).get("torch_max_reserved_gib"),
     "sdpa_fwd_bwd_tflops": k.get("sdpa", {}).get("fwd_bwd_tflops")})
 status = {}
 for fn in os.listdir(out):
@@ -182,11 +189,13 @@ for fn in os.listdir(out):
 json.dump({"summary": summary, "runs": runs, "kernels": k, "status": status}, open(os.path.join(out, "bench.json"), "w"), indent=1)
 fmt = lambda v, s="%.3g": "-" if v is None else s % v
 rows = ["## GPU bench (%s)" % k.get("device", "?"), "",
-        "| run | tokens/s | MFU vs measured peak | MFU vs 989 TF | GPU mem peak GiB | first/last loss |",
-        "|---|---:|---:|---:|---:|---|"]
+        "| run | tokens/s | MFU vs measured peak | MFU vs 989 TF | memory held GiB (arena peak / torch max reserved) | nvidia-smi peak GiB | first/last loss |",
+        "|---|---:|---:|---:|---:|---:|---|"]
 for n, r in runs.items():
-    rows.append("| %s | %s | %s | %s | %s | %s / %s |" % (n, fmt(r.get("tokens_per_s"), "%.0f"),
-                fmt(r.get("mfu_measured_peak")), fmt(r.get("mfu_datasheet_989")), fmt(r.get("gpu_mem_peak_gib")),
+    held = r.get("pt_device_peak_gib", r.get("torch_max_reserved_gib"))
+    rows.append("| %s | %s | %s | %s | %s | %s | %s / %s |" % (n, fmt(r.get("tokens_per_s"), "%.0f"),
+                fmt(r.get("mfu_measured_peak")), fmt(r.get("mfu_datasheet_989")), fmt(held),
+                fmt(r.get("gpu_mem_peak_gib")),
                 fmt(r.get("first_loss"), "%.4f"), fmt(r.get("last_loss"), "%.4f")))
 rows += ["", "ratios: dense vs eager %s, vs compile %s; MoE vs eager %s; measured bf16 peak %s TFLOP/s; "
          "SDPA fwd+bwd %s TFLOP/s" % (fmt(summary["dense_vs_eager"]), fmt(summary["dense_vs_compile"]),

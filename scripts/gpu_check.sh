@@ -357,7 +357,10 @@ for tool in memcheck racecheck; do
   elif [ -z "$slot" ]; then skip "$tool" "no slot test binary (tests/test_gpu_slots) was built"
   elif [ -z "$san" ]; then skip "$tool" "no compute-sanitizer"
   else
-    (cd "$build/tests" && PT_GPU_TEST_SMALL=1 PT_SOURCE_DIR="$root" PT_BINARY_DIR="$build" \
+    # memcheck: every device buffer a cudaMalloc of its own (PT_CUDA_DIRECT_ALLOC), so that an
+    # access past a buffer is outside an allocation and seen, not inside the one arena
+    direct=0; [ "$tool" = memcheck ] && direct=1
+    (cd "$build/tests" && PT_GPU_TEST_SMALL=1 PT_CUDA_DIRECT_ALLOC=$direct PT_SOURCE_DIR="$root" PT_BINARY_DIR="$build" \
        run_step "$tool" 60 "$san" --tool "$tool" --error-exitcode 3 --print-limit 50 "$slot")
   fi
 done

@@ -241,6 +241,9 @@ pt_status pt_cuda_check_usable(void);
  * of a CUDA backend; 0 for others. */
 double pt_cuda_peak_tflops(pt_backend *be, int bf16);
 double pt_cuda_datasheet_tflops(pt_backend *be);
+/* The most device memory a CUDA backend has held at once (its arena's high-water mark: what the
+ * run needed, where the GPU's own figure shows the whole arena); 0 for others. */
+int64_t pt_cuda_memory_peak(pt_backend *be);
 /* cudaMalloc calls of this process's CUDA backends so far: one arena each, then none (the tests
  * hold steps to that). */
 int64_t pt_cuda_malloc_count(void);

@@ -21,6 +21,7 @@ typedef struct {
     double tokens_per_s;
     double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
     double mfu_datasheet; /* the same against a GPU's datasheet peak (0: not on a known GPU) */
+    int64_t device_peak_bytes; /* a GPU's most device memory held so far (0 on CPUs) */
     int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */
     double idle[64];   /* pipeline: each stage's time blocked on its transfers / step time */
     double busy[64];   /* pipeline: each stage's seconds in its forwards and backwards */

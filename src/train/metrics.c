@@ -307,6 +307,8 @@ pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_mode
         fprintf(f, "}");
     }
     if (s->mfu_datasheet > 0) fprintf(f, ", \"mfu_datasheet\": %.5f", s->mfu_datasheet);
+    if (s->device_peak_bytes > 0)
+        fprintf(f, ", \"device_peak_bytes\": %lld", (long long)s->device_peak_bytes);
     if (s->skipped) fprintf(f, ", \"skipped\": 1");
     if (s->evaluated) fprintf(f, ", \"val_loss\": %.17g, \"val_tokens\": %lld", s->val_loss,
                               (long long)s->val_tokens);

@@ -852,6 +852,7 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
                     (long long)s->allocs);
     s->mfu = pt_mfu(t->flops_per_token, s->tokens_per_s, t->mesh ? t->mesh->world_size : 1,
                     t->peak_flops);
+    s->device_peak_bytes = pt_cuda_memory_peak(t->be);
     s->mfu_datasheet = t->datasheet_flops > 0
                            ? pt_mfu(t->flops_per_token, s->tokens_per_s,
                                     t->mesh ? t->mesh->world_size : 1, t->datasheet_flops)

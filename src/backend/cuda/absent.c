@@ -20,6 +20,10 @@ double pt_cuda_peak_tflops(pt_backend *be, int bf16) {
     (void)be, (void)bf16;
     return 0;
 }
+int64_t pt_cuda_memory_peak(pt_backend *be) {
+    (void)be;
+    return 0;
+}
 double pt_cuda_datasheet_tflops(pt_backend *be) {
     (void)be;
     return 0;

@@ -79,15 +79,18 @@ __global__ void __launch_bounds__(PT_ATTN_NT) attn_merge_kernel(float *out, floa
     if (lane == 0) *la = lnew;
 }
 
-/* Dynamic shared memory beyond the default 48 KiB is an opt-in per kernel; granted once at the
- * largest size a kernel instance can take (head_dim = its class), so that later launches of any
- * size need no call. One GPU per process: the attribute is set on the current device. */
+/* Dynamic shared memory beyond the default 48 KiB is an opt-in per kernel and per device; granted
+ * once at the largest size a kernel instance can take (head_dim = its class), so that later
+ * launches of any size need no call. The attribute is set on the current device (the backend's,
+ * set at create); `done` has a bit per device, so that a backend made on another device of the
+ * same process opts in there too. */
 template <typename K>
-void opt_in_smem(K kernel, size_t most, int *done) {
-    if (*done || most <= (size_t)PT_ATTN_SMEM_DEFAULT) return;
+void opt_in_smem(pt_backend *be, K kernel, size_t most, unsigned long long *done) {
+    const unsigned long long bit = 1ull << (pt_cuda_ctx_of(be)->device & 63);
+    if ((*done & bit) || most <= (size_t)PT_ATTN_SMEM_DEFAULT) return;
     PT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)most));
-    *done = 1;
+    *done |= bit;
 }
 
 void check_shape(const pt_attn_shape *s) {
@@ -105,10 +108,10 @@ unsigned grid_of(int64_t blocks) {
 
 template <int HDC>
 void forward(pt_backend *be, const pt_attn_shape *s, const pt_attn_io *io) {
-    static int done;
+    static unsigned long long done;
     const pt_attn_geom G = pt_attn_geom_of(HDC);
     const size_t smem = pt_attn_fwd_smem_bytes(G, s->head_dim);
-    opt_in_smem(attn_forward_kernel<HDC>, pt_attn_fwd_smem_bytes(G, HDC), &done);
+    opt_in_smem(be, attn_forward_kernel<HDC>, pt_attn_fwd_smem_bytes(G, HDC), &done);
     attn_forward_kernel<HDC><<<grid_of(pt_attn_fwd_blocks(s, G)), PT_ATTN_NT, smem,
                                pt_cuda_stream(be)>>>(*s, *io);
     PT_CUDA_LAUNCHED();
@@ -116,12 +119,12 @@ void forward(pt_backend *be, const pt_attn_shape *s, const pt_attn_io *io) {
 
 template <int HDC>
 void backward(pt_backend *be, const pt_attn_shape *s, const pt_attn_io *io) {
-    static int done_dkv, done_dq;
+    static unsigned long long done_dkv, done_dq;
     const pt_attn_geom G = pt_attn_geom_of(HDC);
     const size_t smem_dkv = pt_attn_dkv_smem_bytes(G, s->head_dim);
     const size_t smem_dq = pt_attn_dq_smem_bytes(G, s->head_dim);
-    opt_in_smem(attn_dkv_kernel<HDC>, pt_attn_dkv_smem_bytes(G, HDC), &done_dkv);
-    opt_in_smem(attn_dq_kernel<HDC>, pt_attn_dq_smem_bytes(G, HDC), &done_dq);
+    opt_in_smem(be, attn_dkv_kernel<HDC>, pt_attn_dkv_smem_bytes(G, HDC), &done_dkv);
+    opt_in_smem(be, attn_dq_kernel<HDC>, pt_attn_dq_smem_bytes(G, HDC), &done_dq);
     attn_dkv_kernel<HDC><<<grid_of(pt_attn_dkv_blocks(s, G)), PT_ATTN_NT, smem_dkv,
                            pt_cuda_stream(be)>>>(*s, *io);
     PT_CUDA_LAUNCHED();

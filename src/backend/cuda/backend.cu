@@ -40,6 +40,13 @@ extern "C" pt_status pt_cuda_check_usable(void) {
 
 extern "C" void *pt_cuda_arena_alloc(pt_backend *be, size_t bytes) {
     pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
+    if (ctx->direct) { /* PT_CUDA_DIRECT_ALLOC: a cudaMalloc of its own, for compute-sanitizer */
+        void *p = NULL;
+        PT_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : (size_t)PT_ARENA_ALIGN));
+        counted_mallocs++;
+        pt_count_alloc();
+        return p;
+    }
     size_t off = pt_arena_alloc(&ctx->arena, bytes);
     if (off == SIZE_MAX)
         pt_fatal(__FILE__, __LINE__,
@@ -56,6 +63,10 @@ extern "C" void *pt_cuda_arena_alloc(pt_backend *be, size_t bytes) {
 extern "C" void pt_cuda_arena_free(pt_backend *be, void *p) {
     if (!p) return;
     pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
+    if (ctx->direct) {
+        PT_CUDA_CHECK(cudaFree(p));
+        return;
+    }
     size_t off = (size_t)((char *)p - ctx->arena_base);
     PT_ASSERTF((char *)p >= ctx->arena_base && pt_arena_free(&ctx->arena, off),
                "CUDA backend: free of %p, not a piece of the arena", p);
@@ -128,6 +139,10 @@ extern "C" double pt_cuda_peak_tflops(pt_backend *be, int bf16) {
     pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
     return bf16 ? ctx->peak_tflops_bf16 : ctx->peak_tflops_fp32;
 }
+extern "C" int64_t pt_cuda_memory_peak(pt_backend *be) {
+    if (!be || strcmp(be->name, "cuda") != 0) return 0;
+    return (int64_t)pt_cuda_ctx_of(be)->arena.peak;
+}
 extern "C" double pt_cuda_datasheet_tflops(pt_backend *be) {
     if (!be || strcmp(be->name, "cuda") != 0) return 0.0;
     return datasheet_bf16_tflops(&pt_cuda_ctx_of(be)->prop);
@@ -198,13 +213,21 @@ extern "C" pt_backend *pt_backend_cuda_create(int local_rank) {
     if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess)
         return fail(be, "cudaStreamCreate", e);
 
-    /* the arena: all the free memory less the reserve, or PT_CUDA_ARENA_MB */
+    /* the arena: all the free memory less the reserve, or PT_CUDA_ARENA_MB; none with
+     * PT_CUDA_DIRECT_ALLOC=1, where every piece is a cudaMalloc of its own so that
+     * compute-sanitizer's memcheck sees each buffer's bounds (a test facility: it allocates and
+     * synchronises in steps) */
     size_t free_b = 0, total_b = 0;
     if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) return fail(be, "cudaMemGetInfo", e);
     size_t want = free_b > 2 * RESERVE_BYTES ? free_b - RESERVE_BYTES : free_b / 2;
-    const char *mb = getenv("PT_CUDA_ARENA_MB");
+    const char *mb = getenv("PT_CUDA_ARENA_MB"), *direct = getenv("PT_CUDA_DIRECT_ALLOC");
     if (mb && atoll(mb) > 0) want = (size_t)atoll(mb) << 20;
-    if ((e = cudaMalloc((void **)&ctx->arena_base, want)) != cudaSuccess) {
+    ctx->direct = direct && atoi(direct) > 0;
+    if (ctx->direct) {
+        pt_log_warn("PT_CUDA_DIRECT_ALLOC=1: every device buffer is a cudaMalloc of its own (for "
+                    "compute-sanitizer; slow, and steps allocate)");
+        want = 0;
+    } else if ((e = cudaMalloc((void **)&ctx->arena_base, want)) != cudaSuccess) {
         pt_errorf(PT_ERR_MEMORY, "CUDA backend: cannot take an arena of %.2f GiB on GPU %d (%s, "
                   "%.2f GiB free of %.2f): %s", want / 1073741824.0, ctx->device, ctx->prop.name,
                   free_b / 1073741824.0, total_b / 1073741824.0, cudaGetErrorString(e));
@@ -212,7 +235,7 @@ extern "C" pt_backend *pt_backend_cuda_create(int local_rank) {
         cuda_destroy(be);
         return NULL;
     }
-    ctx->cuda_mallocs = ++counted_mallocs;
+    if (!ctx->direct) ctx->cuda_mallocs = ++counted_mallocs;
     pt_arena_init(&ctx->arena, want, ARENA_SPANS);
 
     ctx->pinned_bytes = PINNED_BYTES;

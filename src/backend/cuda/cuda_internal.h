@@ -28,6 +28,7 @@ typedef struct {
     cudaDeviceProp prop;
     pt_cuda_arena arena;       /* offsets into arena_base (arena.c) */
     char *arena_base;          /* the one cudaMalloc of the backend */
+    int direct;                /* PT_CUDA_DIRECT_ALLOC=1: a cudaMalloc per piece, no arena */
     int64_t cuda_mallocs;      /* cudaMalloc calls so far (1 after set-up, then unchanged) */
     /* staging for upload/download: two pinned buffers used in turn, each with the event of its
      * last copy so that it is reused only once that copy is done */

@@ -105,12 +105,15 @@ static cublasLtMatmulHeuristicResult_t pt_gemm_choose(pt_cuda_gemm_state *g,
     return res;
 }
 
-/* C[i·ldc + j] = beta·C[i·ldc + j] (0 when beta = 0, whatever C held): a product with K = 0 */
+/* C[i·ldc + j] = beta·C[i·ldc + j] (0 when beta = 0, whatever C held): a product with K = 0.
+ * Rows stride over gridDim.y, which is capped at 65535 (M may exceed it). */
 __global__ void pt_gemm_scale_kernel(float *C, int M, int N, int ldc, float beta) {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= N) return;
-    float *c = C + (size_t)i * (size_t)ldc + j;
-    *c = beta == 0.0f ? 0.0f : beta * *c;
+    for (int i = blockIdx.y; i < M; i += gridDim.y) {
+        float *c = C + (size_t)i * (size_t)ldc + j;
+        *c = beta == 0.0f ? 0.0f : beta * *c;
+    }
 }
 
 static void pt_gemm_run(pt_backend *be, pt_gemm_dtype dt, pt_trans ta, pt_trans tb, int M, int N,
@@ -126,7 +129,7 @@ static void pt_gemm_run(pt_backend *be, pt_gemm_dtype dt, pt_trans ta, pt_trans 
     cudaStream_t s = pt_cuda_stream(be);
     if (K == 0) { /* C = beta·C: cuBLASLt is not asked for an empty inner dimension */
         if (beta != 1.0f) {
-            dim3 grid((unsigned)((N + 255) / 256), (unsigned)M);
+            dim3 grid((unsigned)((N + 255) / 256), (unsigned)(M < 65535 ? M : 65535));
             pt_gemm_scale_kernel<<<grid, 256, 0, s>>>(C, M, N, ldc, beta);
             PT_CUDA_LAUNCHED();
         }

@@ -90,7 +90,9 @@ static void rows_copy(pt_backend *be, void *dst, const int32_t *idx, const void 
                       size_t row_bytes, int row0, int rows) {
     if (n <= 0 || !row_bytes) return;
     cudaStream_t st = pt_cuda_stream(be);
-    if (row_bytes % 4 == 0) {
+    /* words only when every word is aligned: a row size that is a multiple of 4 at a 2-byte
+     * aligned base (bf16 rows at an odd element offset) would fault as misaligned */
+    if (row_bytes % 4 == 0 && ((uintptr_t)dst | (uintptr_t)src) % 4 == 0) {
         size_t words = row_bytes / 4;
         k_rows_copy<uint32_t><<<pt_k_grid_1d((size_t)n * words, ELEM_THREADS), ELEM_THREADS, 0,
                                 st>>>((uint32_t *)dst, idx, (const uint32_t *)src, n, words, row0,
