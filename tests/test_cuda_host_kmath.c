@@ -93,7 +93,7 @@ static double row_sum_sumsq(const float *x, int C) {
 
 static void test_rmsnorm(void **state) {
     (void)state;
-    const int shapes[][2] = {{7, 64}, {5, 300}, {3, 2048}, {2, 5}};
+    const int shapes[][2] = {{7, 64}, {5, 300}, {3, 2048}, {2, 5}, {700, 96}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         int N = shapes[si][0], C = shapes[si][1];
         size_t nc = (size_t)N * C;
@@ -121,17 +121,23 @@ static void test_rmsnorm(void **state) {
                 *d = pt_k_rmsnorm_dx(*d, r1[i], w[c], dyr[c], coef, xr[c]);
             }
         }
-        for (int c = 0; c < C; c++) {
-            double acc = 0.0;
-            for (int i = 0; i < N; i++)
-                acc = pt_k_rmsnorm_dw_term(acc, dy[(size_t)i * C + c], x[(size_t)i * C + c], r1[i]);
-            dw1[c] += (float)acc;
+        for (int c = 0; c < C; c++) { /* k_rmsnorm_dw_part, then k_rmsnorm_dw_total */
+            double total = 0.0;
+            for (int k = 0; k < pt_k_dw_chunks(N); k++) {
+                double acc = 0.0;
+                for (int i = k * PT_K_DW_ROWS; i < N && i < (k + 1) * PT_K_DW_ROWS; i++)
+                    acc = pt_k_rmsnorm_dw_term(acc, dy[(size_t)i * C + c], x[(size_t)i * C + c],
+                                               r1[i]);
+                total += acc;
+            }
+            dw1[c] += (float)total;
         }
         tu_check_rel("rmsnorm rstd", tu_rel_err(r1, r0, N), 1e-7);
         tu_check_rel("rmsnorm out", tu_rel_err(y1, y0, nc), 1e-7);
         tu_check_rel("rmsnorm dx", tu_rel_err(dx1, dx0, nc), 1e-6);
-        /* the weight gradient: the same double sums in the same order */
-        assert_memory_equal(dw1, dw0, (size_t)C * 4);
+        /* the weight gradient: double sums regrouped by chunks, rounded to float once: the
+         * CPU's floats but where a double rounding meets a float boundary */
+        tu_check_rel("rmsnorm dw", tu_rel_err(dw1, dw0, C), 1e-7);
         free(x), free(w), free(dy), free(y0), free(y1), free(r0), free(r1);
         free(dx0), free(dx1), free(dw0), free(dw1);
     }
@@ -264,6 +270,68 @@ static void test_xent(void **state) {
         }
     tu_check_rel("xent_grad", tu_rel_err(l1, l0, nl), 1e-6);
     free(l0), free(l1), free(loss0), free(loss1), free(s0), free(s1);
+}
+
+/* Sums into indexed rows as k_row_keys, CUB's stable radix sort and k_run_sums do them (the sort
+ * here a stable sort on the host): bitwise the CPU backend's embedding backward (adds) and
+ * scatter-add (its build fuses the multiply-add, as pt_k_scatter_term does; without FMA in its
+ * build the two would differ by roundings, and this test says so) */
+typedef struct {
+    uint32_t key;
+    int32_t val;
+} kv_pair;
+static int kv_cmp(const void *a, const void *b) { /* stable: the positions break ties */
+    const kv_pair *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->val > y->val) - (x->val < y->val);
+}
+static void host_sorted_scatter(float *dst, const float *src, const int32_t *idx, const float *scale,
+                                int n, int C, int row0, int rows) {
+    kv_pair *kv = malloc((size_t)n * sizeof *kv);
+    uint32_t *keys = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) kv[i] = (kv_pair){pt_k_row_key((int64_t)idx[i] - row0, rows), i};
+    qsort(kv, (size_t)n, sizeof *kv, kv_cmp);
+    for (int p = 0; p < n; p++) keys[p] = kv[p].key;
+    for (int p = 0; p < n; p++) {
+        if (!pt_k_run_start(keys, p, rows)) continue;
+        for (int c = 0; c < C; c++) {
+            float *d = dst + (size_t)keys[p] * C + c, acc = *d;
+            for (int q = p; q < n && keys[q] == keys[p]; q++)
+                acc = pt_k_scatter_term(acc, scale ? scale[kv[q].val] : 1.0f,
+                                        src[(size_t)kv[q].val * C + c]);
+            *d = acc;
+        }
+    }
+    free(kv), free(keys);
+}
+
+static void test_sorted_rows(void **state) {
+    (void)state;
+    const int n = 3000, C = 37, rows = 120, row0 = 40;
+    int32_t *idx = malloc(n * 4);
+    for (int i = 0; i < n; i++) idx[i] = (int32_t)((i * 7919u + (unsigned)(i / 100)) % 250u); /* repeats; some outside */
+    float *src = malloc((size_t)n * C * 4), *sc = malloc(n * 4);
+    float *d0 = malloc((size_t)250 * C * 4), *d1 = malloc((size_t)250 * C * 4);
+    tu_fill(src, (size_t)n * C, 81, 1.0f);
+    tu_fill(sc, n, 82, 2.0f);
+    /* embedding: rows [row0, row0 + rows) of a shard */
+    tu_fill(d0, (size_t)rows * C, 83, 1.0f);
+    memcpy(d1, d0, (size_t)rows * C * 4);
+    pt_cpu_embedding_backward(&cpu, d0, idx, src, n, C, row0, rows);
+    host_sorted_scatter(d1, src, idx, NULL, n, C, row0, rows);
+    assert_memory_equal(d1, d0, (size_t)rows * C * 4);
+    /* scatter-add, with and without scales, over 250 destination rows */
+    for (int with = 0; with < 2; with++) {
+        tu_fill(d0, (size_t)250 * C, 84, 1.0f);
+        memcpy(d1, d0, (size_t)250 * C * 4);
+        pt_cpu_rows_scatter_add(&cpu, d0, src, idx, with ? sc : NULL, n, C);
+        host_sorted_scatter(d1, src, idx, with ? sc : NULL, n, C, 0, INT32_MAX);
+        if (memcmp(d1, d0, (size_t)250 * C * 4) != 0) {
+            print_message("scatter-add: not bitwise the CPU's (its build does not fuse?)\n");
+            tu_check_rel("scatter-add", tu_rel_err(d1, d0, (size_t)250 * C), 1e-6);
+        }
+    }
+    free(idx), free(src), free(sc), free(d0), free(d1);
 }
 
 /* AdamW: the CPU's scalar loop rounds every operation and fuses the lerp, as kmath does, and its
@@ -409,6 +477,7 @@ int main(void) {
         cmocka_unit_test(test_tree),    cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),    cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_xent),    cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_sorted_rows),
         cmocka_unit_test(test_sumsq),   cmocka_unit_test(test_grid),
         cmocka_unit_test(test_arena),
     };

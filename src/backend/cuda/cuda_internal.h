@@ -40,6 +40,10 @@ typedef struct {
     double *red_host;          /* its pinned host side */
     void *xent_buf;            /* xent_stats / xent_grad staging, grown to the largest call */
     size_t xent_bytes;
+    void *sort_buf;            /* keys, positions and CUB's radix-sort scratch (ops.cu) */
+    size_t sort_bytes;
+    void *dw_buf;              /* RMSNorm weight gradient's per-chunk sums (ops.cu) */
+    size_t dw_bytes;
     pt_cuda_gemm_state *gemm;  /* cuBLASLt handle, workspace and plan cache (gemm.cu) */
     double peak_tflops_bf16, peak_tflops_fp32; /* measured at start (gemm.cu) */
     char desc[1024];

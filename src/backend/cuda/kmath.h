@@ -102,10 +102,34 @@ PT_HD float pt_k_rmsnorm_coef(float rstd, double dot, int C) {
 PT_HD float pt_k_rmsnorm_dx(float dx, float r, float w, float dy, float coef, float x) {
     return PT_FADD(dx, PT_FSUB(PT_FMUL(PT_FMUL(r, w), dy), PT_FMUL(coef, x)));
 }
-/* dw[c] += Σ_rows dy·x·r (one thread per column, rows in order, double) */
+/* dw[c] += Σ_rows dy·x·r in double: the rows in chunks of PT_K_DW_ROWS (a thread per (chunk,
+ * column) sums its chunk's rows in order), then the chunks' sums in order (a thread per column),
+ * rounded to float once. Chunks fixed by N alone keep it deterministic, and the double sums round
+ * to the float the CPU backend's single pass gives but for a double rounding at a float
+ * boundary. */
+#define PT_K_DW_ROWS 256
+PT_HD int pt_k_dw_chunks(int N) { return (N + PT_K_DW_ROWS - 1) / PT_K_DW_ROWS; }
 PT_HD double pt_k_rmsnorm_dw_term(double acc, float dy, float x, float r) {
     return PT_DADD(acc, PT_DMUL(PT_DMUL((double)dy, (double)x), (double)r));
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Sums into rows chosen by an index (embedding backward, rows_scatter_add), deterministic and
+ * wide: the contributions are sorted by destination row with a stable sort (CUB's radix sort:
+ * equal keys keep their order), then each run of equal keys is summed by its first position's
+ * block, a thread per column, in the order of the contributions, starting from the destination's
+ * value: bitwise the CPU backend's sequential loop. A key outside [0, rows) (the sentinel
+ * `rows`: a token of another shard) is skipped. */
+PT_HD uint32_t pt_k_row_key(int64_t t, int rows) {
+    return t >= 0 && t < rows ? (uint32_t)t : (uint32_t)rows;
+}
+/* whether sorted position p starts a run that is summed */
+PT_HD int pt_k_run_start(const uint32_t *keys, int p, int rows) {
+    return keys[p] != (uint32_t)rows && (p == 0 || keys[p - 1] != keys[p]);
+}
+/* one contribution: embedding's dst + src; scatter-add's dst + sc·src, one fused multiply-add
+ * as the CPU backend's build computes `y[c] += sc * x[c]` */
+PT_HD float pt_k_scatter_term(float acc, float sc, float x) { return PT_FMA(sc, x, acc); }
 
 /* ---------------------------------------------------------------------------------------------
  * RoPE: one pair (x0 = x[i], x1 = x[i + hd/2]) rotated by (c, s); s already negated for the

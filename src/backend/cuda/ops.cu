@@ -8,13 +8,17 @@
  *   - per row (RMSNorm, cross-entropy): one block of PT_K_ROW_THREADS threads per row, each lane
  *     summing the elements lane, lane + 256, ..., the lanes added by a fixed tree in shared
  *     memory (pt_k_tree_sum's order);
- *   - sums across rows into one output (embedding and RMSNorm weight gradients, scatter-add):
- *     one thread owns an output column and walks the rows in order.
+ *   - sums across rows into one output: the RMSNorm weight gradient in fixed chunks of rows then
+ *     the chunks in order (double); the embedding gradient and scatter-add by a stable sort of
+ *     the contributions by destination row (CUB), a block per run of equal rows summing in the
+ *     contributions' order, bitwise the CPU's loop.
  * No floating-point atomics anywhere: a result depends on the inputs alone, so runs repeat bit
  * for bit. All work is on the backend's stream; only sumsq and xent_stats (whose results the
  * host reads) wait for it.
  */
 #include <math.h>
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/kmath.h"
@@ -51,6 +55,65 @@ __device__ static float block_max(float v, float *sh) {
 #define GRID_STRIDE(i, n)                                                                      \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
          i += (size_t)gridDim.x * blockDim.x)
+
+/* scratch that grows to the largest call and stays (first steps only) */
+static void *scratch(pt_backend *be, void **buf, size_t *have, size_t bytes) {
+    if (bytes > *have) {
+        if (*buf) pt_cuda_arena_free(be, *buf);
+        *buf = pt_cuda_arena_alloc(be, bytes);
+        *have = bytes;
+    }
+    return *buf;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Sums into indexed rows (embedding backward, rows_scatter_add): a stable sort of the
+ * contributions by destination, then one block per run of equal destinations (kmath.h) */
+__global__ static void k_row_keys(uint32_t *keys, int32_t *vals, const int32_t *idx, int n,
+                                  int row0, int rows) {
+    GRID_STRIDE(i, (size_t)n) {
+        keys[i] = pt_k_row_key((int64_t)idx[i] - row0, rows);
+        vals[i] = (int32_t)i;
+    }
+}
+/* block x = a sorted position (only run starts work), block y = 256 columns */
+__global__ static void k_run_sums(float *dst, const float *src, const float *scale,
+                                  const uint32_t *keys, const int32_t *vals, int n, int C,
+                                  int rows) {
+    int p = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C || !pt_k_run_start(keys, p, rows)) return;
+    uint32_t key = keys[p];
+    float *d = dst + (size_t)key * C + c, acc = *d;
+    for (int q = p; q < n && keys[q] == key; q++) {
+        int32_t i = vals[q];
+        acc = pt_k_scatter_term(acc, scale ? scale[i] : 1.0f, src[(size_t)i * C + c]);
+    }
+    *d = acc;
+}
+static void sorted_scatter(pt_backend *be, float *dst, const float *src, const int32_t *idx,
+                           const float *scale, int n, int C, int row0, int rows) {
+    pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
+    cudaStream_t st = ctx->stream;
+    /* the keys need the bits of `rows` (the sentinel) only: fewer radix passes */
+    int bits = 1;
+    while (bits < 32 && ((uint32_t)rows >> bits) != 0) bits++;
+    size_t temp = 0;
+    PT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp, (const uint32_t *)NULL,
+                                                  (uint32_t *)NULL, (const int32_t *)NULL,
+                                                  (int32_t *)NULL, n, 0, bits, st));
+    size_t arr = ((size_t)n * 4 + 255) / 256 * 256;
+    char *buf = (char *)scratch(be, &ctx->sort_buf, &ctx->sort_bytes, 4 * arr + temp);
+    uint32_t *kin = (uint32_t *)buf, *kout = (uint32_t *)(buf + arr);
+    int32_t *vin = (int32_t *)(buf + 2 * arr), *vout = (int32_t *)(buf + 3 * arr);
+    k_row_keys<<<pt_k_grid_1d((size_t)n, ELEM_THREADS), ELEM_THREADS, 0, st>>>(kin, vin, idx, n,
+                                                                             row0, rows);
+    PT_CUDA_LAUNCHED();
+    PT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(buf + 4 * arr, temp, kin, kout, vin, vout, n, 0,
+                                                  bits, st));
+    dim3 grid((unsigned)n, (unsigned)((C + 255) / 256));
+    k_run_sums<<<grid, 256, 0, st>>>(dst, src, scale, kout, vout, n, C, rows);
+    PT_CUDA_LAUNCHED();
+}
 
 /* ---------------------------------------------------------------------------------------------
  * bf16 conversions */
@@ -118,25 +181,11 @@ extern "C" void pt_cuda_rows_copy(pt_backend *be, void *dst, const void *src, co
     rows_copy(be, dst, idx, src, n, row_bytes, 0, 0x7fffffff);
 }
 
-/* dwte[tokens[i] − row0] += dout[i], one thread per column walking the tokens in order: a repeated
- * token's rows are added in token order, as on the CPU, and no two threads write one element. */
-__global__ static void k_embedding_backward(float *dwte, const int32_t *tokens, const float *dout,
-                                            int N, int C, int row0, int rows) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    for (int i = 0; i < N; i++) {
-        int64_t t = (int64_t)tokens[i] - row0;
-        if (t < 0 || t >= rows) continue;
-        float *d = dwte + (size_t)t * C + c;
-        *d = __fadd_rn(*d, dout[(size_t)i * C + c]);
-    }
-}
+/* dwte[tokens[i] − row0] += dout[i] by sorted runs (kmath.h): bitwise the CPU's token order */
 extern "C" void pt_cuda_embedding_backward(pt_backend *be, float *dwte, const int32_t *tokens,
                                            const float *dout, int N, int C, int row0, int rows) {
     if (N <= 0 || C <= 0) return;
-    k_embedding_backward<<<(C + 127) / 128, 128, 0, pt_cuda_stream(be)>>>(dwte, tokens, dout, N, C,
-                                                                          row0, rows);
-    PT_CUDA_LAUNCHED();
+    sorted_scatter(be, dwte, dout, tokens, NULL, N, C, row0, rows);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -171,14 +220,23 @@ __global__ static void __launch_bounds__(PT_K_ROW_THREADS)
     for (int c = threadIdx.x; c < C; c += blockDim.x)
         dx[c] = pt_k_rmsnorm_dx(dx[c], r, w[c], dy[c], coef, x[c]);
 }
-/* dw: a thread per column, the rows in order, in double */
-__global__ static void k_rmsnorm_backward_dw(float *dw, const float *dout, const float *inp,
-                                             const float *rstd, int N, int C) {
+/* dw in two stages (kmath.h): a thread per (chunk of PT_K_DW_ROWS rows, column) sums its chunk
+ * in double, then a thread per column adds the chunks in order */
+__global__ static void k_rmsnorm_dw_part(double *part, const float *dout, const float *inp,
+                                         const float *rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    int i0 = blockIdx.y * PT_K_DW_ROWS, i1 = i0 + PT_K_DW_ROWS < N ? i0 + PT_K_DW_ROWS : N;
+    double acc = 0.0;
+    for (int i = i0; i < i1; i++)
+        acc = pt_k_rmsnorm_dw_term(acc, dout[(size_t)i * C + c], inp[(size_t)i * C + c], rstd[i]);
+    part[(size_t)blockIdx.y * C + c] = acc;
+}
+__global__ static void k_rmsnorm_dw_total(float *dw, const double *part, int chunks, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     double acc = 0.0;
-    for (int i = 0; i < N; i++)
-        acc = pt_k_rmsnorm_dw_term(acc, dout[(size_t)i * C + c], inp[(size_t)i * C + c], rstd[i]);
+    for (int k = 0; k < chunks; k++) acc = __dadd_rn(acc, part[(size_t)k * C + c]);
     dw[c] = __fadd_rn(dw[c], (float)acc);
 }
 extern "C" void pt_cuda_rmsnorm_backward(pt_backend *be, float *dinp, float *dw, const float *dout,
@@ -188,7 +246,13 @@ extern "C" void pt_cuda_rmsnorm_backward(pt_backend *be, float *dinp, float *dw,
     cudaStream_t st = pt_cuda_stream(be);
     k_rmsnorm_backward_dx<<<N, PT_K_ROW_THREADS, 0, st>>>(dinp, dout, inp, w, rstd, C);
     PT_CUDA_LAUNCHED();
-    k_rmsnorm_backward_dw<<<(C + 127) / 128, 128, 0, st>>>(dw, dout, inp, rstd, N, C);
+    int chunks = pt_k_dw_chunks(N);
+    pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
+    double *part = (double *)scratch(be, &ctx->dw_buf, &ctx->dw_bytes,
+                                     (size_t)chunks * C * sizeof(double));
+    k_rmsnorm_dw_part<<<dim3((C + 127) / 128, chunks), 128, 0, st>>>(part, dout, inp, rstd, N, C);
+    PT_CUDA_LAUNCHED();
+    k_rmsnorm_dw_total<<<(C + 127) / 128, 128, 0, st>>>(dw, part, chunks, C);
     PT_CUDA_LAUNCHED();
 }
 
@@ -326,16 +390,6 @@ __global__ static void k_xent_grad(float *logits, const int32_t *targets, int n,
     }
 }
 
-/* scratch that grows to the largest call and stays (first steps only) */
-static void *scratch(pt_backend *be, void **buf, size_t *have, size_t bytes) {
-    if (bytes > *have) {
-        if (*buf) pt_cuda_arena_free(be, *buf);
-        *buf = pt_cuda_arena_alloc(be, bytes);
-        *have = bytes;
-    }
-    return *buf;
-}
-
 extern "C" void pt_cuda_xent_stats(pt_backend *be, const float *logits, const int32_t *targets,
                                    int n, int V, int ld, int v0, float *stats) {
     if (n <= 0) return;
@@ -379,24 +433,12 @@ extern "C" void pt_cuda_rows_gather(pt_backend *be, float *dst, const float *src
         dst, src, idx, scale, n, C);
     PT_CUDA_LAUNCHED();
 }
-/* dst[idx[i]] += scale[i]·src[i]: a thread per column, the rows in order (rows with one idx are
- * added in row order, as on the CPU) */
-__global__ static void k_rows_scatter_add(float *dst, const float *src, const int32_t *idx,
-                                          const float *scale, int n, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    for (int i = 0; i < n; i++) {
-        float sc = scale ? scale[i] : 1.0f;
-        float *d = dst + (size_t)idx[i] * C + c;
-        *d = __fadd_rn(*d, __fmul_rn(sc, src[(size_t)i * C + c]));
-    }
-}
+/* dst[idx[i]] += scale[i]·src[i] by sorted runs (kmath.h): rows with one idx added in row order,
+ * as on the CPU */
 extern "C" void pt_cuda_rows_scatter_add(pt_backend *be, float *dst, const float *src,
                                          const int32_t *idx, const float *scale, int n, int C) {
     if (n <= 0 || C <= 0) return;
-    k_rows_scatter_add<<<(C + 127) / 128, 128, 0, pt_cuda_stream(be)>>>(dst, src, idx, scale, n,
-                                                                        C);
-    PT_CUDA_LAUNCHED();
+    sorted_scatter(be, dst, src, idx, scale, n, C, 0, INT32_MAX);
 }
 /* out[i] = Σ_c x[idx[i]][c]·y[i][c], a thread per row summing in the order of c (double: each
  * product of two floats is exact, so the result is bitwise the CPU's) */
