@@ -11,7 +11,9 @@
 #     (compare_runs.py --bf16 prints both distances), dense and MoE in each recompute mode, and
 #     documents;
 #   - on the GPU, recompute = selective and full byte-identical to none (step-1 gradients, losses),
-#     and a run repeated bit for bit (no floating-point atomics: issue 31);
+#     and a run repeated bit for bit (no floating-point atomics);
+#   - no allocation in any step after the first (the metrics' allocs, which count the device
+#     arena's pieces too), and the arena's high-water mark (device_peak_bytes) reported;
 #   - PyTorch on the GPU (PT_GPU_PYTHON, default python3, with torch on CUDA): when tests/ref's
 #     llama_ref.py runs there, its fp32 reference on the GPU against its CPU run (the oracle the CPU
 #     tests hold us to), reported as TORCH lines (not failing the test when torch is absent).
@@ -102,6 +104,20 @@ for model in dense moe; do
     echo "CASE fp32 $model documents: $out"
   fi
 done
+# no allocation in a step after the first, the device arena's included (pt_count_alloc per piece),
+# and the arena's high-water mark reported
+no_allocs() {
+  local f="$tmp/$1.jsonl"
+  if [ -f "$f" ] && "$PY" - "$f" <<'PY'; then ok; echo "ALLOCS $1: none after step 1"; else bad "$1: allocations after step 1 (or no device_peak_bytes)"; fi
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
+assert len(rows) >= 10 and all(r["allocs"] == 0 for r in rows if r["step"] > 1), rows[:3]
+assert all(r.get("device_peak_bytes", 0) > 0 for r in rows)
+PY
+}
+no_allocs dense_none_gpu
+no_allocs moe_none_gpu
+
 # determinism: a GPU run repeated
 run 1 dense_none_gpu2 $GPU --training.micro_batch=8 --training.recompute=none &&
   same dense_none_gpu dense_none_gpu2 "REPEAT fp32 dense GPU run twice" || bad "repeat run failed"
