@@ -1,14 +1,14 @@
 #!/usr/bin/python3
 """deps_graph.py: the dependency checks of tests/test_deps.sh (which holds the rule table).
 
-    deps_graph.py --src SRC --build BUILD --layers TEXT --rules TEXT
+    deps_graph.py --src SRC --build BUILD --layers TEXT --rules TEXT [--optional GLOBS]
 
 Builds two graphs over the project's files (paths relative to SRC):
-  includes: FILE -> HEADER for every #include in src/**/*.{c,h} and include/**/*.h ("pt/x.h" is
+  includes: FILE -> HEADER for every #include in src/**/*.{c,cu,h} and include/**/*.h ("pt/x.h" is
             include/pt/x.h, "dir/x.h" is src/dir/x.h, then relative to the including file; a
             <x.h> that is not a project file is a system node "<x.h>");
   symbols:  A.c -> B.c when A.c's object uses (nm: U) a global symbol that B.c's object defines;
-            the objects are BUILD/CMakeFiles/pentatron_core.dir/src/**.c.o and
+            the objects are BUILD/CMakeFiles/pentatron_core.dir/src/**.{c,cu}.o and
             BUILD/CMakeFiles/pentatron.dir/src/**.c.o (the executable's main.c).
 and checks the rules on them (see test_deps.sh). Prints "ok   [ID] ..." or one "FAIL [ID] ..."
 line per violation, then "N passed, M failed"; exits 1 if anything failed.
@@ -79,7 +79,7 @@ def strip_comments(text):
 
 def project_files(src):
     files = []
-    for top, exts in (("src", (".c", ".h")), ("include", (".h",))):
+    for top, exts in (("src", (".c", ".cu", ".h")), ("include", (".h",))):
         for d, _, names in os.walk(os.path.join(src, top)):
             files += [os.path.relpath(os.path.join(d, n), src) for n in names if n.endswith(exts)]
     return sorted(files)
@@ -112,14 +112,16 @@ def include_graph(src, files):
 
 # ---------------------------------------------------------------- the symbol graph
 
-def find_objects(build, sources):
-    """{source: object} for the project's .c files; problems = [str]; notes = [str]."""
+def find_objects(build, sources, optional=()):
+    """{source: object} for the project's .c and .cu files; problems = [str]; notes = [str]. A
+    source matching an `optional` glob may have no object (the build's configuration leaves it
+    out: the CUDA backend's .cu files without the toolkit, absent.c with it): a note."""
     found = defaultdict(list)
     for target in ("pentatron_core.dir", "pentatron.dir"):
         top = os.path.join(build, "CMakeFiles", target)
         for d, _, names in os.walk(top):
             for n in names:
-                if n.endswith(".c.o"):
+                if n.endswith((".c.o", ".cu.o")):
                     obj = os.path.join(d, n)
                     found[os.path.relpath(obj, top)[:-2]].append(obj)
     objects, problems, notes = {}, [], []
@@ -127,6 +129,9 @@ def find_objects(build, sources):
         return objects, problems, notes  # S2 says "no object file found", once
     for s in sources:
         objs = found.pop(s, [])
+        if not objs and any(fnmatch.fnmatch(s, g) for g in optional):
+            notes.append(f"note: {s} is not in this build (configured out)")
+            continue
         if not objs:
             problems.append(f"{s} has no object file under {build}/CMakeFiles/pentatron{{_core,}}.dir (not built?)")
             continue
@@ -231,13 +236,14 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--layers", required=True)
     ap.add_argument("--rules", required=True)
+    ap.add_argument("--optional", default="", help="globs of sources a configuration may leave out")
     a = ap.parse_args()
     layers, rules = parse_layers(a.layers), parse_rules(a.rules)
     ck = Checker()
 
     # S1: the sources and the include graph
     files = project_files(a.src)
-    sources = [f for f in files if f.startswith("src/") and f.endswith(".c")]
+    sources = [f for f in files if f.startswith("src/") and f.endswith((".c", ".cu"))]
     headers = [f for f in files if f.endswith(".h")]
     inc, unresolved = include_graph(a.src, files)
     n_inc = sum(1 for f in inc for t in inc[f] if not t.startswith("<"))
@@ -255,7 +261,7 @@ def main():
              unresolved, vac)
 
     # S2: one up-to-date object per source; S3: the symbol graph
-    objects, problems, notes = find_objects(a.build, sources)
+    objects, problems, notes = find_objects(a.build, sources, a.optional.split())
     for n in notes:
         print(n)
     defs, undefs = {}, {}

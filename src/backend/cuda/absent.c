@@ -1,6 +1,6 @@
 /* absent.c: the CUDA backend's entry points in a build without the CUDA toolkit (PT_CUDA=OFF, or
- * AUTO on a machine without nvcc): `training.device = cuda` is refused with a message saying so. */
-#ifndef PT_HAVE_CUDA
+ * AUTO on a machine without nvcc; CMakeLists.txt compiles it only then): `training.device = cuda`
+ * is refused with a message saying so. */
 #include "pt/backend.h"
 
 pt_backend *pt_backend_cuda_create(int local_rank) {
@@ -28,6 +28,3 @@ double pt_cuda_datasheet_tflops(pt_backend *be) {
     (void)be;
     return 0;
 }
-#else
-typedef int pt_cuda_present; /* the definitions are in backend.cu */
-#endif

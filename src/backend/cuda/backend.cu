@@ -2,7 +2,7 @@
  *
  * One process, one GPU (local rank mod the device count), one stream. Device memory is one arena
  * taken at set-up (arena.c does the bookkeeping over offsets), so be->alloc and be->free never
- * call CUDA and a step never allocates or synchronises on allocation. Host data crosses through
+ * call CUDA and a step never allocates or synchronises on allocation (memory.cu). Host data crosses through
  * two pinned buffers used in turn: an upload copies into one and queues the transfer on the
  * stream (the caller may reuse its memory at once), a download queues the transfer and waits for
  * it. The kernels are in ops.cu, attention.cu and gemm.cu.
@@ -13,15 +13,8 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/kmath.h"
 
-enum {
-    PINNED_BYTES = 32 << 20,  /* each of the two staging buffers */
-    ARENA_SPANS = 1 << 16,    /* pieces the arena can hand out at once */
-};
-/* device memory left outside the arena for CUDA's own needs (context, kernels' local memory,
- * cuBLASLt's internals) */
-static const size_t RESERVE_BYTES = (size_t)1536 << 20;
+enum { PINNED_BYTES = 32 << 20 }; /* each of the two staging buffers */
 
-static int64_t counted_mallocs; /* cudaMalloc calls of every CUDA backend of this process */
 
 extern "C" int pt_cuda_device_count(void) {
     int n = 0;
@@ -36,40 +29,6 @@ extern "C" pt_status pt_cuda_check_usable(void) {
     if (pt_cuda_device_count() > 0) return PT_OK;
     return pt_errorf(PT_ERR_CONFIG, "training.device = cuda: no CUDA device can be used here "
                      "(cudaGetDeviceCount found none, or there is no driver)");
-}
-
-extern "C" void *pt_cuda_arena_alloc(pt_backend *be, size_t bytes) {
-    pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
-    if (ctx->direct) { /* PT_CUDA_DIRECT_ALLOC: a cudaMalloc of its own, for compute-sanitizer */
-        void *p = NULL;
-        PT_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : (size_t)PT_ARENA_ALIGN));
-        counted_mallocs++;
-        pt_count_alloc();
-        return p;
-    }
-    size_t off = pt_arena_alloc(&ctx->arena, bytes);
-    if (off == SIZE_MAX)
-        pt_fatal(__FILE__, __LINE__,
-                 "CUDA backend: out of device memory: %zu bytes asked, the arena of %.2f GiB "
-                 "holds %.2f GiB in %d pieces, its largest free piece is %.2f GiB (a smaller "
-                 "micro_batch, recompute, or more ranks would help; PT_CUDA_ARENA_MB sets the "
-                 "arena)",
-                 bytes, ctx->arena.size / 1073741824.0, ctx->arena.in_use / 1073741824.0,
-                 ctx->arena.n_used, pt_arena_largest_free(&ctx->arena) / 1073741824.0);
-    pt_count_alloc();
-    return ctx->arena_base + off;
-}
-
-extern "C" void pt_cuda_arena_free(pt_backend *be, void *p) {
-    if (!p) return;
-    pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
-    if (ctx->direct) {
-        PT_CUDA_CHECK(cudaFree(p));
-        return;
-    }
-    size_t off = (size_t)((char *)p - ctx->arena_base);
-    PT_ASSERTF((char *)p >= ctx->arena_base && pt_arena_free(&ctx->arena, off),
-               "CUDA backend: free of %p, not a piece of the arena", p);
 }
 
 /* be->alloc hands out zeroed memory, as the table says */
@@ -139,10 +98,6 @@ extern "C" double pt_cuda_peak_tflops(pt_backend *be, int bf16) {
     pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
     return bf16 ? ctx->peak_tflops_bf16 : ctx->peak_tflops_fp32;
 }
-extern "C" int64_t pt_cuda_memory_peak(pt_backend *be) {
-    if (!be || strcmp(be->name, "cuda") != 0) return 0;
-    return (int64_t)pt_cuda_ctx_of(be)->arena.peak;
-}
 extern "C" double pt_cuda_datasheet_tflops(pt_backend *be) {
     if (!be || strcmp(be->name, "cuda") != 0) return 0.0;
     return datasheet_bf16_tflops(&pt_cuda_ctx_of(be)->prop);
@@ -170,9 +125,8 @@ static void cuda_destroy(pt_backend *be) {
         if (ctx->pinned_done[b]) cudaEventDestroy(ctx->pinned_done[b]);
     }
     if (ctx->red_host) cudaFreeHost(ctx->red_host);
-    if (ctx->arena_base) cudaFree(ctx->arena_base);
+    pt_cuda_memory_destroy(be);
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
-    pt_arena_destroy(&ctx->arena);
     free(ctx);
     free(be);
 }
@@ -213,30 +167,10 @@ extern "C" pt_backend *pt_backend_cuda_create(int local_rank) {
     if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess)
         return fail(be, "cudaStreamCreate", e);
 
-    /* the arena: all the free memory less the reserve, or PT_CUDA_ARENA_MB; none with
-     * PT_CUDA_DIRECT_ALLOC=1, where every piece is a cudaMalloc of its own so that
-     * compute-sanitizer's memcheck sees each buffer's bounds (a test facility: it allocates and
-     * synchronises in steps) */
-    size_t free_b = 0, total_b = 0;
-    if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess) return fail(be, "cudaMemGetInfo", e);
-    size_t want = free_b > 2 * RESERVE_BYTES ? free_b - RESERVE_BYTES : free_b / 2;
-    const char *mb = getenv("PT_CUDA_ARENA_MB"), *direct = getenv("PT_CUDA_DIRECT_ALLOC");
-    if (mb && atoll(mb) > 0) want = (size_t)atoll(mb) << 20;
-    ctx->direct = direct && atoi(direct) > 0;
-    if (ctx->direct) {
-        pt_log_warn("PT_CUDA_DIRECT_ALLOC=1: every device buffer is a cudaMalloc of its own (for "
-                    "compute-sanitizer; slow, and steps allocate)");
-        want = 0;
-    } else if ((e = cudaMalloc((void **)&ctx->arena_base, want)) != cudaSuccess) {
-        pt_errorf(PT_ERR_MEMORY, "CUDA backend: cannot take an arena of %.2f GiB on GPU %d (%s, "
-                  "%.2f GiB free of %.2f): %s", want / 1073741824.0, ctx->device, ctx->prop.name,
-                  free_b / 1073741824.0, total_b / 1073741824.0, cudaGetErrorString(e));
-        (void)cudaGetLastError();
+    if (pt_cuda_memory_init(be) != PT_OK) {
         cuda_destroy(be);
         return NULL;
     }
-    if (!ctx->direct) ctx->cuda_mallocs = ++counted_mallocs;
-    pt_arena_init(&ctx->arena, want, ARENA_SPANS);
 
     ctx->pinned_bytes = PINNED_BYTES;
     for (int b = 0; b < 2; b++) {
@@ -292,6 +226,3 @@ extern "C" pt_backend *pt_backend_cuda_create(int local_rank) {
         return fail(be, "set-up", e);
     return be;
 }
-
-/* For the tests: cudaMalloc calls so far (the arena's, one per backend). */
-extern "C" int64_t pt_cuda_malloc_count(void) { return counted_mallocs; }

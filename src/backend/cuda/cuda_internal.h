@@ -65,7 +65,10 @@ static inline cudaStream_t pt_cuda_stream(pt_backend *be) { return pt_cuda_ctx_o
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* backend.cu: device memory from the backend's arena (set-up, or the few allocations the model
+/* memory.cu: the arena taken (PT_CUDA_ARENA_MB, PT_CUDA_DIRECT_ALLOC read here) and given back */
+pt_status pt_cuda_memory_init(pt_backend *be);
+void pt_cuda_memory_destroy(pt_backend *be);
+/* memory.cu: device memory from the backend's arena (set-up, or the few allocations the model
  * makes as it grows buffers): never cudaMalloc. Running out ends the job naming the request and
  * what the arena holds. */
 void *pt_cuda_arena_alloc(pt_backend *be, size_t bytes);

@@ -20,12 +20,54 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gemm_plan.h"
+
+/* cuBLASLt is opened when the first CUDA backend is made (dlopen), not linked: its library maps
+ * half a gigabyte, which every pentatron process, CPU runs and runs under an address-space
+ * limit (RLIMIT_AS) included, would otherwise carry. The functions we call, by name: */
+#define PT_LT_FUNCS(X)                                                                         \
+    X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusName) X(cublasLtGetStatusString)   \
+    X(cublasLtGetVersion) X(cublasLtMatmul) X(cublasLtMatmulAlgoGetHeuristic)                  \
+    X(cublasLtMatmulDescInit_internal) X(cublasLtMatmulDescSetAttribute)                       \
+    X(cublasLtMatmulPreferenceInit_internal) X(cublasLtMatmulPreferenceSetAttribute)           \
+    X(cublasLtMatrixLayoutInit_internal)
+static struct {
+#define PT_LT_FIELD(f) decltype(&::f) f;
+    PT_LT_FUNCS(PT_LT_FIELD)
+#undef PT_LT_FIELD
+} lt;
+
+#define PT_STR_(x) #x
+#define PT_STR(x) PT_STR_(x)
+/* libcublasLt.so.MAJOR of the toolkit we were built with: from its library folder (known at
+ * build time), else wherever the dynamic loader finds it */
+static pt_status pt_lt_open(void) {
+    static void *handle;
+    if (handle) return PT_OK;
+    const char *soname = "libcublasLt.so." PT_STR(CUBLAS_VER_MAJOR);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", PT_CUDA_LIBDIR, soname);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return pt_errorf(PT_ERR_RUNTIME, "CUDA backend: cannot load cuBLASLt (%s, looked in %s "
+                         "and the loader's path): %s", soname, PT_CUDA_LIBDIR, dlerror());
+#define PT_LT_LOAD(f)                                                                          \
+    if (!(lt.f = (decltype(&::f))dlsym(h, #f))) {                                              \
+        dlclose(h);                                                                            \
+        return pt_errorf(PT_ERR_RUNTIME, "CUDA backend: %s has no %s", soname, #f);          \
+    }
+    PT_LT_FUNCS(PT_LT_LOAD)
+#undef PT_LT_LOAD
+    handle = h;
+    return PT_OK;
+}
 
 struct pt_cuda_gemm_state {
     cublasLtHandle_t lt;
@@ -45,8 +87,8 @@ struct pt_cuda_gemm_state {
         cublasStatus_t pt_cublas_st_ = (call);                                                 \
         if (pt_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                            \
             pt_fatal(__FILE__, __LINE__, "cuBLASLt: %s: %s (%s)", #call,                       \
-                     cublasLtGetStatusName(pt_cublas_st_),                                     \
-                     cublasLtGetStatusString(pt_cublas_st_));                                  \
+                     lt.cublasLtGetStatusName(pt_cublas_st_),                                     \
+                     lt.cublasLtGetStatusString(pt_cublas_st_));                                  \
     } while (0)
 
 /* the reductions allowed: split-K partials in the workspace, summed in a fixed order (the
@@ -57,11 +99,11 @@ static const uint32_t pt_gemm_reduction_mask =
 static void pt_gemm_layouts(const pt_gemm_cm *p, cudaDataType_t in,
                             cublasLtMatrixLayoutOpaque_t *la, cublasLtMatrixLayoutOpaque_t *lb,
                             cublasLtMatrixLayoutOpaque_t *lc) {
-    PT_CUBLAS_CHECK(cublasLtMatrixLayoutInit(la, in, (uint64_t)p->a.rows, (uint64_t)p->a.cols,
+    PT_CUBLAS_CHECK(lt.cublasLtMatrixLayoutInit_internal(la, sizeof *la, in, (uint64_t)p->a.rows, (uint64_t)p->a.cols,
                                              p->a.ld));
-    PT_CUBLAS_CHECK(cublasLtMatrixLayoutInit(lb, in, (uint64_t)p->b.rows, (uint64_t)p->b.cols,
+    PT_CUBLAS_CHECK(lt.cublasLtMatrixLayoutInit_internal(lb, sizeof *lb, in, (uint64_t)p->b.rows, (uint64_t)p->b.cols,
                                              p->b.ld));
-    PT_CUBLAS_CHECK(cublasLtMatrixLayoutInit(lc, CUDA_R_32F, (uint64_t)p->c.rows,
+    PT_CUBLAS_CHECK(lt.cublasLtMatrixLayoutInit_internal(lc, sizeof *lc, CUDA_R_32F, (uint64_t)p->c.rows,
                                              (uint64_t)p->c.cols, p->c.ld));
 }
 
@@ -73,27 +115,27 @@ static cublasLtMatmulHeuristicResult_t pt_gemm_choose(pt_cuda_gemm_state *g,
                                                       cublasLtMatrixLayout_t lb,
                                                       cublasLtMatrixLayout_t lc) {
     cublasLtMatmulPreferenceOpaque_t pref;
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(&pref));
+    PT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceInit_internal(&pref, sizeof pref));
     const uint64_t ws = g->ws_bytes;
     const uint32_t mask = pt_gemm_reduction_mask;
     /* cuBLAS's A is the caller's B and cuBLAS's B the caller's A (gemm_plan.h) */
     const uint32_t al_a = 1u << k->align_b, al_b = 1u << k->align_a, al_c = 1u << k->align_c;
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    PT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
         &pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    PT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
         &pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    PT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
         &pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    PT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
         &pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    PT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
         &pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
-    PT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    PT_CUBLAS_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
         &pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof res);
     int count = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g->lt, desc, la, lb, lc, lc, &pref,
+    const cublasStatus_t st = lt.cublasLtMatmulAlgoGetHeuristic(g->lt, desc, la, lb, lc, lc, &pref,
                                                              1, &res, &count);
     if (st != CUBLAS_STATUS_SUCCESS || count < 1 || res.state != CUBLAS_STATUS_SUCCESS)
         pt_fatal(__FILE__, __LINE__,
@@ -101,7 +143,7 @@ static cublasLtMatmulHeuristicResult_t pt_gemm_choose(pt_cuda_gemm_state *g,
                  "ldb=%d ldc=%d beta%s0, alignments A %u B %u C %u bytes (%s)",
                  k->dtype == PT_GEMM_BF16 ? "bf16" : "fp32", k->ta, k->tb, k->M, k->N, k->K,
                  k->lda, k->ldb, k->ldc, k->beta_nz ? "!=" : "=", 1u << k->align_a,
-                 1u << k->align_b, 1u << k->align_c, cublasLtGetStatusName(st));
+                 1u << k->align_b, 1u << k->align_c, lt.cublasLtGetStatusName(st));
     return res;
 }
 
@@ -159,7 +201,7 @@ static void pt_gemm_run(pt_backend *be, pt_gemm_dtype dt, pt_trans ta, pt_trans 
         }
     }
     /* cuBLAS's A is the caller's B, its B the caller's A; C is read only when beta != 0 */
-    PT_CUBLAS_CHECK(cublasLtMatmul(g->lt, desc, &alpha, B, &la, A, &lb, &beta, C, &lc, C, &lc,
+    PT_CUBLAS_CHECK(lt.cublasLtMatmul(g->lt, desc, &alpha, B, &la, A, &lb, &beta, C, &lc, C, &lc,
                                    algo, g->ws, g->ws_bytes, s));
 }
 
@@ -179,15 +221,16 @@ extern "C" void pt_cuda_gemm_bf16(pt_backend *be, pt_trans ta, pt_trans tb, int 
 
 extern "C" pt_status pt_cuda_gemm_create(pt_backend *be) {
     pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
+    PT_TRY(pt_lt_open());
     pt_cuda_gemm_state *g = (pt_cuda_gemm_state *)pt_calloc(1, sizeof *g);
     g->ws_bytes = pt_gemm_workspace_bytes(ctx->prop.major, ctx->prop.totalGlobalMem);
     g->ws = pt_cuda_arena_alloc(be, g->ws_bytes); /* (ends the job naming the arena if full) */
-    const cublasStatus_t st = cublasLtCreate(&g->lt);
+    const cublasStatus_t st = lt.cublasLtCreate(&g->lt);
     if (st != CUBLAS_STATUS_SUCCESS) {
         pt_cuda_arena_free(be, g->ws);
         free(g);
         return pt_errorf(PT_ERR_RUNTIME, "cuBLASLt: cublasLtCreate: %s",
-                         cublasLtGetStatusString(st));
+                         lt.cublasLtGetStatusString(st));
     }
     pt_gemm_plan_cache_init(&g->cache, PT_CUDA_GEMM_CACHE_CAP, PT_CUDA_GEMM_PER_FAMILY);
     g->algos = (cublasLtMatmulAlgo_t *)pt_calloc((size_t)g->cache.cap, sizeof *g->algos);
@@ -198,12 +241,12 @@ extern "C" pt_status pt_cuda_gemm_create(pt_backend *be) {
                 cublasLtMatmulDescOpaque_t *d = &g->desc[dt][oa][ob];
                 /* fp32 and bf16 alike accumulate in fp32 without TF32; alpha, beta fp32 on the
                  * host (read when the call is enqueued) */
-                PT_CUBLAS_CHECK(cublasLtMatmulDescInit(d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+                PT_CUBLAS_CHECK(lt.cublasLtMatmulDescInit_internal(d, sizeof *d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
                 const int32_t op_a = oa ? CUBLAS_OP_T : CUBLAS_OP_N;
                 const int32_t op_b = ob ? CUBLAS_OP_T : CUBLAS_OP_N;
-                PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA,
+                PT_CUBLAS_CHECK(lt.cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA,
                                                                &op_a, sizeof op_a));
-                PT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB,
+                PT_CUBLAS_CHECK(lt.cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB,
                                                                &op_b, sizeof op_b));
             }
     ctx->gemm = g;
@@ -214,7 +257,7 @@ extern "C" void pt_cuda_gemm_destroy(pt_backend *be) {
     pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
     pt_cuda_gemm_state *g = ctx->gemm;
     if (!g) return;
-    cublasLtDestroy(g->lt);
+    lt.cublasLtDestroy(g->lt);
     pt_cuda_arena_free(be, g->ws);
     pt_gemm_plan_cache_free(&g->cache);
     free(g->algos);
@@ -297,7 +340,7 @@ extern "C" const char *pt_cuda_gemm_describe(pt_backend *be) {
     pt_cuda_ctx *ctx = pt_cuda_ctx_of(be);
     pt_cuda_gemm_state *g = ctx->gemm;
     if (!g) return "cuBLASLt (not created)";
-    const size_t v = cublasLtGetVersion();
+    const size_t v = lt.cublasLtGetVersion();
     snprintf(g->text, sizeof g->text,
              "cuBLASLt %zu.%zu.%zu: fp32 GEMM CUBLAS_COMPUTE_32F (no TF32), bf16 GEMM bf16 x bf16 "
              "-> fp32 (CUBLAS_COMPUTE_32F); workspace %zu MiB (most used %zu KiB); split-K only "
