@@ -116,6 +116,19 @@ PT_AHD float pt_attn_logf(float x) {
 /* x rounded to bf16 (nearest even, NaN kept quiet), as a float */
 PT_AHD float pt_attn_bf16_value(float x) { return pt_k_bf16_to_float(pt_k_bf16_round(x)); }
 
+/* One thread's share of a tile product: acc[e] = Σ_d a[c·lda + d]·b[(r0 + e·rstep)·hd + d] for
+ * e < ne, over d in order, one fused multiply-add chain each (the CPU backend's order) */
+PT_AHD void pt_attn_tile_dots(float *acc, int ne, const float *a, int lda, int c, const float *b,
+                              int r0, int rstep, int hd) {
+    PT_ATTN_UNROLL
+    for (int e = 0; e < ne; e++) acc[e] = 0.0f;
+    for (int d = 0; d < hd; d++) {
+        const float x = a[c * lda + d];
+        PT_ATTN_UNROLL
+        for (int e = 0; e < ne; e++) acc[e] = PT_FMA(x, b[(r0 + e * rstep) * hd + d], acc[e]);
+    }
+}
+
 /* whether key position k is hidden from a query at position qp whose document starts at lo
  * (INT32_MIN without documents) */
 PT_AHD int pt_attn_hidden(int32_t k, int32_t qp, int32_t lo) { return k > qp || k < lo; }
@@ -497,14 +510,7 @@ PT_AHD int pt_attn_fwd_step(const pt_attn_shape *s, const pt_attn_io *io, pt_att
         const int p16 = s->p_bf16 && ts->pass == 1, c = t % KT, rstep = PT_ATTN_NT / KT;
         const int ne = G.bq * KT / PT_ATTN_NT;
         float acc[PT_ATTN_SE_MAX];
-        PT_ATTN_UNROLL
-        for (int e = 0; e < ne; e++) acc[e] = 0.0f;
-        for (int d = 0; d < hd; d++) {
-            const float kv = sm->kv[c * kvld + d];
-            PT_ATTN_UNROLL
-            for (int e = 0; e < ne; e++)
-                acc[e] = PT_FMA(kv, sm->q[(t / KT + e * rstep) * hd + d], acc[e]);
-        }
+        pt_attn_tile_dots(acc, ne, sm->kv, kvld, c, sm->q, t / KT, rstep, hd);
         PT_ATTN_UNROLL
         for (int e = 0; e < ne; e++) {
             const int r = t / KT + e * rstep;
@@ -686,14 +692,7 @@ PT_AHD int pt_attn_dq_step(const pt_attn_shape *s, const pt_attn_io *io, pt_attn
 
     case PT_ATTN_Q_DP: { /* dP (bq × kq) = dout·vᵀ */
         float acc[PT_ATTN_SE_MAX];
-        PT_ATTN_UNROLL
-        for (int e = 0; e < ne; e++) acc[e] = 0.0f;
-        for (int d = 0; d < hd; d++) {
-            const float vv = sm->kv[c * kvld + d];
-            PT_ATTN_UNROLL
-            for (int e = 0; e < ne; e++)
-                acc[e] = PT_FMA(vv, sm->dout[(t / KQ + e * rstep) * hd + d], acc[e]);
-        }
+        pt_attn_tile_dots(acc, ne, sm->kv, kvld, c, sm->dout, t / KQ, rstep, hd);
         PT_ATTN_UNROLL
         for (int e = 0; e < ne; e++) sm->ds[(t / KQ + e * rstep) * KQ + c] = acc[e];
         return PT_ATTN_Q_LOADK;
@@ -706,14 +705,7 @@ PT_AHD int pt_attn_dq_step(const pt_attn_shape *s, const pt_attn_io *io, pt_attn
 
     case PT_ATTN_Q_DS: { /* S = (q·scale)·kᵀ, P = e^(S − L), dS = P∘(dP − D) in place */
         float acc[PT_ATTN_SE_MAX];
-        PT_ATTN_UNROLL
-        for (int e = 0; e < ne; e++) acc[e] = 0.0f;
-        for (int d = 0; d < hd; d++) {
-            const float kv = sm->kv[c * kvld + d];
-            PT_ATTN_UNROLL
-            for (int e = 0; e < ne; e++)
-                acc[e] = PT_FMA(kv, sm->q[(t / KQ + e * rstep) * hd + d], acc[e]);
-        }
+        pt_attn_tile_dots(acc, ne, sm->kv, kvld, c, sm->q, t / KQ, rstep, hd);
         PT_ATTN_UNROLL
         for (int e = 0; e < ne; e++) {
             const int r = t / KQ + e * rstep;
