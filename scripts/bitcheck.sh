@@ -25,7 +25,7 @@
 #   BITCHECK_LIST=1       print the layouts (name, ranks, arguments) and exit
 #   BITCHECK_NEW_BIN=BIN  compare BIN (e.g. a build of the staged tree) instead of building build/
 #
-# 58 layouts (up to 16 oversubscribed ranks), each run twice: ~9 min of CPU, so about 5 min on a
+# 83 layouts (58 fp32, 25 bf16; up to 16 oversubscribed ranks), each run twice: ~13 min of CPU, about 7 min on a
 # quiet 2-core machine (13 min when it was shared at a load of ~20), plus the builds (~35 s each
 # when they are not up to date). The per-side totals printed at the end hint at speed, no more.
 set -euo pipefail
@@ -124,6 +124,30 @@ L odd_dp3_pp2_tp2_z1 12 "${O[@]}" $P.dp=3 $P.pp=2 $P.tp=2 $P.zero=1 --training.m
 L odd_cp3_tp2_sp 6 "${O[@]}" $P.cp=3 $P.tp=2 $P.sp=true --training.micro_batch=4
 L odd_moe_dp3_pp2_cp2_ep3 12 "${omoe[@]}" $P.dp=3 $P.pp=2 $P.cp=2 $P.ep=3 --training.micro_batch=2
 L odd_moe_dp3_cp2_ep6_z3 6 "${omoe[@]}" $P.dp=3 $P.cp=2 $P.ep=6 $P.zero=3 --training.micro_batch=4
+
+# bf16 (training.precision = bf16): one process, each parallelism alone, the ZeRO levels, sequence
+# parallelism, each schedule, recomputation, and layouts of the matrix
+B=(--training.precision=bf16)
+L bf16_dense 1 "${B[@]}" --training.micro_batch=8
+L bf16_ref4 1 "${B[@]}" "${L4[@]}" --training.micro_batch=8
+L bf16_mref 1 "${B[@]}" "${moe[@]}" --training.micro_batch=8
+L bf16_tref_sel 1 "${B[@]}" "${T4[@]}" --training.recompute=selective --training.micro_batch=4
+L bf16_ref4_full 1 "${B[@]}" "${L4[@]}" --training.recompute=full --training.micro_batch=4
+for z in 0 1 2 3; do dense 2 bf16_dp2_z$z "${B[@]}" $P.dp=2 $P.zero=$z --training.micro_batch=2; done
+dense 2 bf16_tp2_sp "${B[@]}" $P.tp=2 $P.sp=true --training.micro_batch=4
+dense 2 bf16_tp2 "${B[@]}" $P.tp=2 --training.micro_batch=8
+for s in afab 1f1b zb; do dense 2 bf16_pp2_$s "${B[@]}" $P.pp=2 $P.pp_schedule=$s --training.micro_batch=2; done
+dense 2 bf16_pp2_interleaved "${B[@]}" $P.pp=2 $P.pp_schedule=interleaved $P.pp_virtual=2 --training.micro_batch=2
+dense 2 bf16_cp2_zigzag "${B[@]}" $P.cp=2 $P.cp_layout=zigzag --training.micro_batch=8
+mixed 2 bf16_moe_dp2_ep2_z1 "${B[@]}" $P.dp=2 $P.ep=2 $P.zero=1 --training.micro_batch=2
+mixed 2 bf16_moe_tp2_sp "${B[@]}" $P.tp=2 $P.sp=true --training.micro_batch=4
+dense 4 bf16_tp4_kv2_sp_sel "${B[@]}" $P.tp=4 $P.sp=true --training.recompute=selective --training.micro_batch=8
+dense 8 bf16_dp2_tp2_pp2_1f1b_z1 "${B[@]}" $P.dp=2 $P.tp=2 $P.pp=2 $P.pp_schedule=1f1b $P.zero=1 --training.micro_batch=2
+dense 8 bf16_dp2_cp2_tp2_sp_z1 "${B[@]}" $P.dp=2 $P.cp=2 $P.tp=2 $P.sp=true $P.zero=1 --training.micro_batch=2
+dense 8 bf16_dp4_tp2_sp_z2 "${B[@]}" $P.dp=4 $P.tp=2 $P.sp=true $P.zero=2 --training.micro_batch=1
+dense 8 bf16_dp2_cp2_tp2_z3 "${B[@]}" $P.dp=2 $P.cp=2 $P.tp=2 $P.zero=3 --training.micro_batch=2
+mixed 8 bf16_moe_dp2_tp2_pp2_ep2_sp "${B[@]}" $P.dp=2 $P.tp=2 $P.pp=2 $P.ep=2 $P.sp=true --training.micro_batch=2
+mixed 16 bf16_moe_5d_ep2_zb_z1_sp "${B[@]}" "${full[@]}" $P.ep=2 $P.sp=true
 
 if [[ ${BITCHECK_LIST:-0} == 1 ]]; then
   for i in "${!names[@]}"; do printf '%-32s %2s  %s\n' "${names[$i]}" "${nps[$i]}" "${argv[$i]}"; done
