@@ -141,7 +141,7 @@ dense 2 bf16_pp2_interleaved "${B[@]}" $P.pp=2 $P.pp_schedule=interleaved $P.pp_
 dense 2 bf16_cp2_zigzag "${B[@]}" $P.cp=2 $P.cp_layout=zigzag --training.micro_batch=8
 mixed 2 bf16_moe_dp2_ep2_z1 "${B[@]}" $P.dp=2 $P.ep=2 $P.zero=1 --training.micro_batch=2
 mixed 2 bf16_moe_tp2_sp "${B[@]}" $P.tp=2 $P.sp=true --training.micro_batch=4
-dense 4 bf16_tp4_kv2_sp_sel "${B[@]}" $P.tp=4 $P.sp=true --training.recompute=selective --training.micro_batch=8
+dense 2 bf16_tp2_sp_sel "${B[@]}" $P.tp=2 $P.sp=true --training.recompute=selective --training.micro_batch=8
 dense 8 bf16_dp2_tp2_pp2_1f1b_z1 "${B[@]}" $P.dp=2 $P.tp=2 $P.pp=2 $P.pp_schedule=1f1b $P.zero=1 --training.micro_batch=2
 dense 8 bf16_dp2_cp2_tp2_sp_z1 "${B[@]}" $P.dp=2 $P.cp=2 $P.tp=2 $P.sp=true $P.zero=1 --training.micro_batch=2
 dense 8 bf16_dp4_tp2_sp_z2 "${B[@]}" $P.dp=4 $P.tp=2 $P.sp=true $P.zero=2 --training.micro_batch=1

@@ -109,6 +109,26 @@ for k in want:
 sys.exit(0 if ok else 1)
 PY
 
+# peak resident memory of the sets a pipeline holds (pp 2 × tp 2 with sp, AFAB: a rank holds all m
+# sets at once): between m = 6 and m = 2 the process grows by 4 sets' accounted bytes, each set
+# its layers' arrays (the norms' outputs sharded over tp) and its boundary, the backward's scratch
+# once per rank outside them (docs/memory.md)
+for m in 2 6; do
+  timeout 120 mpiexec -np 4 "$bin" train "${big[@]}" --training.global_batch=$((8 * m)) --training.threads=1 \
+    --parallel.pp=2 --parallel.tp=2 --parallel.sp=true --parallel.pp_schedule=afab \
+    --logging.metrics="$tmp/sets_$m.jsonl" > "$tmp/sets_$m.log" 2>&1 || bad "sets $m failed: $(tail -3 "$tmp/sets_$m.log")"
+done
+"$PY" - "$tmp" <<'PY' && ok || bad "the pipeline's sets: peak resident memory does not follow the accounting"
+import json, sys
+tmp = sys.argv[1]
+m = {k: [json.loads(l) for l in open("%s/sets_%d.jsonl" % (tmp, k))][-1] for k in (2, 6)}
+acc = m[6]["mem"]["activations"] - m[2]["mem"]["activations"]
+hwm = m[6]["peak_rss_bytes"] - m[2]["peak_rss_bytes"]
+print("pp 2 × tp 2 sp, AFAB, 6 - 2 sets: accounting %.1f MiB, VmHWM %.1f MiB (%+.1f%%)" % (
+    acc / 2**20, hwm / 2**20, 100.0 * (hwm - acc) / acc))
+sys.exit(0 if acc > 0 and abs(hwm - acc) <= 0.05 * acc else 1)
+PY
+
 # memory_limit: between the two needs, refused without recomputation, trained with it
 lim="$("$PY" -c "
 import json

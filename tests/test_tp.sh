@@ -52,24 +52,27 @@ def tp_bytes(L):
 got = tp_bytes(3) - tp_bytes(2)
 # with sp the overlapped forms (docs/parallelism.md): per layer, the forward's 2 gathers and 2
 # reduce-scatters and the backward's 2 gathers go point to point (6 blocks' worth of sends,
-# (t−1)/t · N·C each), the backward's 2 input-gradient reductions stay reduce-scatters
+# (t−1)/t · N·C each), the backward's 2 input-gradient reductions stay reduce-scatters, and the
+# two norms' outputs, kept sharded, are all-gathered again for the weight gradients (2 more)
 def op_bytes(L, op):
     m = [json.loads(l) for l in open("%s/bytes_tp%d_%s_L%d.jsonl" % (tmp, t, sys.argv[3], L))]
     return m[1]["comm"].get(op, [0, 0])[1]
 if sp:
     unit = (t - 1) / t * N * C * 4
-    sends, rs = (op_bytes(3, o) - op_bytes(2, o) for o in ("send", "reduce-scatter"))
+    sends, rs, ag = (op_bytes(3, o) - op_bytes(2, o) for o in ("send", "reduce-scatter", "all-gather"))
     print("tp %d sp: per layer %d bytes sent point to point (want 6 × %.0f), %d reduce-scattered "
-          "(want 2 × %.0f)" % (t, sends, unit, rs, unit))
-    if sends != 6 * unit or rs != 2 * unit:
+          "(want 2 × %.0f), %d all-gathered again (want 2 × %.0f)" % (t, sends, unit, rs, unit, ag, unit))
+    if sends != 6 * unit or rs != 2 * unit or ag != 2 * unit:
         sys.exit(1)
 # FORMULAS.md: without sp, forward 2 all-reduces of N·C and backward 2 more, 2(t−1)/t each;
-# with sp the same volume as 4 all-gathers + 4 reduce-scatters, (t−1)/t each
+# with sp the same volume as 4 all-gathers + 4 reduce-scatters, (t−1)/t each, plus (Megatron's
+# sequence parallelism, Korthikanti et al. 2022 §4.2.2) the backward's 2 re-gathers of the kept
+# shards
 formulas = 4 * 2 * (t - 1) / t * N * C * 4
-want = formulas + (2 * (t - 1) / t * 2 * C * 4 if sp else 0)  # sp: the two norm-weight gradients
+want = formulas + (2 * (t - 1) / t * N * C * 4 + 2 * (t - 1) / t * 2 * C * 4 if sp else 0)
 print("tp %d sp %s: %d bytes per layer per micro-batch; FORMULAS.md %.0f (%.2f%%)%s" % (
     t, sp, got, formulas, 100 * (got - formulas) / formulas,
-    ", + norm-weight gradients = %.0f" % want if sp else ""))
+    ", + re-gathers and norm-weight gradients = %.0f" % want if sp else ""))
 sys.exit(0 if abs(got - want) <= 0.01 * want else 1)
 PY
   done
@@ -85,13 +88,18 @@ def predicted(t, sp):
     q, kv = H // t * hd, max(KV // t, 1) * hd
     qkv, f, v = q + 2 * kv, F // t, -(-V // t)
     r16 = lambda n: (n + 15) // 16 * 16  # every array is rounded up to 64 bytes
-    layer = (r16(R * C) * 2 + r16(R) * 2 + r16(N * C) * 2 + r16(N * qkv) + r16(N * q)
+    # a layer keeps x, xmid, xn1, xn2 (R rows each: sp keeps the norms' outputs sharded), rstd1,
+    # rstd2, qkv, att, lse, gu, h
+    layer = (r16(R * C) * 4 + r16(R) * 2 + r16(N * qkv) + r16(N * q)
              + r16(B * (H // t) * T) + r16(N * 2 * f) + r16(N * f))
+    # the set's own: the output and its gradient, the final norm's rstd, xf and its gradient
+    own = r16(R * C) * 2 + r16(R) + r16(N * C) * 2
+    # the backward's scratch, once per rank: the head's chunk of logits, dxn, dqkv, datt, dgu,
+    # dh, the gathered gradient and input (sp), the norms' and a kv head's weight gradients
     hr = min(512, N)
-    rest = (r16(R * C) + r16(R) + r16(N * C) * 3 + r16(hr * v) + r16(hr) + r16(R * C)
-            + r16(N * qkv) + r16(N * q) + r16(N * 2 * f) + r16(N * f) + (r16(N * C) if sp and t > 1 else 0)
-            + r16(2 * C) + r16(2 * kv * C))
-    return 4 * (L * layer + rest)
+    scratch = (r16(hr * v) + r16(hr) + r16(N * C) + r16(N * qkv) + r16(N * q) + r16(N * 2 * f)
+               + r16(N * f) + (2 * r16(N * C) if sp and t > 1 else 0) + r16(2 * C) + r16(2 * kv * C))
+    return 4 * (L * layer + own + scratch)
 rows = []
 for name, t, sp in (("ref", 1, False), ("tp2_sp_false", 2, False), ("tp2_sp_true", 2, True),
                     ("tp4_sp_false", 4, False), ("tp4_sp_true", 4, True)):

@@ -321,6 +321,7 @@ typedef struct {
     pt_bf16 *params16; /* (alloc_total) device memory, bf16 */
     pt_model_view w16;
     struct pt_model_ws *ws;          /* the recomputation workspace (llama.c), NULL when none */
+    struct pt_model_scratch *scr;    /* the backward's scratch, one per rank (llama.c) */
 } pt_model;
 
 pt_status pt_model_init(pt_model *m, const pt_model_config *cfg, pt_backend *be);
@@ -340,7 +341,9 @@ void pt_model_set_recompute(pt_model *m, pt_recompute mode, int layers);
 typedef enum { PT_PREC_FP32 = 0, PT_PREC_BF16 } pt_precision;
 pt_status pt_model_set_precision(pt_model *m, pt_precision prec);
 void pt_model_sync_weights(pt_model *m);
-/* Bytes of the model's recomputation workspace (0 when nothing is recomputed). */
+/* Bytes of the model's recomputation workspace (0 when nothing is recomputed) and of its
+ * backward's scratch (what no micro-batch keeps from its forward to its backward: one per rank,
+ * shared by every activation set, made with the first). */
 size_t pt_model_workspace_bytes(const pt_model *m);
 /* Points the view of one unit's parameters (use = PT_USE_PARAMS) or gradients at buf, which holds
  * the table's elements [buf_lo, buf_hi): the unit's tensors that start there (buf = NULL clears

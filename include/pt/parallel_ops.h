@@ -47,6 +47,11 @@ typedef struct {
      * weight-gradient GEMM hides the input gradient's reduction); one pending at a time */
     void (*reduce_start)(void *ctx, float *y, int N, int C);
     void (*reduce_finish)(void *ctx);
+    /* gather (sp), started now and finished by gather_finish: the caller computes in between
+     * (backward's input-gradient GEMM hides the re-gather of a linear's sharded input, which the
+     * weight-gradient GEMM then reads); one pending at a time, not while a reduce is */
+    void (*gather_start)(void *ctx, void *full, int N, int C, int esize);
+    void (*gather_finish)(void *ctx);
     /* n floats summed over the tp ranks (sp: the norms' weight gradients of a micro-batch) */
     void (*sum)(void *ctx, float *x, size_t n);
     /* n host doubles summed over the tp ranks (the router's per-slot dot products) */

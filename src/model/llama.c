@@ -36,13 +36,13 @@ static int pt_head_chunk_rows(int V, int N) {
 typedef struct {
     void *x;       /* (N,C) layer input (the residual stream) */
     void *rstd1;   /* (N) fp32 */
-    void *xn1;     /* (N,C) */
+    void *xn1;     /* (R,C) this rank's rows (sp: gathered into xg where a GEMM reads them) */
     void *qkv;     /* (N, q+2kv), q and k after rope */
     void *att;     /* (N, q) attention output */
     void *lse;     /* (B, H, T) fp32 */
     void *xmid;    /* (N,C) residual after attention */
     void *rstd2;   /* (N) fp32 */
-    void *xn2;     /* (N,C) */
+    void *xn2;     /* (R,C) likewise */
     void *gu;      /* (N,2F) */
     void *h;       /* (N,F) */
     struct pt_moe_acts *moe; /* a mixture-of-experts layer's routing and experts' activations */
@@ -65,8 +65,8 @@ struct pt_acts {
     float *dxf;       /* (N,C) gradient of xf, from the fused head + loss */
     float *logits;    /* (CHUNK, V) scratch for the fused head */
     float *losses;    /* (CHUNK) */
-    /* backward scratch */
-    float *dx;        /* (N,C) gradient of the residual stream */
+    float *dx;        /* (R,C) gradient of the residual stream (a chunk's boundary: its own) */
+    /* the backward's scratch: pointers into the model's one pt_model_scratch */
     float *dxn;       /* (N,C) */
     float *dqkv;      /* (N, q+2kv) */
     float *datt;      /* (N, q) */
@@ -96,9 +96,25 @@ struct pt_acts {
     void *g16;
     float *wn;        /* (max(C, q+2kv)) */
     float *ones;      /* (B·T) ones: a bias is added and its gradient summed by GEMMs with them */
+    void *xg;         /* (N,C) sp: a linear's sharded input gathered (activation elements) */
     int has_targets;
     pt_kv_cache *kv;  /* decoding (pt_model_decode): the cache attention reads and appends to */
     void *block;      /* the one allocation everything above points into */
+};
+
+/* The backward's scratch: what a micro-batch does not keep between its forward and its backward
+ * (the input gradients of the layer's arrays, bf16's fp32 scratch, a gathered input, the head's
+ * chunk of logits), one per rank, made with the first activations (sized for them and for the
+ * head when one of the rank's chunks ends the model) and shared by every set: one set computes
+ * at a time. */
+struct pt_model_scratch {
+    float *dxn, *dqkv, *datt, *dgu, *dh, *dfull, *dnorm, *dkv, *sA, *sB, *wn, *ones, *logits,
+        *losses;
+    void *g16, *xg;
+    void *block;
+    int N, HR;
+    int users;
+    size_t bytes;
 };
 
 /* The recomputation workspace: one layer's arrays that layers do not keep (sized for the first
@@ -770,8 +786,8 @@ static void pt_layer_sizes(const pt_model *m, int B, int T, int moe, size_t *n) 
     size_t N = (size_t)B * T, R = (size_t)pt_res_rows(m, (int)N), C = (size_t)m->cfg.dim;
     size_t hd = (size_t)pt_head_dim(&m->cfg), q = (size_t)d->H * hd, kv = (size_t)d->KV * hd;
     size_t F = moe ? 0 : (size_t)d->F;
-    size_t sz[PT_A_COUNT] = {R * C, R,         N * C, N * (q + 2 * kv), N * q, (size_t)B * d->H * T,
-                             R * C, R,         N * C, N * 2 * F,        N * F};
+    size_t sz[PT_A_COUNT] = {R * C, R,         R * C, N * (q + 2 * kv), N * q, (size_t)B * d->H * T,
+                             R * C, R,         R * C, N * 2 * F,        N * F};
     memcpy(n, sz, sizeof sz);
 }
 
@@ -793,7 +809,9 @@ void pt_model_set_recompute(pt_model *m, pt_recompute mode, int layers) {
     m->recompute_layers = layers > 0 ? layers : 0;
 }
 
-size_t pt_model_workspace_bytes(const pt_model *m) { return m->ws ? m->ws->bytes : 0; }
+size_t pt_model_workspace_bytes(const pt_model *m) {
+    return (m->ws ? m->ws->bytes : 0) + (m->scr ? m->scr->bytes : 0);
+}
 
 /* The mode of the i-th layer of a chunk. */
 static int pt_layer_mode(const pt_model *m, int i) {
@@ -832,6 +850,63 @@ static void pt_ws_create(pt_model *m, int B, int T, int zb) {
     ws->B = B, ws->T = T, ws->zb = zb;
 }
 
+/* Whether this rank's chunks include the model's last with its head (not split over the
+ * pipeline): its scratch then holds a chunk of the head's logits. */
+static int pt_holds_head(const pt_model *m) {
+    for (int k = 0; k < (m->par.n_chunks ? m->par.n_chunks : 1); k++)
+        if (m->par.chunk[k].l1 == m->cfg.n_layers && !m->par.head_split) return 1;
+    return 0;
+}
+
+/* The backward's scratch for micro-batches of B sequences of T tokens (struct
+ * pt_model_scratch): counted, then handed out of one block. */
+static void pt_scratch_create(pt_model *m, int B, int T) {
+    struct pt_model_scratch *s = m->scr = pt_calloc(1, sizeof *s);
+    const pt_model_config *c = &m->cfg;
+    const pt_local_dims *d = &m->loc;
+    size_t N = (size_t)B * T, C = c->dim, F = (size_t)d->F, V = (size_t)pt_head_V(m);
+    size_t q = (size_t)d->H * pt_head_dim(c), qkv = q + 2 * (size_t)d->KV * pt_head_dim(c);
+    size_t HR = pt_holds_head(m) ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
+    size_t f = sizeof(float), E = (size_t)m->act_size;
+    int sp = m->par.sp && m->par.tp > 1, bf = pt_is_bf16(m);
+    size_t wA = C > qkv ? C : qkv, wB = C > q ? C : q;
+    wA = wA > 2 * F ? wA : 2 * F, wB = wB > F ? wB : F;
+    size_t g16 = N * wA > HR * V ? N * wA : HR * V;
+    char *p = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t used = 0;
+        s->logits = pt_take(&p, &used, HR * V * f);
+        s->losses = pt_take(&p, &used, HR * f);
+        s->dxn = pt_take(&p, &used, N * C * f);
+        s->dqkv = pt_take(&p, &used, N * qkv * f);
+        s->datt = pt_take(&p, &used, N * q * f);
+        s->dgu = pt_take(&p, &used, N * 2 * F * f);
+        s->dh = pt_take(&p, &used, N * F * f);
+        s->dfull = pt_take(&p, &used, sp ? N * C * f : 0);
+        s->dnorm = pt_take(&p, &used, 2 * C * f);
+        s->dkv = pt_take(&p, &used, 2 * (size_t)d->KV * pt_head_dim(c) * C * f);
+        s->sA = pt_take(&p, &used, bf ? N * wA * f : 0);
+        s->sB = pt_take(&p, &used, bf ? N * wB * f : 0);
+        s->g16 = pt_take(&p, &used, bf ? g16 * sizeof(pt_bf16) : 0);
+        s->wn = pt_take(&p, &used, bf ? (C > qkv ? C : qkv) * f : 0);
+        s->ones = pt_take(&p, &used, pt_model_qkv_bias(c) ? N * f : 0);
+        s->xg = pt_take(&p, &used, sp ? N * C * E : 0);
+        if (!pass) p = s->block = m->be->alloc(m->be, used);
+        s->bytes = used;
+    }
+    if (!HR) s->logits = s->losses = NULL;
+    if (!sp) s->dfull = NULL, s->xg = NULL;
+    if (!bf) s->sA = s->sB = s->wn = NULL, s->g16 = NULL;
+    if (!pt_model_qkv_bias(c)) s->ones = NULL;
+    if (s->ones) {
+        float *one = pt_malloc(N * sizeof(float));
+        for (size_t i = 0; i < N; i++) one[i] = 1.0f;
+        m->be->upload(m->be, s->ones, one, N * sizeof(float));
+        free(one);
+    }
+    s->N = (int)N, s->HR = (int)HR;
+}
+
 /* The MoE activations a layer of mode re uses: its own, or the workspace's (full). */
 static struct pt_moe_acts *pt_moe_acts_for(pt_model *m, int re, int N) {
     if (re != PT_RECOMPUTE_FULL) return pt_moe_acts_create(m, N);
@@ -858,18 +933,19 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
                N, m->par.tp);
     size_t R = (size_t)pt_res_rows(m, (int)N);
     size_t q = (size_t)d->H * hd, qkv = q + 2 * (size_t)d->KV * hd;
-    int sp = m->par.sp && m->par.tp > 1, cp = m->par.cp_ops != NULL;
+    int cp = m->par.cp_ops != NULL;
     if (m->recompute != PT_RECOMPUTE_NONE && !m->ws) pt_ws_create(m, B, T, zb);
     if (m->ws) m->ws->users++;
     PT_ASSERTF(!m->ws || ((size_t)m->ws->B * m->ws->T >= N && m->ws->T >= T && m->ws->zb == zb),
                "the recomputation workspace was made for (%d,%d%s)", m->ws->B, m->ws->T,
                m->ws->zb ? ", zero bubble" : "");
+    if (!m->scr) pt_scratch_create(m, B, T);
+    struct pt_model_scratch *scr = m->scr;
+    scr->users++;
+    PT_ASSERTF((size_t)scr->N >= N, "the backward's scratch was made for %d rows", scr->N);
     size_t HR = last && !m->par.head_split ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
+    PT_ASSERTF(HR <= (size_t)scr->HR, "the backward's scratch has no head");
     size_t E = (size_t)m->act_size, f = sizeof(float), n[PT_A_COUNT];
-    int bf = m->prec == PT_PREC_BF16;
-    size_t wA = C > qkv ? C : qkv, wB = C > q ? C : q;
-    wA = wA > 2 * F ? wA : 2 * F, wB = wB > F ? wB : F;
-    size_t g16 = N * wA > HR * V ? N * wA : HR * V;
 
     pt_acts *a = pt_calloc(1, sizeof *a);
     a->B = a->cap_B = B;
@@ -881,7 +957,7 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     a->zb = zb;
     a->head_rows = (int)HR;
     a->layers = pt_calloc((size_t)(nl ? nl : 1), sizeof *a->layers);
-    char *p = NULL; /* what the layers keep, then the rest, counted, then handed out */
+    char *p = NULL; /* what the layers keep, then the set's own arrays, counted, then handed out */
     for (int pass = 0; pass < 2; pass++) {
         size_t used = 0;
         for (int l = 0; l < nl; l++) {
@@ -902,26 +978,13 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
             la->z_datt = pt_take(&p, &used, N * C * f);
             la->z_dqkv = pt_take(&p, &used, N * qkv * f);
         }
+        /* the chunk's output and its gradient (its boundary with the next chunk); the last
+         * chunk's final norm, xf and xf's gradient (from the fused head to the backward) */
         a->xout = pt_take(&p, &used, R * C * E);
-        a->rstdf = pt_take(&p, &used, R * f);
-        a->xf = pt_take(&p, &used, N * C * E);
-        a->dxf = pt_take(&p, &used, N * C * f);
-        a->logits = pt_take(&p, &used, HR * V * f);
-        a->losses = pt_take(&p, &used, HR * f);
         a->dx = pt_take(&p, &used, R * C * f);
-        a->dxn = pt_take(&p, &used, N * C * f);
-        a->dqkv = pt_take(&p, &used, N * qkv * f);
-        a->datt = pt_take(&p, &used, N * q * f);
-        a->dgu = pt_take(&p, &used, N * 2 * F * f);
-        a->dh = pt_take(&p, &used, N * F * f);
-        a->dfull = pt_take(&p, &used, sp ? N * C * f : 0);
-        a->dnorm = pt_take(&p, &used, 2 * C * f);
-        a->dkv = pt_take(&p, &used, 2 * (size_t)d->KV * hd * C * f);
-        a->sA = pt_take(&p, &used, bf ? N * wA * f : 0);
-        a->sB = pt_take(&p, &used, bf ? N * wB * f : 0);
-        a->g16 = pt_take(&p, &used, bf ? g16 * sizeof(pt_bf16) : 0);
-        a->wn = pt_take(&p, &used, bf ? (C > qkv ? C : qkv) * f : 0);
-        a->ones = pt_take(&p, &used, pt_model_qkv_bias(c) ? N * f : 0);
+        a->rstdf = pt_take(&p, &used, last ? R * f : 0);
+        a->xf = pt_take(&p, &used, last ? N * C * E : 0);
+        a->dxf = pt_take(&p, &used, last ? N * C * f : 0);
         if (!pass) p = a->block = m->be->alloc(m->be, used);
         a->bytes = used; /* what the arrays use */
     }
@@ -930,16 +993,12 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
         if (pt_layer_is_moe(c, ch.l0 + l)) la->moe = pt_moe_acts_for(m, la->re, (int)N);
         if (la->re != PT_RECOMPUTE_FULL) a->bytes += pt_moe_acts_bytes(la->moe);
     }
-    if (!HR) a->logits = a->losses = NULL;
-    if (!sp) a->dfull = NULL;
-    if (!bf) a->sA = a->sB = a->wn = NULL, a->g16 = NULL;
-    if (!pt_model_qkv_bias(c)) a->ones = NULL;
-    if (a->ones) {
-        float *one = pt_malloc(N * sizeof(float));
-        for (size_t i = 0; i < N; i++) one[i] = 1.0f;
-        m->be->upload(m->be, a->ones, one, N * sizeof(float));
-        free(one);
-    }
+    if (!last) a->rstdf = NULL, a->xf = NULL, a->dxf = NULL;
+    a->logits = HR ? scr->logits : NULL, a->losses = HR ? scr->losses : NULL;
+    a->dxn = scr->dxn, a->dqkv = scr->dqkv, a->datt = scr->datt, a->dgu = scr->dgu;
+    a->dh = scr->dh, a->dfull = scr->dfull, a->dnorm = scr->dnorm, a->dkv = scr->dkv;
+    a->sA = scr->sA, a->sB = scr->sB, a->g16 = scr->g16, a->wn = scr->wn, a->ones = scr->ones;
+    a->xg = scr->xg;
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
@@ -967,6 +1026,12 @@ void pt_acts_free(const pt_model *m, pt_acts *a) {
         free(ws->load);
         free(ws);
         ((pt_model *)m)->ws = NULL;
+    }
+    struct pt_model_scratch *scr = m->scr;
+    if (--scr->users == 0) {
+        m->be->free(m->be, scr->block);
+        free(scr);
+        ((pt_model *)m)->scr = NULL;
     }
     free(a->layers);
     free(a->pos);
@@ -1183,21 +1248,51 @@ static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
                            .p_bf16 = pt_is_bf16(m)};
 }
 
-/* The normed residual rows x (R,C) into their place in full (N,C), then gathered (sequence
- * parallel); w the norm's weight as the model computes with it. rows (when not NULL) consumes
- * full block by block as it lands (pt_linear_rows). */
-static void pt_norm_gather(pt_model *m, pt_acts *a, void *full, float *rstd, const void *x,
-                           const float *w, int N, pt_linear_rows *rows) {
+/* Whether sequence parallelism splits the residual stream (and the norms' outputs) by rows. */
+static int pt_sharded(const pt_model *m) { return m->par.sp && m->par.tp > 1; }
+
+/* The normed residual rows x (R,C) into keep: this rank's rows (R,C), or with whole = 1 all N
+ * rows (N,C), this rank's at their place; then gathered (sequence parallel) into keep (whole) or
+ * the scratch xg. Returns the gathered (N,C): what the next GEMM reads. w the norm's weight as
+ * the model computes with it. rows (when not NULL) consumes it block by block as it lands
+ * (pt_linear_rows: its in is set here). */
+static const void *pt_norm_gather(pt_model *m, pt_acts *a, void *keep, float *rstd, const void *x,
+                                  const float *w, int N, int whole, pt_linear_rows *rows) {
     int C = m->cfg.dim, R = pt_res_rows(m, N);
     size_t RC = (size_t)R * C, r0 = pt_own_row0(m, N) * C;
+    void *full = whole || !pt_sharded(m) ? keep : a->xg;
     const float *in = pt_f32(m, a->sA, x, RC);
     float *out = pt_is_bf16(m) ? a->sB : (float *)full + r0;
     m->be->rmsnorm_forward(m->be, out, rstd, in, pt_wvec(m, a, w), R, C, m->cfg.norm_eps);
     pt_store(m, pt_at(m, full, r0), out, RC);
-    if (rows)
+    if (full != keep) m->be->copy(m->be, keep, pt_at(m, full, r0), RC * (size_t)m->act_size);
+    if (rows) {
+        rows->in = full;
         pt_tp_gather_rows(m, full, N, C, m->act_size, pt_linear_rows_fn, rows);
-    else
+    } else {
         pt_tp_gather(m, full, N, C, m->act_size);
+    }
+    return full;
+}
+
+/* A linear's input kept sharded (xn1, xn2: this rank's rows) gathered again into the scratch xg
+ * for its weight gradient; returns the gathered (N,C), or keep itself without sp. With overlap,
+ * only started: the caller computes, then pt_regather_end. */
+static const void *pt_regather(pt_model *m, pt_acts *a, const void *keep, int N, int overlap) {
+    if (!pt_sharded(m)) return keep;
+    int C = m->cfg.dim;
+    size_t RC = (size_t)pt_res_rows(m, N) * C;
+    m->be->copy(m->be, pt_at(m, a->xg, pt_own_row0(m, N) * C), keep, RC * (size_t)m->act_size);
+    const pt_tp_ops *tp = m->par.tp_ops;
+    if (overlap)
+        tp->gather_start(tp->ctx, a->xg, N, C, m->act_size);
+    else
+        tp->gather(tp->ctx, a->xg, N, C, m->act_size);
+    return a->xg;
+}
+
+static void pt_regather_end(pt_model *m) {
+    if (pt_sharded(m)) m->par.tp_ops->gather_finish(m->par.tp_ops->ctx);
 }
 
 /* The attention core of layer l: att, lse from qkv (ring attention under context parallelism). */
@@ -1249,8 +1344,8 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads, block by block as
      * xn1's rows are gathered; rope on q (H heads) and k (KV heads, starting at column q) */
     float *t = pt_out(m, la->qkv, a->sA);
-    pt_linear_rows g = {m, a, la->xn1, w->wqkv, w->bqkv, t, C, qkv, 0};
-    pt_norm_gather(m, a, la->xn1, la->rstd1, la->x, w->attn_norm, N, &g);
+    pt_linear_rows g = {m, a, NULL, w->wqkv, w->bqkv, t, C, qkv, 0};
+    pt_norm_gather(m, a, la->xn1, la->rstd1, la->x, w->attn_norm, N, 0, &g);
     pt_poll(m);
     be->rope(be, t, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
     be->rope(be, t + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
@@ -1262,8 +1357,9 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F), as xn2's rows are gathered (the experts take xn2
      * whole) */
     t = pt_out(m, la->gu, a->sA);
-    g = (pt_linear_rows){m, a, la->xn2, w->wgu, NULL, t, C, 2 * F, 0};
-    pt_norm_gather(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N, la->moe ? NULL : &g);
+    g = (pt_linear_rows){m, a, NULL, w->wgu, NULL, t, C, 2 * F, 0};
+    const void *xn2 =
+        pt_norm_gather(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N, 0, la->moe ? NULL : &g);
     if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every expert
                     * give a part, summed like the dense MLP's. fp32 on one rank adds straight
                     * into the residual; otherwise through y (N,C, fp32), the tp sum, then the
@@ -1274,7 +1370,7 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
         size_t RC = (size_t)R * C;
         if (direct) be->copy(be, xnext, la->xmid, RC * sizeof(float));
         if (!direct) be->zero(be, y, (size_t)N * C * sizeof(float));
-        pt_moe_forward(m, la->moe, w, la->xn2, direct ? xnext : y, a->B, a->T,
+        pt_moe_forward(m, la->moe, w, xn2, direct ? xnext : y, a->B, a->T,
                        recompute ? m->ws->load : m->expert_load + (size_t)l * c->n_experts, l,
                        recompute);
         if (!direct) {
@@ -1368,7 +1464,7 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     }
     if (!a->last) return;
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
-    pt_norm_gather(m, a, a->xf, a->rstdf, a->xout, pt_wc(m)->final_norm, N, NULL);
+    pt_norm_gather(m, a, a->xf, a->rstdf, a->xout, pt_wc(m)->final_norm, N, 1, NULL);
 }
 
 /* What the head and loss use: xf (N,C) and dxf, the scratch of a chunk of rows (logits, their
@@ -1602,7 +1698,8 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
          * on every rank, comes from the first): summed like the dense MLP's */
         const float *dfull = pt_full_grad(m, a, N, NULL);
         be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
-        pt_moe_backward(m, la->moe, w, g, la->xn2, dfull, pt_gop(m, a, dfull, (size_t)N * C),
+        pt_moe_backward(m, la->moe, w, g, pt_regather(m, a, la->xn2, N, 0), dfull,
+                        pt_gop(m, a, dfull, (size_t)N * C),
                         a->dxn, a->B, a->T, !now && pt_moe_defers(m, la));
         pt_tp_reduce(m, a->dxn, N, C);
     } else {
@@ -1617,12 +1714,14 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
             be->copy(be, la->z_dmlp, dfull, (size_t)N * C * sizeof(float));
         pt_poll(m);
         be->swiglu_backward(be, a->dgu, a->dh, pt_f32(m, a->sA, la->gu, (size_t)N * 2 * F), N, F);
-        /* dxn2 (N,C) = dgu · Wgu, summed over the tp ranks while dWgu (2F,C) += dguᵀ · xn2 */
+        /* dxn2 (N,C) = dgu · Wgu (while xn2 is gathered again, sp), summed over the tp ranks
+         * while dWgu (2F,C) += dguᵀ · xn2 */
         dy = pt_gop(m, a, a->dgu, (size_t)N * 2 * F);
+        const void *xn2 = now ? pt_regather(m, a, la->xn2, N, 1) : NULL;
         pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, dy, 2 * F, w->wgu, C, 0.0f, a->dxn, C);
+        if (now) pt_regather_end(m);
         pt_tp_reduce_begin(m, a->dxn, N, C);
-        if (now)
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, dy, 2 * F, la->xn2, C, 1.0f, g->wgu, C);
+        if (now) pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, dy, 2 * F, xn2, C, 1.0f, g->wgu, C);
         else
             be->copy(be, la->z_dgu, a->dgu, (size_t)N * 2 * F * sizeof(float));
         pt_poll(m);
@@ -1652,7 +1751,7 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
             pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, N, pt_gop(m, a, la->z_dmlp, (size_t)N * C), C,
                   la->h, F, 1.0f, g->wdown, F);
             pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, pt_gop(m, a, la->z_dgu, (size_t)N * 2 * F),
-                  2 * F, la->xn2, C, 1.0f, g->wgu, C);
+                  2 * F, pt_regather(m, a, la->xn2, N, 0), C, 1.0f, g->wgu, C);
         }
         pt_mm(m, PT_TRANS, PT_NO_TRANS, C, q, N, pt_gop(m, a, la->z_datt, (size_t)N * C), C,
               la->att, q, 1.0f, g->wo, q);
@@ -1660,6 +1759,7 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
     }
     pt_attn_shape as = pt_attn_shape_for(m, a);
     const float *dqkv = a->dqkv;
+    const void *xn1 = la->xn1;
     if (part != PT_BWD_WEIGHT) {
         pt_mlp_backward(m, a, l, now);
         /* attention output: datt (N,q) = dx · Wo, block by block as dx's rows are gathered;
@@ -1685,25 +1785,29 @@ static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
         pt_poll(m);
         be->rope(be, a->dqkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 1);
         be->rope(be, a->dqkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 1);
-        /* dxn1 (N,C) = dqkv · Wqkv, summed over the tp ranks */
+        /* dxn1 (N,C) = dqkv · Wqkv (while xn1 is gathered again, sp), summed over the tp
+         * ranks */
+        if (now) xn1 = pt_regather(m, a, la->xn1, N, 1);
         pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, C, qkv, pt_gop(m, a, a->dqkv, (size_t)N * qkv), qkv,
               w->wqkv, C, 0.0f, a->dxn, C);
+        if (now) pt_regather_end(m);
         pt_tp_reduce_begin(m, a->dxn, N, C); /* while the weight gradients compute */
         if (!now) be->copy(be, la->z_dqkv, a->dqkv, (size_t)N * qkv * sizeof(float));
     } else {
         dqkv = la->z_dqkv;
+        xn1 = pt_regather(m, a, la->xn1, N, 0);
     }
     if (part != PT_BWD_INPUT) {
         /* dWqkv (q+2kv, C) += dqkvᵀ · xn1; a key/value head held by several ranks gets the sum */
         const void *dy = pt_gop(m, a, dqkv, (size_t)N * qkv);
         if (d->kv_shared > 1) {
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, q, C, N, dy, qkv, la->xn1, C, 1.0f, g->wqkv, C);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, q, C, N, dy, qkv, xn1, C, 1.0f, g->wqkv, C);
             pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * kv, C, N, pt_at(m, (void *)dy, (size_t)q), qkv,
-                  la->xn1, C, 0.0f, a->dkv, C);
+                  xn1, C, 0.0f, a->dkv, C);
             m->par.tp_ops->kv_sum(m->par.tp_ops->ctx, a->dkv, (size_t)2 * kv * C);
             be->add(be, g->wqkv + (size_t)q * C, a->dkv, (size_t)2 * kv * C);
         } else {
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, qkv, C, N, dy, qkv, la->xn1, C, 1.0f, g->wqkv, C);
+            pt_mm(m, PT_TRANS, PT_NO_TRANS, qkv, C, N, dy, qkv, xn1, C, 1.0f, g->wqkv, C);
         }
         /* the biases' gradients: the column sums of dqkv (fp32); a shared head's summed too */
         if (g->bqkv && d->kv_shared > 1) {

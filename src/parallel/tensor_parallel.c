@@ -18,7 +18,9 @@
  * ranks' blocks first, each sent to its owner as soon as it is made, the rank's own last; the
  * partial sums that arrived are then added to it in rank order (whatever the arrival order, so
  * the result does not depend on timing). The bytes are the collectives' bytes. Backward's input
- * gradients are reduced nonblocking (reduce_start) while the weight-gradient GEMM runs.
+ * gradients are reduced nonblocking (reduce_start) while the weight-gradient GEMM runs; a
+ * column-parallel linear's input, kept sharded (sp), is gathered again nonblocking
+ * (gather_start) while the input-gradient GEMM runs, for the weight-gradient GEMM.
  */
 #include "pt/tensor_parallel.h"
 
@@ -34,7 +36,7 @@ typedef struct {
     int32_t *tg;     /* host: (max_rows) targets */
     float *part;     /* (tp − 1, max_rows / tp, dim): the other ranks' partial sums of our block */
     pt_comm_req **req; /* 2 (tp − 1) pending sends and receives of one overlapped operation */
-    pt_comm_req *pending; /* reduce_start's */
+    pt_comm_req *pending; /* reduce_start's or gather_start's */
 } pt_tp;
 
 enum { PT_TP_TAG_GATHER = 1, PT_TP_TAG_REDUCE = 2 };
@@ -123,10 +125,18 @@ static void tp_reduce_start(void *ctx, float *y, int N, int C) {
         t->pending = t->tp->iallreduce(t->tp, y, (size_t)N * C, PT_DTYPE_F32);
 }
 
-static void tp_reduce_finish(void *ctx) {
+/* reduce_start's or gather_start's operation, waited for */
+static void tp_finish(void *ctx) {
     pt_tp *t = ctx;
     pt_comm_wait(t->tp, t->pending);
     t->pending = NULL;
+}
+
+static void tp_gather_start(void *ctx, void *full, int N, int C, int esize) {
+    pt_tp *t = ctx;
+    PT_ASSERT(!t->pending);
+    t->pending = t->tp->iallgather(t->tp, NULL, full, (size_t)N / t->tp->size * C,
+                                   esize == 2 ? PT_DTYPE_BF16 : PT_DTYPE_F32);
 }
 
 static void tp_sum(void *ctx, float *x, size_t n) {
@@ -191,7 +201,9 @@ pt_tp_ops *pt_tp_create(pt_backend *be, pt_comm *tp, pt_comm *kv, int sp, int V,
                          .gather_rows = tp_gather_rows,
                          .reduce_rows = tp_reduce_rows,
                          .reduce_start = tp_reduce_start,
-                         .reduce_finish = tp_reduce_finish,
+                         .reduce_finish = tp_finish,
+                         .gather_start = sp ? tp_gather_start : NULL,
+                         .gather_finish = sp ? tp_finish : NULL,
                          .sum = tp_sum,
                          .sum_host_f64 = tp_sum_host_f64,
                          .kv_sum = kv ? tp_kv_sum : NULL,

@@ -260,8 +260,8 @@ enum { A_X, A_RSTD1, A_XN1, A_QKV, A_ATT, A_LSE, A_XMID, A_RSTD2, A_XN2, A_GU, A
 
 static void pt_plan_layer_arrays(const pt_plan_act *a, double b, int moe, double *n, double *es) {
     double N = a->N, R = a->R, C = a->C, F = moe ? 0 : a->d.F;
-    double sz[A_N] = {R * C, R,         N * C, N * (a->d.q + 2 * a->d.kv), N * a->d.q, b * a->d.H * (N / b),
-                      R * C, R,         N * C, N * 2 * F,                  N * F};
+    double sz[A_N] = {R * C, R,         R * C, N * (a->d.q + 2 * a->d.kv), N * a->d.q, b * a->d.H * (N / b),
+                      R * C, R,         R * C, N * 2 * F,                  N * F};
     for (int i = 0; i < A_N; i++) {
         n[i] = sz[i];
         es[i] = i == A_RSTD1 || i == A_RSTD2 || i == A_LSE ? 4 : a->E;
@@ -303,9 +303,9 @@ static double pt_plan_moe_bytes(const pt_plan_model *M, const pt_plan_act *a, in
 }
 
 static double pt_plan_set_bytes(const pt_plan_model *M, const pt_config *c, const pt_plan_act *a,
-                                int l0, int l1, int last_stage, int head_split, int ep) {
+                                int l0, int l1, int last_stage, int ep) {
     double b = 0, n[A_N], es[A_N];
-    double N = a->N, R = a->R, C = a->C, d_q = a->d.q, qkv = a->d.q + 2 * a->d.kv, F = a->d.F;
+    double N = a->N, R = a->R, C = a->C, qkv = a->d.q + 2 * a->d.kv, F = a->d.F;
     double bb = c->training.micro_batch;
     for (int l = l0; l < l1; l++) {
         int moe = pt_plan_is_moe(c, l);
@@ -315,20 +315,33 @@ static double pt_plan_set_bytes(const pt_plan_model *M, const pt_config *c, cons
         if (a->zb) b += 4 * (N * C + N * 2 * F + N * C + N * qkv);
         if (moe && a->re != PT_RECOMPUTE_FULL) b += pt_plan_moe_bytes(M, a, ep);
     }
-    /* the set's own arrays: output, final norm, head chunk, backward scratch */
+    /* the set's own arrays: the output and its gradient; the last stage's final norm, xf and
+     * xf's gradient */
+    double own[] = {R * C * a->E, R * C * 4, last_stage ? R * 4 : 0, last_stage ? N * C * a->E : 0,
+                    last_stage ? N * C * 4 : 0};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++) b += pt_round64(own[i]);
+    return b;
+}
+
+/* The backward's scratch, once per rank (llama.c's pt_model_scratch): input gradients, the
+ * gathered gradient and input (sp), bf16's fp32 scratch, the head's chunk of logits when the rank
+ * holds the head (head: not split). */
+static double pt_plan_scratch_bytes(const pt_plan_model *M, const pt_plan_act *a, int head) {
+    double N = a->N, C = a->C, d_q = a->d.q, qkv = a->d.q + 2 * a->d.kv, F = a->d.F;
     double V = a->d.V, HR = 0;
-    if (last_stage && !head_split) {
+    if (head) {
         HR = floor(32.0 * 1048576 / V);
         HR = HR > 512 ? 512 : HR < 16 ? 16 : HR;
         HR = HR < N ? HR : N;
     }
     double wA = fmax(fmax(C, qkv), 2 * F), wB = fmax(fmax(C, d_q), F);
     double g16 = fmax(N * wA, HR * V);
-    double arr[] = {R * C * a->E, R * 4, N * C * a->E, N * C * 4, HR * V * 4, HR * 4,
-                    R * C * 4, N * C * 4, N * qkv * 4, N * d_q * 4, N * 2 * F * 4, N * F * 4,
+    double arr[] = {HR * V * 4, HR * 4, N * C * 4, N * qkv * 4, N * d_q * 4, N * 2 * F * 4, N * F * 4,
                     a->sp ? N * C * 4 : 0, 2 * C * 4, 2 * a->d.kv * C * 4,
                     a->bf16 ? N * wA * 4 : 0, a->bf16 ? N * wB * 4 : 0, a->bf16 ? g16 * 2 : 0,
-                    a->bf16 ? fmax(C, qkv) * 4 : 0, M->qkv_bias || M->attn_bias ? N * 4 : 0};
+                    a->bf16 ? fmax(C, qkv) * 4 : 0, M->qkv_bias || M->attn_bias ? N * 4 : 0,
+                    a->sp ? N * C * a->E : 0};
+    double b = 0;
     for (size_t i = 0; i < sizeof arr / sizeof *arr; i++) b += pt_round64(arr[i]);
     return b;
 }
@@ -788,6 +801,7 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
 
     for (int r = 0; r < y.pp; r++) {
         double dense = 0, expert = 0, acts = 0, ws = 0;
+        int holds_head = 0;
         /* the units the ZeRO-2/3 buckets are made of (pp = 1): embedding, layers, norm, head */
         int nu = 0;
         double *units = calloc((size_t)M->n_layers + 3, sizeof *units);
@@ -839,7 +853,8 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
                 acts += most[ch] * (k.l1 - k.l0) * pt_plan_gpt_layer_acts(M, &y);
                 if (last) acts += most[ch] * N * d.V * 4; /* fp32 logits */
             } else {
-                acts += most[ch] * pt_plan_set_bytes(M, c, &a, k.l0, k.l1, last, head_split, y.ep);
+                acts += most[ch] * pt_plan_set_bytes(M, c, &a, k.l0, k.l1, last, y.ep);
+                holds_head |= last && !head_split;
                 double w = pt_plan_ws_bytes(M, c, &a, k.l0, k.l1, y.ep);
                 ws = w > ws ? w : ws;
             }
@@ -857,6 +872,7 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
             if (r < y.pp - 1) ws += pt_round64(N * C * M->E) + pt_round64(N * C * 4);
             else ws += 4 * (y.pp - 1) * a.R * C;
         }
+        if (!M->gpt) ws += pt_plan_scratch_bytes(M, &a, holds_head);
         mem->activations = acts + ws;
         mem->total = mem->params + mem->grads + mem->optim + mem->transient + mem->activations;
         if (mem->total > out->memory_max) out->memory_max = mem->total, out->memory_max_stage = r;
