@@ -341,6 +341,15 @@ void pt_model_set_recompute(pt_model *m, pt_recompute mode, int layers);
 typedef enum { PT_PREC_FP32 = 0, PT_PREC_BF16 } pt_precision;
 pt_status pt_model_set_precision(pt_model *m, pt_precision prec);
 void pt_model_sync_weights(pt_model *m);
+/* The activation bytes pt_acts_create_chunk(m, B, T, k, zb) allocates, counted by the same
+ * layout without allocating (m's configuration, split, chunks, precision and recompute mode are
+ * read; its buffers, backend and parallel tables are not, so a planner may pass a model that
+ * holds nothing): returns one set's (its layers' kept arrays, their MoE buffers, its own arrays);
+ * *ws the recomputation workspace's, *scratch the backward's scratch (both once per rank).
+ * ep_bytes: what an expert-parallel exchange adds to each MoE layer's buffers (its module sizes
+ * those; 0 without expert parallelism). */
+size_t pt_acts_count(const pt_model *m, int B, int T, int k, int zb, size_t ep_bytes, size_t *ws,
+                     size_t *scratch);
 /* Bytes of the model's recomputation workspace (0 when nothing is recomputed) and of its
  * backward's scratch (what no micro-batch keeps from its forward to its backward: one per rank,
  * shared by every activation set, made with the first). */

@@ -16,8 +16,8 @@
 
 #include "pt/model.h"
 
+#include "model/linear.h"
 #include "model/moe.h"
-#include "model/prec.h"
 #include "pt/trace.h"
 
 /* Rows of logits processed at a time by the fused head + loss: enough rows that the head's
@@ -30,105 +30,6 @@ static int pt_head_chunk_rows(int V, int N) {
     if (rows < 16) rows = 16;
     return (int)(rows < (size_t)N ? rows : (size_t)N);
 }
-
-/* A layer's activations: arrays of the model's activation elements (fp32 or bf16, m->act_size
- * bytes), except rstd and lse, always fp32. */
-typedef struct {
-    void *x;       /* (N,C) layer input (the residual stream) */
-    void *rstd1;   /* (N) fp32 */
-    void *xn1;     /* (R,C) this rank's rows (sp: gathered into xg where a GEMM reads them) */
-    void *qkv;     /* (N, q+2kv), q and k after rope */
-    void *att;     /* (N, q) attention output */
-    void *lse;     /* (B, H, T) fp32 */
-    void *xmid;    /* (N,C) residual after attention */
-    void *rstd2;   /* (N) fp32 */
-    void *xn2;     /* (R,C) likewise */
-    void *gu;      /* (N,2F) */
-    void *h;       /* (N,F) */
-    struct pt_moe_acts *moe; /* a mixture-of-experts layer's routing and experts' activations */
-    int re;        /* pt_recompute: what this layer computes again in backward */
-    unsigned keep; /* bit PT_A_*: the array is this layer's own (else the workspace's) */
-    /* zero bubble: what the deferred weight gradients need */
-    float *z_dmlp, *z_dgu, *z_datt, *z_dqkv; /* (N,C), (N,2F), (N,C), (N, q+2kv) */
-} pt_layer_acts;
-
-struct pt_acts {
-    int B, T;
-    int l0, l1, first, last; /* the chunk: layers [l0, l1), with the embedding, with the head */
-    int zb;
-    int cap_B, cap_T; /* the shape it was sized for */
-    size_t bytes;
-    pt_layer_acts *layers;
-    void *xout;       /* (N,C) output of the last layer (activation elements) */
-    float *rstdf;     /* (N) */
-    void *xf;         /* (N,C) final-norm output (activation elements) */
-    float *dxf;       /* (N,C) gradient of xf, from the fused head + loss */
-    float *logits;    /* (CHUNK, V) scratch for the fused head */
-    float *losses;    /* (CHUNK) */
-    float *dx;        /* (R,C) gradient of the residual stream (a chunk's boundary: its own) */
-    /* the backward's scratch: pointers into the model's one pt_model_scratch */
-    float *dxn;       /* (N,C) */
-    float *dqkv;      /* (N, q+2kv) */
-    float *datt;      /* (N, q) */
-    float *dgu;       /* (N, 2F) */
-    float *dh;        /* (N, F) */
-    int head_rows;    /* rows per chunk of the fused head + loss */
-    int32_t *pos;     /* (T) positions of the last forward (host copy; device copy below) */
-    int32_t *d_pos;   /* (T) device */
-    int32_t *d_rows;  /* (B·T) position of every row, for rope (device) */
-    float *dfull;     /* (N,C) sequence parallelism: the gathered gradient of the residual */
-    float *dnorm;     /* (2C) sequence parallelism: this micro-batch's norm weight gradients */
-    float *dkv;       /* (2·kv, C) a replicated key/value head's weight gradient */
-    int32_t *h_rows;  /* (B·T) host: the position of every row */
-    /* documents (pt_acts_set_documents): the caller's (B·T) device array of where each row's
-     * document starts, or NULL; its copy for the last forward (device, host); restart: rope
-     * positions count from each document's start */
-    const int32_t *docs;
-    int docs_restart;
-    int32_t *d_lo, *h_lo;
-    int has_lo;
-    int32_t *h_tg;    /* (head_rows) host: a chunk's targets */
-    float *h_losses;  /* (head_rows) host: a chunk's losses */
-    /* bf16 only: fp32 scratch where kernels read converted and write unrounded values, (N,
-     * max(C, q+2kv, 2F)) and (N, max(C, q, F)); a rounded gradient as a GEMM operand; a norm's
-     * weight in fp32 (C) */
-    float *sA, *sB;
-    void *g16;
-    float *wn;        /* (max(C, q+2kv)) */
-    float *ones;      /* (B·T) ones: a bias is added and its gradient summed by GEMMs with them */
-    void *xg;         /* (N,C) sp: a linear's sharded input gathered (activation elements) */
-    int has_targets;
-    pt_kv_cache *kv;  /* decoding (pt_model_decode): the cache attention reads and appends to */
-    void *block;      /* the one allocation everything above points into */
-};
-
-/* The backward's scratch: what a micro-batch does not keep between its forward and its backward
- * (the input gradients of the layer's arrays, bf16's fp32 scratch, a gathered input, the head's
- * chunk of logits), one per rank, made with the first activations (sized for them and for the
- * head when one of the rank's chunks ends the model) and shared by every set: one set computes
- * at a time. */
-struct pt_model_scratch {
-    float *dxn, *dqkv, *datt, *dgu, *dh, *dfull, *dnorm, *dkv, *sA, *sB, *wn, *ones, *logits,
-        *losses;
-    void *g16, *xg;
-    void *block;
-    int N, HR;
-    int users;
-    size_t bytes;
-};
-
-/* The recomputation workspace: one layer's arrays that layers do not keep (sized for the first
- * activations made), the output of a recomputed layer, and a recomputed MoE layer's routing. */
-struct pt_model_ws {
-    pt_layer_acts la;
-    struct pt_moe_acts *moe;
-    void *xnext;  /* (R,C) activation elements */
-    double *load; /* (E) host: a recomputed routing's counts, not counted again */
-    void *block;
-    int B, T, zb;
-    int users; /* the activations that point into it: the last one freed frees it */
-    size_t bytes;
-};
 
 static int pt_head_dim(const pt_model_config *c) { return pt_model_head_dim(c); }
 
@@ -733,25 +634,8 @@ void pt_model_zero_grads(pt_model *m) {
     if (m->grads) m->be->zero(m->be, m->grads, m->alloc_total * sizeof(float));
 }
 
-static void pt_acquire(pt_model *m, int unit, int use, int backward) {
-    if (m->hooks.acquire) m->hooks.acquire(m->hooks.user, unit, use, backward);
-}
-
-static void pt_release(pt_model *m, int unit, int use, int backward) {
-    if (m->hooks.release) m->hooks.release(m->hooks.user, unit, use, backward);
-}
-
-static void pt_poll(pt_model *m) {
-    if (m->hooks.poll) m->hooks.poll(m->hooks.user);
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* activations */
-
-/* Rows of the residual stream this rank holds: all N, or its N/tp with sequence parallelism. */
-static int pt_res_rows(const pt_model *m, int N) {
-    return m->par.sp && m->par.tp > 1 ? N / m->par.tp : N;
-}
 
 /* The head's vocabulary rows on this rank: its block of the split over the pipeline ranks, or
  * (unsplit) its tensor-parallel block. */
@@ -830,22 +714,25 @@ static void *pt_take(char **p, size_t *used, size_t n) {
     return r;
 }
 
+/* The recomputation workspace's arrays handed out from p (NULL: only counted); returns their
+ * bytes. */
+static size_t pt_ws_layout(const pt_model *m, struct pt_model_ws *ws, int B, int T, int zb,
+                           char *p) {
+    size_t n[PT_A_COUNT], N = (size_t)B * T, R = (size_t)pt_res_rows(m, (int)N), used = 0;
+    pt_layer_sizes(m, B, T, 0, n);
+    for (int i = 0; i < PT_A_COUNT; i++)
+        if (!pt_layer_keeps(m->recompute, i, zb, m->par.cp > 1))
+            *pt_layer_array(&ws->la, i) = pt_take(&p, &used, n[i] * pt_layer_esize(m, i));
+    if (m->recompute == PT_RECOMPUTE_FULL)
+        ws->xnext = pt_take(&p, &used, R * m->cfg.dim * (size_t)m->act_size);
+    return used;
+}
+
 static void pt_ws_create(pt_model *m, int B, int T, int zb) {
     struct pt_model_ws *ws = m->ws = pt_calloc(1, sizeof *ws);
-    size_t n[PT_A_COUNT], N = (size_t)B * T, R = (size_t)pt_res_rows(m, (int)N);
-    pt_layer_sizes(m, B, T, 0, n);
-    int cp = m->par.cp_ops != NULL;
-    char *p = NULL;
-    for (int pass = 0; pass < 2; pass++) { /* count, then hand out */
-        size_t used = 0;
-        for (int i = 0; i < PT_A_COUNT; i++)
-            if (!pt_layer_keeps(m->recompute, i, zb, cp))
-                *pt_layer_array(&ws->la, i) = pt_take(&p, &used, n[i] * pt_layer_esize(m, i));
-        if (m->recompute == PT_RECOMPUTE_FULL)
-            ws->xnext = pt_take(&p, &used, R * m->cfg.dim * (size_t)m->act_size);
-        if (!pass) p = ws->block = m->be->alloc(m->be, used ? used : 1);
-        ws->bytes = used;
-    }
+    size_t used = pt_ws_layout(m, ws, B, T, zb, NULL);
+    ws->block = m->be->alloc(m->be, used ? used : 1);
+    ws->bytes = pt_ws_layout(m, ws, B, T, zb, ws->block);
     ws->load = pt_calloc((size_t)(m->cfg.n_experts ? m->cfg.n_experts : 1), sizeof *ws->load);
     ws->B = B, ws->T = T, ws->zb = zb;
 }
@@ -859,52 +746,54 @@ static int pt_holds_head(const pt_model *m) {
 }
 
 /* The backward's scratch for micro-batches of B sequences of T tokens (struct
- * pt_model_scratch): counted, then handed out of one block. */
-static void pt_scratch_create(pt_model *m, int B, int T) {
-    struct pt_model_scratch *s = m->scr = pt_calloc(1, sizeof *s);
+ * pt_model_scratch) handed out from p (NULL: only counted); returns its bytes. */
+static size_t pt_scratch_layout(const pt_model *m, struct pt_model_scratch *s, int B, int T,
+                                char *p) {
     const pt_model_config *c = &m->cfg;
     const pt_local_dims *d = &m->loc;
     size_t N = (size_t)B * T, C = c->dim, F = (size_t)d->F, V = (size_t)pt_head_V(m);
     size_t q = (size_t)d->H * pt_head_dim(c), qkv = q + 2 * (size_t)d->KV * pt_head_dim(c);
     size_t HR = pt_holds_head(m) ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
-    size_t f = sizeof(float), E = (size_t)m->act_size;
-    int sp = m->par.sp && m->par.tp > 1, bf = pt_is_bf16(m);
+    size_t f = sizeof(float), E = (size_t)m->act_size, used = 0;
+    int sp = pt_sharded(m), bf = pt_is_bf16(m);
     size_t wA = C > qkv ? C : qkv, wB = C > q ? C : q;
     wA = wA > 2 * F ? wA : 2 * F, wB = wB > F ? wB : F;
     size_t g16 = N * wA > HR * V ? N * wA : HR * V;
-    char *p = NULL;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t used = 0;
-        s->logits = pt_take(&p, &used, HR * V * f);
-        s->losses = pt_take(&p, &used, HR * f);
-        s->dxn = pt_take(&p, &used, N * C * f);
-        s->dqkv = pt_take(&p, &used, N * qkv * f);
-        s->datt = pt_take(&p, &used, N * q * f);
-        s->dgu = pt_take(&p, &used, N * 2 * F * f);
-        s->dh = pt_take(&p, &used, N * F * f);
-        s->dfull = pt_take(&p, &used, sp ? N * C * f : 0);
-        s->dnorm = pt_take(&p, &used, 2 * C * f);
-        s->dkv = pt_take(&p, &used, 2 * (size_t)d->KV * pt_head_dim(c) * C * f);
-        s->sA = pt_take(&p, &used, bf ? N * wA * f : 0);
-        s->sB = pt_take(&p, &used, bf ? N * wB * f : 0);
-        s->g16 = pt_take(&p, &used, bf ? g16 * sizeof(pt_bf16) : 0);
-        s->wn = pt_take(&p, &used, bf ? (C > qkv ? C : qkv) * f : 0);
-        s->ones = pt_take(&p, &used, pt_model_qkv_bias(c) ? N * f : 0);
-        s->xg = pt_take(&p, &used, sp ? N * C * E : 0);
-        if (!pass) p = s->block = m->be->alloc(m->be, used);
-        s->bytes = used;
-    }
+    s->logits = pt_take(&p, &used, HR * V * f);
+    s->losses = pt_take(&p, &used, HR * f);
+    s->dxn = pt_take(&p, &used, N * C * f);
+    s->dqkv = pt_take(&p, &used, N * qkv * f);
+    s->datt = pt_take(&p, &used, N * q * f);
+    s->dgu = pt_take(&p, &used, N * 2 * F * f);
+    s->dh = pt_take(&p, &used, N * F * f);
+    s->dfull = pt_take(&p, &used, sp ? N * C * f : 0);
+    s->dnorm = pt_take(&p, &used, 2 * C * f);
+    s->dkv = pt_take(&p, &used, 2 * (size_t)d->KV * pt_head_dim(c) * C * f);
+    s->sA = pt_take(&p, &used, bf ? N * wA * f : 0);
+    s->sB = pt_take(&p, &used, bf ? N * wB * f : 0);
+    s->g16 = pt_take(&p, &used, bf ? g16 * sizeof(pt_bf16) : 0);
+    s->wn = pt_take(&p, &used, bf ? (C > qkv ? C : qkv) * f : 0);
+    s->ones = pt_take(&p, &used, pt_model_qkv_bias(c) ? N * f : 0);
+    s->xg = pt_take(&p, &used, sp ? N * C * E : 0);
     if (!HR) s->logits = s->losses = NULL;
     if (!sp) s->dfull = NULL, s->xg = NULL;
     if (!bf) s->sA = s->sB = s->wn = NULL, s->g16 = NULL;
     if (!pt_model_qkv_bias(c)) s->ones = NULL;
+    s->N = (int)N, s->HR = (int)HR;
+    return used;
+}
+
+static void pt_scratch_create(pt_model *m, int B, int T) {
+    struct pt_model_scratch *s = m->scr = pt_calloc(1, sizeof *s);
+    s->block = m->be->alloc(m->be, pt_scratch_layout(m, s, B, T, NULL));
+    s->bytes = pt_scratch_layout(m, s, B, T, s->block);
     if (s->ones) {
+        size_t N = (size_t)s->N;
         float *one = pt_malloc(N * sizeof(float));
         for (size_t i = 0; i < N; i++) one[i] = 1.0f;
         m->be->upload(m->be, s->ones, one, N * sizeof(float));
         free(one);
     }
-    s->N = (int)N, s->HR = (int)HR;
 }
 
 /* The MoE activations a layer of mode re uses: its own, or the workspace's (full). */
@@ -918,22 +807,77 @@ static struct pt_moe_acts *pt_moe_acts_for(pt_model *m, int re, int N) {
     return ws->moe;
 }
 
+/* A set's arrays (chunk k, B sequences of T tokens) handed out from p (NULL: only counted): what
+ * its layers keep (an array a layer does not keep is the workspace's, or NULL when counting),
+ * zero bubble's operands, the set's own output and its gradient, and the last chunk's final norm,
+ * xf and xf's gradient; returns their bytes. a->layers has room for the chunk's layers. */
+static size_t pt_set_layout(const pt_model *m, pt_acts *a, int B, int T, int k, int zb, char *p) {
+    const pt_model_config *c = &m->cfg;
+    const pt_local_dims *d = &m->loc;
+    pt_chunk ch = m->par.chunk[k];
+    int nl = ch.l1 - ch.l0, last = ch.l1 == c->n_layers, hd = pt_head_dim(c);
+    size_t N = (size_t)B * T, C = c->dim, F = (size_t)d->F, R = (size_t)pt_res_rows(m, (int)N);
+    size_t qkv = ((size_t)d->H + 2 * (size_t)d->KV) * hd;
+    size_t E = (size_t)m->act_size, f = sizeof(float), n[PT_A_COUNT], used = 0;
+    for (int l = 0; l < nl; l++) {
+        pt_layer_acts *la = &a->layers[l];
+        int moe = pt_layer_is_moe(c, ch.l0 + l);
+        la->re = pt_layer_mode(m, l);
+        la->keep = 0;
+        pt_layer_sizes(m, B, T, moe, n);
+        for (int i = 0; i < PT_A_COUNT; i++) {
+            int keep = pt_layer_keeps(la->re, i, zb, m->par.cp > 1);
+            void *arr = keep ? pt_take(&p, &used, n[i] * pt_layer_esize(m, i)) : NULL;
+            *pt_layer_array(la, i) = keep || !m->ws ? arr : *pt_layer_array(&m->ws->la, i);
+            la->keep |= (unsigned)keep << i;
+        }
+        if (!zb) continue;
+        la->z_dmlp = pt_take(&p, &used, N * C * f);
+        la->z_dgu = pt_take(&p, &used, N * 2 * F * f);
+        la->z_datt = pt_take(&p, &used, N * C * f);
+        la->z_dqkv = pt_take(&p, &used, N * qkv * f);
+    }
+    a->xout = pt_take(&p, &used, R * C * E);
+    a->dx = pt_take(&p, &used, R * C * f);
+    a->rstdf = pt_take(&p, &used, last ? R * f : 0);
+    a->xf = pt_take(&p, &used, last ? N * C * E : 0);
+    a->dxf = pt_take(&p, &used, last ? N * C * f : 0);
+    if (!last) a->rstdf = NULL, a->xf = NULL, a->dxf = NULL;
+    return used;
+}
+
+size_t pt_acts_count(const pt_model *m, int B, int T, int k, int zb, size_t ep_bytes, size_t *ws,
+                     size_t *scratch) {
+    const pt_model_config *c = &m->cfg;
+    pt_chunk ch = m->par.chunk[k];
+    int nl = ch.l1 - ch.l0, N = B * T;
+    pt_acts a = {.layers = pt_calloc((size_t)(nl ? nl : 1), sizeof *a.layers)};
+    size_t set = pt_set_layout(m, &a, B, T, k, zb, NULL), moe = 0;
+    for (int l = 0; l < nl; l++)
+        if (pt_layer_is_moe(c, ch.l0 + l)) {
+            size_t b = pt_moe_acts_count(m, N) + ep_bytes;
+            if (a.layers[l].re != PT_RECOMPUTE_FULL) set += b;
+            else moe = b; /* one in the workspace, shared */
+        }
+    free(a.layers);
+    struct pt_model_ws w = {0};
+    struct pt_model_scratch sc = {0};
+    *ws = m->recompute != PT_RECOMPUTE_NONE ? pt_ws_layout(m, &w, B, T, zb, NULL) + moe : 0;
+    *scratch = pt_scratch_layout(m, &sc, B, T, NULL);
+    return set;
+}
+
 pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     pt_model *m = (pt_model *)mc; /* the workspace is made with the first activations */
     const pt_model_config *c = &m->cfg;
     PT_ASSERTF(T <= c->max_seq_len, "sequence length %d exceeds model.max_seq_len %d", T,
                c->max_seq_len);
-    const pt_local_dims *d = &m->loc;
     pt_chunk ch = m->par.chunk[k];
     int nl = ch.l1 - ch.l0, last = ch.l1 == c->n_layers;
-    int hd = pt_head_dim(c);
-    size_t N = (size_t)B * T, C = c->dim, F = (size_t)d->F, V = (size_t)pt_head_V(m);
-    PT_ASSERTF(!(m->par.sp && m->par.tp > 1) || N % (size_t)m->par.tp == 0,
+    size_t N = (size_t)B * T, V = (size_t)pt_head_V(m);
+    PT_ASSERTF(!pt_sharded(m) || N % (size_t)m->par.tp == 0,
                "sequence parallelism: micro_batch × seq_len = %zu rows must be divisible by tp = %d",
                N, m->par.tp);
-    size_t R = (size_t)pt_res_rows(m, (int)N);
-    size_t q = (size_t)d->H * hd, qkv = q + 2 * (size_t)d->KV * hd;
-    int cp = m->par.cp_ops != NULL;
     if (m->recompute != PT_RECOMPUTE_NONE && !m->ws) pt_ws_create(m, B, T, zb);
     if (m->ws) m->ws->users++;
     PT_ASSERTF(!m->ws || ((size_t)m->ws->B * m->ws->T >= N && m->ws->T >= T && m->ws->zb == zb),
@@ -945,7 +889,6 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     PT_ASSERTF((size_t)scr->N >= N, "the backward's scratch was made for %d rows", scr->N);
     size_t HR = last && !m->par.head_split ? (size_t)pt_head_chunk_rows((int)V, (int)N) : 0;
     PT_ASSERTF(HR <= (size_t)scr->HR, "the backward's scratch has no head");
-    size_t E = (size_t)m->act_size, f = sizeof(float), n[PT_A_COUNT];
 
     pt_acts *a = pt_calloc(1, sizeof *a);
     a->B = a->cap_B = B;
@@ -957,43 +900,13 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     a->zb = zb;
     a->head_rows = (int)HR;
     a->layers = pt_calloc((size_t)(nl ? nl : 1), sizeof *a->layers);
-    char *p = NULL; /* what the layers keep, then the set's own arrays, counted, then handed out */
-    for (int pass = 0; pass < 2; pass++) {
-        size_t used = 0;
-        for (int l = 0; l < nl; l++) {
-            pt_layer_acts *la = &a->layers[l];
-            int moe = pt_layer_is_moe(c, ch.l0 + l);
-            la->re = pt_layer_mode(m, l);
-            la->keep = 0;
-            pt_layer_sizes(m, B, T, moe, n);
-            for (int i = 0; i < PT_A_COUNT; i++) {
-                int keep = pt_layer_keeps(la->re, i, zb, cp);
-                void *arr = keep ? pt_take(&p, &used, n[i] * pt_layer_esize(m, i)) : NULL;
-                *pt_layer_array(la, i) = keep ? arr : *pt_layer_array(&m->ws->la, i);
-                la->keep |= (unsigned)keep << i;
-            }
-            if (!zb) continue;
-            la->z_dmlp = pt_take(&p, &used, N * C * f);
-            la->z_dgu = pt_take(&p, &used, N * 2 * F * f);
-            la->z_datt = pt_take(&p, &used, N * C * f);
-            la->z_dqkv = pt_take(&p, &used, N * qkv * f);
-        }
-        /* the chunk's output and its gradient (its boundary with the next chunk); the last
-         * chunk's final norm, xf and xf's gradient (from the fused head to the backward) */
-        a->xout = pt_take(&p, &used, R * C * E);
-        a->dx = pt_take(&p, &used, R * C * f);
-        a->rstdf = pt_take(&p, &used, last ? R * f : 0);
-        a->xf = pt_take(&p, &used, last ? N * C * E : 0);
-        a->dxf = pt_take(&p, &used, last ? N * C * f : 0);
-        if (!pass) p = a->block = m->be->alloc(m->be, used);
-        a->bytes = used; /* what the arrays use */
-    }
+    a->block = m->be->alloc(m->be, pt_set_layout(m, a, B, T, k, zb, NULL));
+    a->bytes = pt_set_layout(m, a, B, T, k, zb, a->block); /* what the arrays use */
     for (int l = 0; l < nl; l++) {
         pt_layer_acts *la = &a->layers[l];
         if (pt_layer_is_moe(c, ch.l0 + l)) la->moe = pt_moe_acts_for(m, la->re, (int)N);
         if (la->re != PT_RECOMPUTE_FULL) a->bytes += pt_moe_acts_bytes(la->moe);
     }
-    if (!last) a->rstdf = NULL, a->xf = NULL, a->dxf = NULL;
     a->logits = HR ? scr->logits : NULL, a->losses = HR ? scr->losses : NULL;
     a->dxn = scr->dxn, a->dqkv = scr->dqkv, a->datt = scr->datt, a->dgu = scr->dgu;
     a->dh = scr->dh, a->dfull = scr->dfull, a->dnorm = scr->dnorm, a->dkv = scr->dkv;
@@ -1057,175 +970,6 @@ void pt_acts_set_shape(pt_acts *a, int B, int T) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* the parallel operations (parallel_ops.h): NULL tables at degree 1 */
-
-/* A row-parallel block's partial output y (N,C) summed over the tp ranks: in full, or with
- * sequence parallelism only this rank's rows, left at the start of y. */
-static void pt_tp_reduce(const pt_model *m, float *y, int N, int C) {
-    const pt_tp_ops *tp = m->par.tp_ops;
-    if (tp) tp->reduce(tp->ctx, y, N, C);
-}
-
-/* Sequence parallelism: every rank's rows of full (N,C) gathered, this rank's rows already at
- * their place in full. */
-static void pt_tp_gather(const pt_model *m, void *full, int N, int C, int esize) {
-    const pt_tp_ops *tp = m->par.tp_ops;
-    if (tp && tp->gather) tp->gather(tp->ctx, full, N, C, esize);
-}
-
-/* The overlapped forms (parallel_ops.h): rows(user, ·) on every block of rows, the transfers
- * hidden behind it; at degree 1 simply rows(user, 0, N). */
-static void pt_tp_gather_rows(const pt_model *m, void *full, int N, int C, int esize,
-                              pt_rows_fn rows, void *user) {
-    const pt_tp_ops *tp = m->par.tp_ops;
-    if (tp && tp->gather)
-        tp->gather_rows(tp->ctx, full, N, C, esize, rows, user);
-    else
-        rows(user, 0, N);
-}
-
-static void pt_tp_reduce_rows(const pt_model *m, float *y, int N, int C, pt_rows_fn rows,
-                              void *user) {
-    const pt_tp_ops *tp = m->par.tp_ops;
-    if (tp)
-        tp->reduce_rows(tp->ctx, y, N, C, rows, user);
-    else
-        rows(user, 0, N);
-}
-
-/* A reduce started now and finished by pt_tp_reduce_end, the caller computing in between. */
-static void pt_tp_reduce_begin(const pt_model *m, float *y, int N, int C) {
-    const pt_tp_ops *tp = m->par.tp_ops;
-    if (tp) tp->reduce_start(tp->ctx, y, N, C);
-}
-
-static void pt_tp_reduce_end(const pt_model *m) {
-    const pt_tp_ops *tp = m->par.tp_ops;
-    if (tp) tp->reduce_finish(tp->ctx);
-}
-
-static void pt_poll_cb(void *user) { pt_poll(user); }
-
-/* This rank's first row of a full (N, ·) array: its rows of the residual stream. */
-static size_t pt_own_row0(const pt_model *m, int N) {
-    return m->par.sp && m->par.tp > 1 ? (size_t)m->par.tp_rank * (N / m->par.tp) : 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* precision (docs/precision.md): activations are fp32 or bf16; kernels other than the GEMM
- * compute in fp32, so a bf16 activation is converted into fp32 scratch to be read and a result
- * computed in fp32 scratch is rounded into it. In fp32 each helper below is the identity (the
- * kernels read and write the activations themselves), so fp32 runs the same operations as
- * always. */
-
-/* An activation (n elements) as fp32: itself, or its values converted into scratch. */
-static const float *pt_f32(pt_model *m, float *scratch, const void *act, size_t n) {
-    if (!pt_is_bf16(m)) return act;
-    m->be->from_bf16(m->be, scratch, act, n);
-    return scratch;
-}
-
-/* Where a kernel writes what becomes the activation act: act itself, or fp32 scratch... */
-static float *pt_out(pt_model *m, void *act, float *scratch) {
-    return pt_is_bf16(m) ? scratch : act;
-}
-
-/* ...and the result stored as act (rounded to bf16); nothing to do in fp32. */
-static void pt_store(pt_model *m, void *act, const float *res, size_t n) {
-    if (pt_is_bf16(m)) m->be->to_bf16(m->be, act, res, n);
-}
-
-/* A gradient (fp32, n) as a GEMM operand: itself, or rounded into the bf16 scratch. */
-static const void *pt_gop(pt_model *m, pt_acts *a, const float *g, size_t n) {
-    if (!pt_is_bf16(m)) return g;
-    m->be->to_bf16(m->be, a->g16, g, n);
-    return a->g16;
-}
-
-/* A norm's weight (C) as fp32: the master's (fp32) or its bf16 copy's values. */
-static const float *pt_wvec(pt_model *m, pt_acts *a, const float *w) {
-    return pt_f32(m, a->wn, w, (size_t)m->cfg.dim);
-}
-
-/* y (N rows of n at stride ld, fp32) += the bias b (n, as the model computes with it: the
- * master's or the bf16 copy's values): a GEMM of the ones column by the bias row, each element
- * y + b rounded once. */
-static void pt_add_bias(pt_model *m, pt_acts *a, float *y, const float *b, int N, int n, int ld) {
-    const float *b32 = pt_f32(m, a->wn, b, (size_t)n);
-    m->be->gemm(m->be, PT_NO_TRANS, PT_NO_TRANS, N, n, 1, 1.0f, a->ones, 1, b32, n, 1.0f, y, ld);
-}
-
-/* db (n) += Σ over the N rows of dy (n at stride ld, fp32): the bias's gradient (beta 0: =). */
-static void pt_bias_grad(pt_model *m, pt_acts *a, float *db, const float *dy, int N, int n, int ld,
-                         float beta) {
-    m->be->gemm(m->be, PT_TRANS, PT_NO_TRANS, 1, n, N, 1.0f, a->ones, 1, dy, ld, beta, db, n);
-}
-
-/* The weights the model computes with: the masters, or their bf16 copy. */
-static const pt_model_view *pt_wc(const pt_model *m) { return pt_is_bf16(m) ? &m->w16 : &m->w; }
-
-/* A linear layer block by block, the consumer or producer of an overlapped tp operation: rows
- * [r0, r1) of out (·, n, fp32) = in (·, K) · Wᵀ (+ bias), or for a gradient (grad = 1) = in · W
- * with in fp32, rounded row by row into the bf16 scratch a->g16 first when the model is bf16
- * (the operand pt_gop would make of the whole). */
-typedef struct {
-    pt_model *m;
-    pt_acts *a;
-    const void *in, *w;
-    const float *bias;
-    float *out;
-    int K, n, grad;
-} pt_linear_rows;
-
-static void pt_linear_rows_fn(void *user, int r0, int r1) {
-    pt_linear_rows *g = user;
-    pt_model *m = g->m;
-    size_t i = (size_t)r0 * g->K;
-    const void *in = pt_at(m, g->in, i);
-    if (g->grad && pt_is_bf16(m)) {
-        m->be->to_bf16(m->be, (pt_bf16 *)g->a->g16 + i, (const float *)g->in + i,
-                       (size_t)(r1 - r0) * g->K);
-        in = (pt_bf16 *)g->a->g16 + i;
-    }
-    float *out = g->out + (size_t)r0 * g->n;
-    pt_mm(m, PT_NO_TRANS, g->grad ? PT_NO_TRANS : PT_TRANS, r1 - r0, g->n, g->K, in, g->K, g->w,
-          g->grad ? g->n : g->K, 0.0f, out, g->n);
-    if (g->bias) pt_add_bias(m, g->a, out, g->bias, r1 - r0, g->n, g->n);
-}
-
-/* xout (R,C) = xin + in (N,K) · Wᵀ (K,C) (+ bias (C), when not NULL), a row-parallel linear with
- * the residual add: in fp32 on one rank straight into the residual (the fused accumulate, then
- * the bias), else through y (N,C), the tp sum and the bias, then the add (in fp32, rounded once
- * into a bf16 xout). */
-static void pt_residual_linear(pt_model *m, pt_acts *a, void *xout, const void *xin,
-                               const void *in, const void *w, const float *bias, int N, int K) {
-    pt_backend *be = m->be;
-    int C = m->cfg.dim, R = pt_res_rows(m, N);
-    size_t RC = (size_t)R * C;
-    float *y = a->dxn; /* (N,C) scratch: free in forward, and in backward between layers */
-    if (!pt_is_bf16(m)) {
-        be->copy(be, xout, xin, RC * sizeof(float));
-        if (!m->par.tp_ops) {
-            pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, in, K, w, K, 1.0f, xout, C);
-            if (bias) pt_add_bias(m, a, xout, bias, R, C, C);
-            return;
-        }
-        pt_linear_rows g = {m, a, in, w, NULL, y, K, C, 0};
-        pt_tp_reduce_rows(m, y, N, C, pt_linear_rows_fn, &g);
-        if (bias) pt_add_bias(m, a, y, bias, R, C, C);
-        be->add(be, xout, y, RC);
-        return;
-    }
-    pt_linear_rows g = {m, a, in, w, NULL, y, K, C, 0};
-    pt_tp_reduce_rows(m, y, N, C, pt_linear_rows_fn, &g);
-    if (bias) pt_add_bias(m, a, y, bias, R, C, C);
-    float *x = a->sA;
-    be->from_bf16(be, x, xin, RC);
-    be->add(be, x, y, RC);
-    be->to_bf16(be, xout, x, RC);
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* forward and backward */
 
 static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
@@ -1248,51 +992,36 @@ static pt_attn_shape pt_attn_shape_for(const pt_model *m, const pt_acts *a) {
                            .p_bf16 = pt_is_bf16(m)};
 }
 
-/* Whether sequence parallelism splits the residual stream (and the norms' outputs) by rows. */
-static int pt_sharded(const pt_model *m) { return m->par.sp && m->par.tp > 1; }
-
-/* The normed residual rows x (R,C) into keep: this rank's rows (R,C), or with whole = 1 all N
- * rows (N,C), this rank's at their place; then gathered (sequence parallel) into keep (whole) or
- * the scratch xg. Returns the gathered (N,C): what the next GEMM reads. w the norm's weight as
- * the model computes with it. rows (when not NULL) consumes it block by block as it lands
- * (pt_linear_rows: its in is set here). */
-static const void *pt_norm_gather(pt_model *m, pt_acts *a, void *keep, float *rstd, const void *x,
-                                  const float *w, int N, int whole, pt_linear_rows *rows) {
+/* The RMSNorm of this rank's residual rows x (R,C) into out (R,C, activation elements); w the
+ * norm's weight as the model computes with it. */
+static void pt_norm(pt_model *m, pt_acts *a, void *out, float *rstd, const void *x, const float *w,
+                    int N) {
     int C = m->cfg.dim, R = pt_res_rows(m, N);
-    size_t RC = (size_t)R * C, r0 = pt_own_row0(m, N) * C;
-    void *full = whole || !pt_sharded(m) ? keep : a->xg;
+    size_t RC = (size_t)R * C;
     const float *in = pt_f32(m, a->sA, x, RC);
-    float *out = pt_is_bf16(m) ? a->sB : (float *)full + r0;
-    m->be->rmsnorm_forward(m->be, out, rstd, in, pt_wvec(m, a, w), R, C, m->cfg.norm_eps);
-    pt_store(m, pt_at(m, full, r0), out, RC);
-    if (full != keep) m->be->copy(m->be, keep, pt_at(m, full, r0), RC * (size_t)m->act_size);
-    if (rows) {
-        rows->in = full;
-        pt_tp_gather_rows(m, full, N, C, m->act_size, pt_linear_rows_fn, rows);
-    } else {
-        pt_tp_gather(m, full, N, C, m->act_size);
+    float *o = pt_out(m, out, a->sB);
+    m->be->rmsnorm_forward(m->be, o, rstd, in, pt_wvec(m, a, w), R, C, m->cfg.norm_eps);
+    pt_store(m, out, o, RC);
+}
+
+/* Layer l's four linears (linear.h): q/k/v and gate/up column-parallel, o and down
+ * row-parallel; their gradients from g (NULL in forward). */
+enum { PT_LIN_QKV, PT_LIN_O, PT_LIN_GU, PT_LIN_DOWN };
+static pt_linear pt_layer_linear(const pt_model *m, int l, int which, const pt_layer_view *g) {
+    const pt_layer_view *w = &pt_wc(m)->layers[l];
+    int C = m->cfg.dim, F = m->loc.F, hd = pt_head_dim(&m->cfg);
+    int q = m->loc.H * hd, qkv = q + 2 * m->loc.KV * hd;
+    switch (which) {
+    case PT_LIN_QKV:
+        return (pt_linear){w->wqkv, w->bqkv, g ? g->wqkv : NULL, g ? g->bqkv : NULL, C, qkv,
+                           m->loc.kv_shared > 1 ? q : qkv};
+    case PT_LIN_O:
+        return (pt_linear){w->wo, w->bo, g ? g->wo : NULL, g ? g->bo : NULL, q, C, C};
+    case PT_LIN_GU:
+        return (pt_linear){w->wgu, NULL, g ? g->wgu : NULL, NULL, C, 2 * F, 2 * F};
+    default:
+        return (pt_linear){w->wdown, NULL, g ? g->wdown : NULL, NULL, F, C, C};
     }
-    return full;
-}
-
-/* A linear's input kept sharded (xn1, xn2: this rank's rows) gathered again into the scratch xg
- * for its weight gradient; returns the gathered (N,C), or keep itself without sp. With overlap,
- * only started: the caller computes, then pt_regather_end. */
-static const void *pt_regather(pt_model *m, pt_acts *a, const void *keep, int N, int overlap) {
-    if (!pt_sharded(m)) return keep;
-    int C = m->cfg.dim;
-    size_t RC = (size_t)pt_res_rows(m, N) * C;
-    m->be->copy(m->be, pt_at(m, a->xg, pt_own_row0(m, N) * C), keep, RC * (size_t)m->act_size);
-    const pt_tp_ops *tp = m->par.tp_ops;
-    if (overlap)
-        tp->gather_start(tp->ctx, a->xg, N, C, m->act_size);
-    else
-        tp->gather(tp->ctx, a->xg, N, C, m->act_size);
-    return a->xg;
-}
-
-static void pt_regather_end(pt_model *m) {
-    if (pt_sharded(m)) m->par.tp_ops->gather_finish(m->par.tp_ops->ctx);
 }
 
 /* The attention core of layer l: att, lse from qkv (ring attention under context parallelism). */
@@ -1341,11 +1070,12 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
     pt_layer_acts *la = &a->layers[l - a->l0];
     const pt_layer_view *w = &pt_wc(m)->layers[l];
-    /* xn1 (N,C) · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads, block by block as
-     * xn1's rows are gathered; rope on q (H heads) and k (KV heads, starting at column q) */
+    /* xn1 = rmsnorm(x) (R,C); xn1 · Wqkvᵀ (C, q+2kv) -> qkv (N, q+2kv): this rank's heads, block
+     * by block as xn1's rows are gathered; rope on q (H heads) and k (KV heads, at column q) */
     float *t = pt_out(m, la->qkv, a->sA);
-    pt_linear_rows g = {m, a, NULL, w->wqkv, w->bqkv, t, C, qkv, 0};
-    pt_norm_gather(m, a, la->xn1, la->rstd1, la->x, w->attn_norm, N, 0, &g);
+    pt_linear L = pt_layer_linear(m, l, PT_LIN_QKV, NULL);
+    pt_norm(m, a, la->xn1, la->rstd1, la->x, w->attn_norm, N);
+    pt_linear_col_forward(m, a, &L, la->xn1, t, N);
     pt_poll(m);
     be->rope(be, t, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 0);
     be->rope(be, t + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 0);
@@ -1353,13 +1083,14 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     pt_attention(m, a, l, recompute);
     pt_poll(m);
     /* xmid = x + att (N,q) · Woᵀ (q,C), the product summed over the tp ranks */
-    pt_residual_linear(m, a, la->xmid, la->x, la->att, w->wo, w->bo, N, q);
-    /* xn2 (N,C) · Wguᵀ (C,2F) -> gu (N,2F), as xn2's rows are gathered (the experts take xn2
-     * whole) */
+    L = pt_layer_linear(m, l, PT_LIN_O, NULL);
+    pt_linear_row_forward(m, a, &L, la->xmid, la->x, la->att, N);
+    /* xn2 = rmsnorm(xmid) (R,C); xn2 · Wguᵀ (C,2F) -> gu (N,2F), as xn2's rows are gathered
+     * (the experts take xn2 whole) */
     t = pt_out(m, la->gu, a->sA);
-    g = (pt_linear_rows){m, a, NULL, w->wgu, NULL, t, C, 2 * F, 0};
-    const void *xn2 =
-        pt_norm_gather(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N, 0, la->moe ? NULL : &g);
+    L = pt_layer_linear(m, l, PT_LIN_GU, NULL);
+    pt_norm(m, a, la->xn2, la->rstd2, la->xmid, w->mlp_norm, N);
+    const void *xn2 = pt_linear_col_forward(m, a, la->moe ? NULL : &L, la->xn2, t, N);
     if (la->moe) { /* xnext = xmid + the experts' output: each tp rank's slices of every expert
                     * give a part, summed like the dense MLP's. fp32 on one rank adds straight
                     * into the residual; otherwise through y (N,C, fp32), the tp sum, then the
@@ -1392,7 +1123,8 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
     pt_swiglu(m, a, la, N);
     pt_poll(m);
     /* xnext = xmid + h (N,F) · Wdownᵀ (F,C) */
-    pt_residual_linear(m, a, xnext, la->xmid, la->h, w->wdown, NULL, N, F);
+    L = pt_layer_linear(m, l, PT_LIN_DOWN, NULL);
+    pt_linear_row_forward(m, a, &L, xnext, la->xmid, la->h, N);
 }
 
 /* What layer l did not keep of its forward, computed again before its backward (model.h:
@@ -1464,7 +1196,9 @@ static void pt_forward_trunk(pt_model *m, pt_acts *a, const int32_t *tokens, con
     }
     if (!a->last) return;
     pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS, 0);
-    pt_norm_gather(m, a, a->xf, a->rstdf, a->xout, pt_wc(m)->final_norm, N, 1, NULL);
+    pt_norm(m, a, pt_at(m, a->xf, pt_own_row0(m, N) * C), a->rstdf, a->xout, pt_wc(m)->final_norm,
+            N);
+    pt_tp_gather(m, a->xf, N, C, m->act_size); /* xf whole: the head takes every row */
 }
 
 /* What the head and loss use: xf (N,C) and dxf, the scratch of a chunk of rows (logits, their
@@ -1660,24 +1394,6 @@ static void pt_norm_backward(pt_model *m, pt_acts *a, float *dw, const float *dx
                             rstd, R, m->cfg.dim);
 }
 
-/* The gradient of the residual rows, gathered in full (N,C) when sequence parallel; rows (when
- * not NULL) consumes it block by block as it lands: its in is set here. */
-static const float *pt_full_grad(pt_model *m, pt_acts *a, int N, pt_linear_rows *rows) {
-    int C = m->cfg.dim, R = pt_res_rows(m, N);
-    const float *full = a->dx;
-    if (m->par.sp && m->par.tp > 1) {
-        m->be->copy(m->be, a->dfull + pt_own_row0(m, N) * C, a->dx, (size_t)R * C * sizeof(float));
-        full = a->dfull;
-    }
-    if (!rows) {
-        if (full != a->dx) pt_tp_gather(m, a->dfull, N, C, sizeof(float));
-        return full;
-    }
-    rows->in = full;
-    pt_tp_gather_rows(m, a->dfull, N, C, sizeof(float), pt_linear_rows_fn, rows);
-    return full;
-}
-
 /* Whether a split backward leaves a MoE layer's routed experts' weight gradients to its weight
  * part: when their operands stay in the layer's own activations (not under full recomputation,
  * whose are the workspace's) and were not computed where they arrived (expert parallelism). */
@@ -1696,34 +1412,22 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
     if (la->moe) {
         /* each tp rank's expert slices give a part of the input gradient (the router's, the same
          * on every rank, comes from the first): summed like the dense MLP's */
-        const float *dfull = pt_full_grad(m, a, N, NULL);
+        const float *dfull = pt_linear_out_grad(m, a, N);
         be->zero(be, a->dxn, (size_t)N * C * sizeof(float));
-        pt_moe_backward(m, la->moe, w, g, pt_regather(m, a, la->xn2, N, 0), dfull,
-                        pt_gop(m, a, dfull, (size_t)N * C),
-                        a->dxn, a->B, a->T, !now && pt_moe_defers(m, la));
+        pt_moe_backward(m, la->moe, w, g, pt_linear_input(m, a, la->xn2, N), dfull,
+                        pt_gop(m, a, dfull, (size_t)N * C), a->dxn, a->B, a->T,
+                        !now && pt_moe_defers(m, la));
         pt_tp_reduce(m, a->dxn, N, C);
     } else {
-        /* dh (N,F) = dx · Wdown, block by block as dx's rows are gathered; dWdown (C,F) +=
-         * dxᵀ · h */
-        pt_linear_rows gr = {m, a, NULL, w->wdown, NULL, a->dh, C, F, 1};
-        const float *dfull = pt_full_grad(m, a, N, &gr);
-        const void *dy = pt_is_bf16(m) ? a->g16 : (const void *)dfull; /* (rounded by the rows) */
-        if (now)
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, N, dy, C, la->h, F, 1.0f, g->wdown, F);
-        else
-            be->copy(be, la->z_dmlp, dfull, (size_t)N * C * sizeof(float));
+        /* down (row-parallel): dh (N,F) = dx · Wdown as dx's rows are gathered, dWdown (C,F) +=
+         * dxᵀ · h; gate/up (column-parallel): dxn2 (N,C) = dgu · Wgu summed over the tp ranks
+         * while dWgu (2F,C) += dguᵀ · xn2 */
+        pt_linear L = pt_layer_linear(m, l, PT_LIN_DOWN, g);
+        pt_linear_row_backward(m, a, &L, la->h, a->dh, N, now ? NULL : la->z_dmlp);
         pt_poll(m);
         be->swiglu_backward(be, a->dgu, a->dh, pt_f32(m, a->sA, la->gu, (size_t)N * 2 * F), N, F);
-        /* dxn2 (N,C) = dgu · Wgu (while xn2 is gathered again, sp), summed over the tp ranks
-         * while dWgu (2F,C) += dguᵀ · xn2 */
-        dy = pt_gop(m, a, a->dgu, (size_t)N * 2 * F);
-        const void *xn2 = now ? pt_regather(m, a, la->xn2, N, 1) : NULL;
-        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, C, 2 * F, dy, 2 * F, w->wgu, C, 0.0f, a->dxn, C);
-        if (now) pt_regather_end(m);
-        pt_tp_reduce_begin(m, a->dxn, N, C);
-        if (now) pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, dy, 2 * F, xn2, C, 1.0f, g->wgu, C);
-        else
-            be->copy(be, la->z_dgu, a->dgu, (size_t)N * 2 * F * sizeof(float));
+        L = pt_layer_linear(m, l, PT_LIN_GU, g);
+        pt_linear_col_backward(m, a, &L, a->dgu, la->xn2, a->dxn, N, now ? NULL : la->z_dgu);
         pt_poll(m);
         pt_tp_reduce_end(m);
     }
@@ -1731,101 +1435,70 @@ static void pt_mlp_backward(pt_model *m, pt_acts *a, int l, int now) {
                      la->rstd2, R);
 }
 
+/* The weight pass of a split backward (PT_BWD_WEIGHT): the weight gradients from the operands
+ * the input pass kept (a MoE layer's routed experts' unless they ran with its input part:
+ * pt_moe_defers). */
+static void pt_layer_backward_weight(pt_model *m, pt_acts *a, int l) {
+    int N = a->B * a->T;
+    pt_layer_acts *la = &a->layers[l - a->l0];
+    const pt_layer_view *g = &m->g.layers[l];
+    pt_linear L;
+    if (la->moe && pt_moe_defers(m, la)) pt_moe_backward_weight(m, la->moe, g);
+    if (!la->moe) {
+        L = pt_layer_linear(m, l, PT_LIN_DOWN, g);
+        pt_linear_weight(m, a, &L, la->z_dmlp, la->h, 0, N);
+        L = pt_layer_linear(m, l, PT_LIN_GU, g);
+        pt_linear_weight(m, a, &L, la->z_dgu, la->xn2, 1, N);
+    }
+    L = pt_layer_linear(m, l, PT_LIN_O, g);
+    pt_linear_weight(m, a, &L, la->z_datt, la->att, 0, N);
+    L = pt_layer_linear(m, l, PT_LIN_QKV, g);
+    pt_linear_weight(m, a, &L, la->z_dqkv, la->xn1, 1, N);
+}
+
 /* One layer's backward: with part = PT_BWD_INPUT the weight-gradient GEMMs are left for
  * PT_BWD_WEIGHT, their operands kept in the layer's z_* arrays; PT_BWD_ALL does both at once. */
 static void pt_layer_backward(pt_model *m, pt_acts *a, int l, int part) {
+    if (part == PT_BWD_WEIGHT) {
+        pt_layer_backward_weight(m, a, l);
+        return;
+    }
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     const pt_local_dims *d = &m->loc;
-    int N = a->B * a->T, C = c->dim, F = d->F, hd = pt_head_dim(c), R = pt_res_rows(m, N);
+    int N = a->B * a->T, hd = pt_head_dim(c), R = pt_res_rows(m, N);
     int q = d->H * hd, kv = d->KV * hd, qkv = q + 2 * kv;
     pt_layer_acts *la = &a->layers[l - a->l0];
     const pt_layer_view *w = &pt_wc(m)->layers[l];
     const pt_layer_view *g = &m->g.layers[l];
     int now = part == PT_BWD_ALL;
-    if (part == PT_BWD_WEIGHT) {
-        /* the weight gradients from the kept operands (a MoE layer's routed experts' unless they
-         * ran with its input part: pt_moe_defers) */
-        if (la->moe && pt_moe_defers(m, la)) pt_moe_backward_weight(m, la->moe, g);
-        if (!la->moe) {
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, N, pt_gop(m, a, la->z_dmlp, (size_t)N * C), C,
-                  la->h, F, 1.0f, g->wdown, F);
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, N, pt_gop(m, a, la->z_dgu, (size_t)N * 2 * F),
-                  2 * F, pt_regather(m, a, la->xn2, N, 0), C, 1.0f, g->wgu, C);
-        }
-        pt_mm(m, PT_TRANS, PT_NO_TRANS, C, q, N, pt_gop(m, a, la->z_datt, (size_t)N * C), C,
-              la->att, q, 1.0f, g->wo, q);
-        if (g->bo) pt_bias_grad(m, a, g->bo, la->z_datt, N, C, C, 1.0f);
-    }
     pt_attn_shape as = pt_attn_shape_for(m, a);
-    const float *dqkv = a->dqkv;
-    const void *xn1 = la->xn1;
-    if (part != PT_BWD_WEIGHT) {
-        pt_mlp_backward(m, a, l, now);
-        /* attention output: datt (N,q) = dx · Wo, block by block as dx's rows are gathered;
-         * dWo (C,q) += dxᵀ · att */
-        pt_linear_rows gr = {m, a, NULL, w->wo, NULL, a->datt, C, q, 1};
-        const float *dfull = pt_full_grad(m, a, N, &gr);
-        const void *dy = pt_is_bf16(m) ? a->g16 : (const void *)dfull; /* (rounded by the rows) */
-        if (now) {
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, C, q, N, dy, C, la->att, q, 1.0f, g->wo, q);
-            if (g->bo) pt_bias_grad(m, a, g->bo, dfull, N, C, C, 1.0f);
-        } else
-            be->copy(be, la->z_datt, dfull, (size_t)N * C * sizeof(float));
-        pt_poll(m);
-        be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
-        const float *x = pt_f32(m, a->sA, la->qkv, (size_t)N * qkv);
-        const float *att = pt_f32(m, a->sB, la->att, (size_t)N * q);
-        if (m->par.cp_ops)
-            m->par.cp_ops->attn_backward(m->par.cp_ops->ctx, &as, x, att, a->datt, la->lse,
-                                         a->dqkv, l, pt_poll_cb, m);
-        else
-            be->attention_backward(be, &as, x, x + q, x + q + kv, att, a->datt, la->lse, a->dqkv,
-                                   a->dqkv + q, a->dqkv + q + kv);
-        pt_poll(m);
-        be->rope(be, a->dqkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 1);
-        be->rope(be, a->dqkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 1);
-        /* dxn1 (N,C) = dqkv · Wqkv (while xn1 is gathered again, sp), summed over the tp
-         * ranks */
-        if (now) xn1 = pt_regather(m, a, la->xn1, N, 1);
-        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, C, qkv, pt_gop(m, a, a->dqkv, (size_t)N * qkv), qkv,
-              w->wqkv, C, 0.0f, a->dxn, C);
-        if (now) pt_regather_end(m);
-        pt_tp_reduce_begin(m, a->dxn, N, C); /* while the weight gradients compute */
-        if (!now) be->copy(be, la->z_dqkv, a->dqkv, (size_t)N * qkv * sizeof(float));
-    } else {
-        dqkv = la->z_dqkv;
-        xn1 = pt_regather(m, a, la->xn1, N, 0);
-    }
-    if (part != PT_BWD_INPUT) {
-        /* dWqkv (q+2kv, C) += dqkvᵀ · xn1; a key/value head held by several ranks gets the sum */
-        const void *dy = pt_gop(m, a, dqkv, (size_t)N * qkv);
-        if (d->kv_shared > 1) {
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, q, C, N, dy, qkv, xn1, C, 1.0f, g->wqkv, C);
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * kv, C, N, pt_at(m, (void *)dy, (size_t)q), qkv,
-                  xn1, C, 0.0f, a->dkv, C);
-            m->par.tp_ops->kv_sum(m->par.tp_ops->ctx, a->dkv, (size_t)2 * kv * C);
-            be->add(be, g->wqkv + (size_t)q * C, a->dkv, (size_t)2 * kv * C);
-        } else {
-            pt_mm(m, PT_TRANS, PT_NO_TRANS, qkv, C, N, dy, qkv, xn1, C, 1.0f, g->wqkv, C);
-        }
-        /* the biases' gradients: the column sums of dqkv (fp32); a shared head's summed too */
-        if (g->bqkv && d->kv_shared > 1) {
-            pt_bias_grad(m, a, g->bqkv, dqkv, N, q, qkv, 1.0f);
-            pt_bias_grad(m, a, a->dkv, dqkv + q, N, 2 * kv, qkv, 0.0f);
-            m->par.tp_ops->kv_sum(m->par.tp_ops->ctx, a->dkv, (size_t)2 * kv);
-            be->add(be, g->bqkv + q, a->dkv, (size_t)2 * kv);
-        } else if (g->bqkv) {
-            pt_bias_grad(m, a, g->bqkv, dqkv, N, qkv, qkv, 1.0f);
-        }
-    }
-    if (part != PT_BWD_WEIGHT) {
-        pt_tp_reduce_end(m);
-        pt_norm_backward(m, a, pt_norm_dw(m, a, g->attn_norm, 1), a->dxn, la->x, w->attn_norm,
-                         la->rstd1, R);
-        float *norms[2] = {g->mlp_norm, g->attn_norm};
-        pt_norm_dw_reduce(m, a, norms, 2);
-    }
+    pt_mlp_backward(m, a, l, now);
+    /* o (row-parallel): datt (N,q) = dx · Wo as dx's rows are gathered; dWo (C,q) += dxᵀ · att */
+    pt_linear L = pt_layer_linear(m, l, PT_LIN_O, g);
+    pt_linear_row_backward(m, a, &L, la->att, a->datt, N, now ? NULL : la->z_datt);
+    pt_poll(m);
+    be->zero(be, a->dqkv, (size_t)N * qkv * sizeof(float));
+    const float *x = pt_f32(m, a->sA, la->qkv, (size_t)N * qkv);
+    const float *att = pt_f32(m, a->sB, la->att, (size_t)N * q);
+    if (m->par.cp_ops)
+        m->par.cp_ops->attn_backward(m->par.cp_ops->ctx, &as, x, att, a->datt, la->lse, a->dqkv, l,
+                                     pt_poll_cb, m);
+    else
+        be->attention_backward(be, &as, x, x + q, x + q + kv, att, a->datt, la->lse, a->dqkv,
+                               a->dqkv + q, a->dqkv + q + kv);
+    pt_poll(m);
+    be->rope(be, a->dqkv, a->d_rows, N, d->H, hd, qkv, m->rope_cos, m->rope_sin, 1);
+    be->rope(be, a->dqkv + q, a->d_rows, N, d->KV, hd, qkv, m->rope_cos, m->rope_sin, 1);
+    /* q/k/v (column-parallel): dxn1 (N,C) = dqkv · Wqkv, summed over the tp ranks while dWqkv
+     * (q+2kv, C) += dqkvᵀ · xn1 (a key/value head held by several ranks gets the sum) */
+    L = pt_layer_linear(m, l, PT_LIN_QKV, g);
+    pt_linear_col_backward(m, a, &L, a->dqkv, la->xn1, a->dxn, N, now ? NULL : la->z_dqkv);
+    pt_tp_reduce_end(m);
+    pt_norm_backward(m, a, pt_norm_dw(m, a, g->attn_norm, 1), a->dxn, la->x, w->attn_norm,
+                     la->rstd1, R);
+    float *norms[2] = {g->mlp_norm, g->attn_norm};
+    pt_norm_dw_reduce(m, a, norms, 2);
 }
 
 void pt_model_backward(pt_model *m, pt_acts *a, const int32_t *tokens) {
@@ -1867,7 +1540,7 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
     }
     if (!a->first) return; /* a->dx: the gradient of the chunk's input */
     pt_acquire(m, 0, PT_USE_GRADS, 1);
-    const float *dfull = pt_full_grad(m, a, N, NULL);
+    const float *dfull = pt_linear_out_grad(m, a, N);
     be->embedding_backward(be, m->g.embed, tokens, dfull, N, C, m->loc.v0, m->loc.V);
     pt_release(m, 0, PT_USE_GRADS, 1);
 }

@@ -87,36 +87,25 @@ struct pt_moe_acts {
     double *h_dot, *d_dot; /* (N·k) each sorted slot's dout · y: host, device */
 };
 
-/* n elements of esize bytes of device memory, counted into *bytes. */
+/* n elements of esize bytes of device memory, counted into *bytes (be NULL: only counted). */
 static void *pt_dev_e(pt_backend *be, size_t n, size_t esize, size_t *bytes) {
     *bytes += (n ? n : 1) * esize;
-    return be->alloc(be, (n ? n : 1) * esize);
+    return be ? be->alloc(be, (n ? n : 1) * esize) : NULL;
 }
 
 static float *pt_dev(pt_backend *be, size_t n, size_t *bytes) {
     return pt_dev_e(be, n, sizeof(float), bytes);
 }
 
-pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
+/* A layer's device buffers for N tokens, allocated from be (NULL: only counted) and counted into
+ * a->bytes; an expert-parallel exchange's only when allocated (its module sizes it). */
+static void pt_moe_dev_layout(const pt_model *m, pt_backend *be, pt_moe_acts *a, int N) {
     const pt_model_config *c = &m->cfg;
-    pt_backend *be = m->be;
-    pt_moe_acts *a = pt_calloc(1, sizeof *a);
     int k = c->top_k, E = c->n_experts, Fe = m->loc.Fe, C = c->dim; /* this rank's slice */
-    size_t Fs = (size_t)c->n_shared_experts * Fe, S = (size_t)N * k;
-    a->N = N, a->k = k, a->E = E, a->Fe = Fe;
-    a->probs = pt_calloc((size_t)N * E, sizeof(float));
-    a->score = pt_calloc((size_t)N * E, sizeof(float));
-    a->hlog = pt_calloc((size_t)N * E, sizeof(float));
-    a->zlse = pt_calloc((size_t)N, sizeof(float));
-    a->sel = pt_calloc(S, sizeof(int32_t));
-    a->w = pt_calloc(S, sizeof(float));
-    a->off = pt_calloc((size_t)E + 1, sizeof(int32_t));
-    a->slot_tok = pt_calloc(S, sizeof(int32_t));
-    a->slot_j = pt_calloc(S, sizeof(int32_t));
-    a->d_tok = be->alloc(be, S * sizeof(int32_t));
+    size_t Fs = (size_t)c->n_shared_experts * Fe, S = (size_t)N * k, es = (size_t)m->act_size;
+    a->d_tok = be ? be->alloc(be, S * sizeof(int32_t)) : NULL;
     a->d_w = pt_dev(be, S, &a->bytes);
     a->logits = pt_dev(be, (size_t)N * E, &a->bytes);
-    size_t es = (size_t)m->act_size;
     a->xg = pt_dev_e(be, S * C, es, &a->bytes);
     a->gu = pt_dev_e(be, S * 2 * Fe, es, &a->bytes);
     a->h = pt_dev_e(be, S * Fe, es, &a->bytes);
@@ -128,16 +117,39 @@ pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
     a->dgu = pt_dev(be, S * 2 * Fe + (size_t)N * 2 * Fs, &a->bytes);
     a->dxg = pt_dev(be, S * C, &a->bytes); /* S ≥ N: it holds the router's fp32 input too */
     if (pt_is_bf16(m)) a->router32 = pt_dev(be, (size_t)E * C, &a->bytes);
-    a->d_dot = be->alloc(be, S * sizeof(double));
-    a->bytes += S * sizeof(double);
+    a->d_dot = pt_dev_e(be, S, sizeof(double), &a->bytes);
     const pt_ep_ops *ep = m->par.ep_ops;
-    if (ep) {
+    if (ep && be) {
         a->ep = ep->state_create(ep->ctx, N, m->act_size);
         a->bytes += ep->state_bytes(a->ep);
         size_t R = ep->max_rows(ep->ctx, N);
         a->gur = pt_dev_e(be, R * 2 * Fe, es, &a->bytes), a->dgur = pt_dev(be, R * 2 * Fe, &a->bytes);
         a->hr = pt_dev_e(be, R * Fe, es, &a->bytes), a->dhr = pt_dev(be, R * Fe, &a->bytes);
     }
+}
+
+size_t pt_moe_acts_count(const pt_model *m, int N) {
+    pt_moe_acts a = {0};
+    pt_moe_dev_layout(m, NULL, &a, N);
+    return a.bytes;
+}
+
+pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N) {
+    const pt_model_config *c = &m->cfg;
+    pt_moe_acts *a = pt_calloc(1, sizeof *a);
+    int k = c->top_k, E = c->n_experts, Fe = m->loc.Fe;
+    size_t S = (size_t)N * k;
+    a->N = N, a->k = k, a->E = E, a->Fe = Fe;
+    a->probs = pt_calloc((size_t)N * E, sizeof(float));
+    a->score = pt_calloc((size_t)N * E, sizeof(float));
+    a->hlog = pt_calloc((size_t)N * E, sizeof(float));
+    a->zlse = pt_calloc((size_t)N, sizeof(float));
+    a->sel = pt_calloc(S, sizeof(int32_t));
+    a->w = pt_calloc(S, sizeof(float));
+    a->off = pt_calloc((size_t)E + 1, sizeof(int32_t));
+    a->slot_tok = pt_calloc(S, sizeof(int32_t));
+    a->slot_j = pt_calloc(S, sizeof(int32_t));
+    pt_moe_dev_layout(m, m->be, a, N);
     a->fseq = pt_calloc((size_t)2 * N * E, sizeof(double));
     a->choose = pt_calloc((size_t)E, sizeof(float));
     a->fill = pt_calloc((size_t)E, sizeof(int32_t));

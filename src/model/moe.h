@@ -10,6 +10,9 @@ typedef struct pt_moe_acts pt_moe_acts;
 pt_moe_acts *pt_moe_acts_create(const pt_model *m, int N);
 void pt_moe_acts_free(const pt_model *m, pt_moe_acts *a);
 size_t pt_moe_acts_bytes(const pt_moe_acts *a);
+/* The bytes pt_moe_acts_create(m, N) counts, but an expert-parallel exchange's, without
+ * allocating. */
+size_t pt_moe_acts_count(const pt_model *m, int N);
 /* The model's balancing-scope state (m->aux_f uniform, m->aux_count zero), made and freed with
  * a model that has experts. */
 void pt_moe_model_init(pt_model *m);

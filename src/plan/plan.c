@@ -247,121 +247,13 @@ static double pt_plan_coll(const pt_hardware *hw, pt_coll kind, double S, pt_pla
 
 static double pt_round64(double b) { return ceil(b / 64) * 64; }
 
-/* Bytes of one activation set of a chunk of layers [l0, l1) (one micro-batch in flight): what
- * its layers keep for backward, their zero-bubble operands, and the set's backward scratch. */
-typedef struct {
-    double N, R, C, E, hd;
-    pt_plan_local d;
-    int re, zb, cp, sp, bf16;
-} pt_plan_act;
-
-/* Elements of a layer's arrays: x, rstd1, xn1, qkv, att, lse, xmid, rstd2, xn2, gu, h. */
-enum { A_X, A_RSTD1, A_XN1, A_QKV, A_ATT, A_LSE, A_XMID, A_RSTD2, A_XN2, A_GU, A_H, A_N };
-
-static void pt_plan_layer_arrays(const pt_plan_act *a, double b, int moe, double *n, double *es) {
-    double N = a->N, R = a->R, C = a->C, F = moe ? 0 : a->d.F;
-    double sz[A_N] = {R * C, R,         R * C, N * (a->d.q + 2 * a->d.kv), N * a->d.q, b * a->d.H * (N / b),
-                      R * C, R,         R * C, N * 2 * F,                  N * F};
-    for (int i = 0; i < A_N; i++) {
-        n[i] = sz[i];
-        es[i] = i == A_RSTD1 || i == A_RSTD2 || i == A_LSE ? 4 : a->E;
-    }
-}
-
-/* Whether a layer recomputing in mode re keeps array i (selective recomputes the attention core,
- * unless the ring keeps it, and the SwiGLU product; full keeps the input; zero bubble keeps the
- * weight gradients' operands). */
-static int pt_plan_keeps(int re, int i, int zb, int cp) {
-    if (re == PT_RECOMPUTE_NONE || i == A_X) return 1;
-    if (zb && (i == A_XN1 || i == A_ATT || i == A_LSE || i == A_XN2 || i == A_H)) return 1;
-    if (re == PT_RECOMPUTE_FULL) return 0;
-    if (i == A_ATT || i == A_LSE) return cp;
-    return i != A_H;
-}
-
-/* A MoE layer's own buffers (routing, gathered rows, expert activations and their gradients,
- * the exchange's receive buffers): per token-slot S = N·k. */
-static double pt_plan_moe_bytes(const pt_plan_model *M, const pt_plan_act *a, int ep) {
-    double N = a->N, k = M->k, S = N * k, Ex = M->Ex, C = a->C, Fe = a->d.Fe, E = a->E;
-    double Fs = M->Fs / M->Fe * Fe;
-    double b = 0;
-    b += 4 * S;                                       /* routing weights (device) */
-    b += 4 * N * Ex;                                  /* router logits */
-    b += E * S * C + E * S * 2 * Fe + E * S * Fe;     /* gathered rows, gate/up, h */
-    b += 4 * S * C;                                   /* expert outputs */
-    b += E * N * 2 * Fs + E * N * Fs;                 /* shared experts */
-    b += E * S * C;                                   /* output gradients */
-    b += 4 * (S * Fe + N * Fs) + 4 * (S * 2 * Fe + N * 2 * Fs) + 4 * S * C; /* dh, dgu, dxg */
-    if (a->bf16) b += 4 * Ex * C;
-    b += 8 * S;
-    if (ep > 1) {
-        double el = Ex / ep, per = k < el ? k : el, rows = ep * N * per;
-        b += (4 + E) * 2 * rows * C;                  /* receive buffers: x, y, dy, dx */
-        b += (E + 4) * rows * 2 * Fe + (E + 4) * rows * Fe; /* their gate/up, h and gradients */
-    }
-    return b;
-}
-
-static double pt_plan_set_bytes(const pt_plan_model *M, const pt_config *c, const pt_plan_act *a,
-                                int l0, int l1, int last_stage, int ep) {
-    double b = 0, n[A_N], es[A_N];
-    double N = a->N, R = a->R, C = a->C, qkv = a->d.q + 2 * a->d.kv, F = a->d.F;
-    double bb = c->training.micro_batch;
-    for (int l = l0; l < l1; l++) {
-        int moe = pt_plan_is_moe(c, l);
-        pt_plan_layer_arrays(a, bb, moe, n, es);
-        for (int i = 0; i < A_N; i++)
-            if (pt_plan_keeps(a->re, i, a->zb, a->cp)) b += pt_round64(n[i] * es[i]);
-        if (a->zb) b += 4 * (N * C + N * 2 * F + N * C + N * qkv);
-        if (moe && a->re != PT_RECOMPUTE_FULL) b += pt_plan_moe_bytes(M, a, ep);
-    }
-    /* the set's own arrays: the output and its gradient; the last stage's final norm, xf and
-     * xf's gradient */
-    double own[] = {R * C * a->E, R * C * 4, last_stage ? R * 4 : 0, last_stage ? N * C * a->E : 0,
-                    last_stage ? N * C * 4 : 0};
-    for (size_t i = 0; i < sizeof own / sizeof *own; i++) b += pt_round64(own[i]);
-    return b;
-}
-
-/* The backward's scratch, once per rank (llama.c's pt_model_scratch): input gradients, the
- * gathered gradient and input (sp), bf16's fp32 scratch, the head's chunk of logits when the rank
- * holds the head (head: not split). */
-static double pt_plan_scratch_bytes(const pt_plan_model *M, const pt_plan_act *a, int head) {
-    double N = a->N, C = a->C, d_q = a->d.q, qkv = a->d.q + 2 * a->d.kv, F = a->d.F;
-    double V = a->d.V, HR = 0;
-    if (head) {
-        HR = floor(32.0 * 1048576 / V);
-        HR = HR > 512 ? 512 : HR < 16 ? 16 : HR;
-        HR = HR < N ? HR : N;
-    }
-    double wA = fmax(fmax(C, qkv), 2 * F), wB = fmax(fmax(C, d_q), F);
-    double g16 = fmax(N * wA, HR * V);
-    double arr[] = {HR * V * 4, HR * 4, N * C * 4, N * qkv * 4, N * d_q * 4, N * 2 * F * 4, N * F * 4,
-                    a->sp ? N * C * 4 : 0, 2 * C * 4, 2 * a->d.kv * C * 4,
-                    a->bf16 ? N * wA * 4 : 0, a->bf16 ? N * wB * 4 : 0, a->bf16 ? g16 * 2 : 0,
-                    a->bf16 ? fmax(C, qkv) * 4 : 0, M->qkv_bias || M->attn_bias ? N * 4 : 0,
-                    a->sp ? N * C * a->E : 0};
-    double b = 0;
-    for (size_t i = 0; i < sizeof arr / sizeof *arr; i++) b += pt_round64(arr[i]);
-    return b;
-}
-
-/* The recomputation workspace: one copy of the arrays the layers do not keep (and, full, the next
- * layer's input; a MoE layer's buffers once). */
-static double pt_plan_ws_bytes(const pt_plan_model *M, const pt_config *c, const pt_plan_act *a,
-                               int l0, int l1, int ep) {
-    if (a->re == PT_RECOMPUTE_NONE) return 0;
-    double b = 0, n[A_N], es[A_N];
-    pt_plan_layer_arrays(a, c->training.micro_batch, 0, n, es);
-    for (int i = 0; i < A_N; i++)
-        if (!pt_plan_keeps(a->re, i, a->zb, a->cp)) b += pt_round64(n[i] * es[i]);
-    if (a->re == PT_RECOMPUTE_FULL) {
-        b += pt_round64(a->R * a->C * a->E);
-        int any = 0;
-        for (int l = l0; l < l1; l++) any |= pt_plan_is_moe(c, l);
-        if (any) b += pt_plan_moe_bytes(M, a, ep);
-    }
-    return b;
+/* What an expert-parallel exchange adds to a MoE layer's activation buffers (the ep module's,
+ * sized for the worst routing): its receive buffers x, y, dy, dx, and this rank's experts'
+ * gate/up and h over the received rows with their fp32 gradients. */
+static double pt_plan_ep_bytes(const pt_plan_model *M, double N, double Fe, int ep) {
+    if (ep <= 1) return 0;
+    double k = M->k, E = M->E, C = M->C, el = M->Ex / ep, per = k < el ? k : el, rows = ep * N * per;
+    return (4 + E) * 2 * rows * C + (E + 4) * rows * 2 * Fe + (E + 4) * rows * Fe;
 }
 
 /* The most activation sets of each chunk rank r holds at once: a set is taken at its
@@ -740,6 +632,27 @@ static pt_status pt_plan_layout_of(const pt_config *c, const pt_hardware *hw, pt
     return PT_OK;
 }
 
+/* A model that holds nothing but what pt_acts_count reads: c's configuration, the layout's split
+ * and precision, rank r's chunks (stages of the schedule kind), the head's rows when split. */
+static void pt_plan_shell(pt_model *m, const pt_config *c, const pt_plan_model *M,
+                          const pt_plan_lay *y, pt_sched_kind kind, int chunks, int r,
+                          const pt_chunk *stages, int head_split, int head_rows) {
+    memset(m, 0, sizeof *m);
+    m->cfg = c->model;
+    m->loc = pt_model_local_dims(&c->model, y->tp, 0);
+    m->par.tp = y->tp, m->par.sp = y->sp, m->par.cp = y->cp, m->par.ep = y->ep;
+    m->par.n_chunks = chunks;
+    for (int ch = 0; ch < chunks; ch++)
+        m->par.chunk[ch] = y->pp > 1 ? stages[pt_schedule_stage(kind, y->pp, chunks, r, ch)]
+                                     : (pt_chunk){0, c->model.n_layers};
+    m->par.head_split = head_split;
+    m->par.head_V = head_rows;
+    m->prec = M->bf16 ? PT_PREC_BF16 : PT_PREC_FP32;
+    m->act_size = M->bf16 ? 2 : 4;
+    m->recompute = y->re;
+    m->recompute_layers = c->training.recompute_layers;
+}
+
 /* The plan of c's layout, its model already checked (pt_model_config_settle). */
 static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int simulate, pt_plan *out) {
     pt_plan_ctx x = {c, hw, {0}, simulate};
@@ -791,7 +704,7 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
 
     pt_plan_local d = pt_plan_local_dims(M, y.tp);
     double N = M->b * M->s / y.cp, C = M->C;
-    pt_plan_act a = {N, y.sp ? N / y.tp : N, C, M->E, M->hd, d, y.re, y.zb, y.cp > 1, y.sp, M->bf16};
+    double R = y.sp ? N / y.tp : N;
     double worst = -1;
     pt_plan_cost worst_cost = {0};
     double flops_token = 0;
@@ -800,8 +713,11 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
     out->flops_per_token = flops_token;
 
     for (int r = 0; r < y.pp; r++) {
-        double dense = 0, expert = 0, acts = 0, ws = 0;
-        int holds_head = 0;
+        double dense = 0, expert = 0, acts = 0, ws = 0, scratch = 0;
+        pt_model shell;
+        if (!M->gpt)
+            pt_plan_shell(&shell, c, M, &y, kind, chunks, r, stages, head_split,
+                          head_split ? (int)ceil((double)rows[r] / y.tp) : 0);
         /* the units the ZeRO-2/3 buckets are made of (pp = 1): embedding, layers, norm, head */
         int nu = 0;
         double *units = calloc((size_t)M->n_layers + 3, sizeof *units);
@@ -852,11 +768,13 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
             if (M->gpt) {
                 acts += most[ch] * (k.l1 - k.l0) * pt_plan_gpt_layer_acts(M, &y);
                 if (last) acts += most[ch] * N * d.V * 4; /* fp32 logits */
-            } else {
-                acts += most[ch] * pt_plan_set_bytes(M, c, &a, k.l0, k.l1, last, y.ep);
-                holds_head |= last && !head_split;
-                double w = pt_plan_ws_bytes(M, c, &a, k.l0, k.l1, y.ep);
-                ws = w > ws ? w : ws;
+            } else { /* the allocator's own count (llama.c) */
+                size_t w, sc;
+                acts += most[ch] * (double)pt_acts_count(&shell, (int)M->b, (int)(M->s / y.cp), ch,
+                                                         y.zb, (size_t)pt_plan_ep_bytes(M, N, d.Fe, y.ep),
+                                                         &w, &sc);
+                ws = fmax(ws, (double)w);
+                scratch = (double)sc;
             }
         }
         pt_plan_memory *mem = &out->stage[r];
@@ -870,9 +788,9 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
             double rl = ceil((double)rows[r] / y.tp);
             ws += pt_round64(HR * rl * 4) + pt_round64(HR * 4) + (M->bf16 ? pt_round64(HR * rl * 2) : 0);
             if (r < y.pp - 1) ws += pt_round64(N * C * M->E) + pt_round64(N * C * 4);
-            else ws += 4 * (y.pp - 1) * a.R * C;
+            else ws += 4 * (y.pp - 1) * R * C;
         }
-        if (!M->gpt) ws += pt_plan_scratch_bytes(M, &a, holds_head);
+        ws += scratch;
         mem->activations = acts + ws;
         mem->total = mem->params + mem->grads + mem->optim + mem->transient + mem->activations;
         if (mem->total > out->memory_max) out->memory_max = mem->total, out->memory_max_stage = r;
@@ -892,7 +810,7 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
      * then the sender have polled: pt_sched_link), or, screening by the formulas, added to each
      * forward and backward */
     const pt_plan_cost *k = &worst_cost;
-    double p2p_bytes = a.R * C * M->E, p2p = y.pp > 1 ? pt_plan_coll(hw, PT_COLL_P2P, p2p_bytes, y.g_pp) : 0;
+    double p2p_bytes = R * C * M->E, p2p = y.pp > 1 ? pt_plan_coll(hw, PT_COLL_P2P, p2p_bytes, y.g_pp) : 0;
     pt_sched_link link = {.delay = p2p, .latency = y.g_pp.spans ? hw->inter_latency : hw->intra_latency,
                           .rendezvous = pt_hw_sizes_at(&hw->rendezvous[y.g_pp.spans != 0], p2p_bytes, 0) >= 0.5};
     double f = (k->f + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks;
