@@ -1167,6 +1167,38 @@ static void test_schedule_command_head_split(void **state) {
     free(text);
 }
 
+/* `pentatron schedule` over the flexible shapes: a micro-batch count pp does not divide, and
+ * uneven stages (--layers: afab's flow-shop formula, the others' busiest-rank bound); a --layers
+ * that is not one positive count per stage is refused by name. */
+static void test_schedule_command_flexible(void **state) {
+    (void)state;
+    char *text;
+    char *odd[] = {"--pp", "2", "--schedule", "interleaved", "--microbatches", "3"};
+    assert_int_equal(run_schedule_cmd(6, odd, &text), 0);
+    const char *const want[] = {"m=3, v=2", "over all ranks): 0.1667", "= 1/6 = 0.1667", "no deadlock"};
+    for (int i = 0; i < 4; i++)
+        if (!strstr(text, want[i])) fail_msg("schedule interleaved m = 3 lacks %s:\n%s", want[i], text);
+    free(text);
+    char *afab[] = {"--pp", "4", "--schedule", "afab", "--microbatches", "4", "--layers", "3,4,4,3"};
+    assert_int_equal(run_schedule_cmd(8, afab, &text), 0);
+    if (!strstr(text, "over all ranks): 0.8571") || !strstr(text, "(flow shop)") || !strstr(text, "= 0.8571"))
+        fail_msg("schedule afab --layers 3,4,4,3: bubble 6/7 and its formula expected:\n%s", text);
+    free(text);
+    char *il[] = {"--pp", "2", "--schedule", "interleaved", "--microbatches", "4", "--layers", "1,2,1,1"};
+    assert_int_equal(run_schedule_cmd(8, il, &text), 0);
+    if (!strstr(text, "over all ranks): 0.3000") || !strstr(text, "busiest rank's bound") || !strstr(text, "= 0.2000"))
+        fail_msg("schedule interleaved --layers 1,2,1,1: bubble 0.3 above the bound 0.2 expected:\n%s", text);
+    free(text);
+    char *few[] = {"--pp", "2", "--schedule", "interleaved", "--layers", "1,2"};
+    assert_int_equal(run_schedule_cmd(6, few, &text), 2);
+    assert_non_null(strstr(pt_last_error(), "2 counts, expected 4"));
+    free(text);
+    char *junk[] = {"--pp", "2", "--layers", "1,x"};
+    assert_int_equal(run_schedule_cmd(4, junk, &text), 2);
+    assert_non_null(strstr(pt_last_error(), "expected 2 positive counts"));
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_names_round_trip),
@@ -1202,6 +1234,7 @@ int main(void) {
         cmocka_unit_test(test_head_split_errors_are_named),
         cmocka_unit_test(test_svg_draws_the_heads),
         cmocka_unit_test(test_schedule_command_head_split),
+        cmocka_unit_test(test_schedule_command_flexible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
