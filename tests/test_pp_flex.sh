@@ -60,6 +60,35 @@ planned il_pp4_L9_m6 --model.n_layers=9 "${G6[@]}" --parallel.pp=4 "${IL[@]}" --
 planned il_pp2_dp2_z1_m3 --model.n_layers=4 "${G6[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 "${IL[@]}" --training.micro_batch=1
 planned dpv_pp2_L7_1231 --model.n_layers=7 --parallel.pp=2 "${DPV[@]}" --parallel.pp_layers=1,2,3,1 --training.micro_batch=1
 
+# Llama 3 405B's pipeline planned (126 layers, pp 16 × 2 chunks, the default split: 3 layers on the
+# first and the last stage, 4 on the others): the first and the last rank hold one layer's
+# parameters fewer than with 128 layers (4 on every stage), the others the same; m = 32 and m = 24
+# (not a multiple of 16) both plan, and the split written out plans the same
+l3=(--config "$PT_SOURCE_DIR/configs/plan/llama405b_8192h100.ini" --hardware "$PT_SOURCE_DIR/hardware/h100_sxm.ini" --hardware.nodes=1024 --json)
+lay="3$(printf ',4%.0s' $(seq 30)),3"
+if "$bin" plan "${l3[@]}" > "$tmp/l3.json" && "$bin" plan "${l3[@]}" --training.global_batch=1536 > "$tmp/l3m24.json" &&
+   "$bin" plan "${l3[@]}" --parallel.pp_layers="$lay" > "$tmp/l3lay.json" &&
+   "$bin" plan "${l3[@]}" --model.n_layers=128 > "$tmp/l3even.json"; then
+  "$PY" - "$tmp" <<'PY' && ok || bad "Llama 3 405B's pipeline: the plan's stages"
+import json, sys
+d = sys.argv[1]
+a, b, c, e = (json.loads(open("%s/%s.json" % (d, n)).read()) for n in ("l3", "l3m24", "l3lay", "l3even"))
+st, ev = a["memory_per_stage"], e["memory_per_stage"]
+# rank r holds stages r and r + 16: layers 3 + 4 on ranks 0 and 15, 4 + 4 on the others (+ the
+# embedding on rank 0, the norm and head on rank 15)
+mid = st[1]["params"]
+print("llama3 405B: params per rank 0 / 1 / 15: %.3g / %.3g / %.3g GB; m %d and %d; step %.3g s and %.3g s"
+      % (st[0]["params"] / 1e9, mid / 1e9, st[15]["params"] / 1e9, a["micro_batches"], b["micro_batches"],
+         a["step_seconds"], b["step_seconds"]))
+ok = len(st) == 16 and all(s["params"] == mid for s in st[1:15]) and a["micro_batches"] == 32 and \
+     b["micro_batches"] == 24 and a["schedule"] == "interleaved" and a["chunks"] == 2 and \
+     c["memory_per_stage"] == st and c["step_seconds"] == a["step_seconds"]
+layer = mid / 8
+ok = ok and all(abs(ev[r]["params"] - st[r]["params"] - (layer if r in (0, 15) else 0)) < 1e-3 * layer for r in range(16))
+sys.exit(0 if ok else 1)
+PY
+else bad "Llama 3 405B's pipeline does not plan: $(tail -2 "$tmp/l3.json")"; fi
+
 # what cannot work
 expect_fail 2 "parallel.pp_layers = \"3,2\"" --model.n_layers=5 --parallel.pp=2 "${IL[@]}" --parallel.pp_layers=3,2 --training.micro_batch=1
 expect_fail 2 "exceed model.n_layers = 3" --model.n_layers=3 --parallel.pp=2 "${IL[@]}" --training.micro_batch=1
