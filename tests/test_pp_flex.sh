@@ -6,7 +6,7 @@
 #     1,2,1,1; 7 is 2,2,2,1; 9 over pp 4 × v 2 is 1,2,1,1,1,1,1,1);
 #   - uneven interleaved stages given by parallel.pp_layers (one count per stage, stage order);
 #   - micro-batch counts that are not multiples of pp (pp 2 with 3 and 5, pp 4 with 6; with dp 2
-#     and ZeRO-1), and fewer than pp (pp 4 with 3);
+#     and ZeRO-1; with tp 2 + sp over 5 layers), and fewer than pp (pp 4 with 3);
 #   - uneven stages under dualpipev (stage order down the V and back up) and zb, and dualpipev at
 #     an m ≥ 2pp that pp does not divide;
 #   - `pentatron plan` takes these layouts, and its memory per rank is the run's (rank 0's exact
@@ -25,6 +25,7 @@ run 1 ref7 --model.n_layers=7 --training.micro_batch=8 || bad "7-layer reference
 run 1 ref4g6 --model.n_layers=4 "${G6[@]}" --training.micro_batch=6 || bad "4-layer gb 6 reference failed"
 run 1 ref4g5 --model.n_layers=4 "${G5[@]}" --training.micro_batch=5 || bad "4-layer gb 5 reference failed"
 run 1 ref9g6 --model.n_layers=9 "${G6[@]}" --training.micro_batch=6 || bad "9-layer gb 6 reference failed"
+run 1 ref5g6 --model.n_layers=5 "${G6[@]}" --training.micro_batch=6 || bad "5-layer gb 6 reference failed"
 
 # layer counts that pp × v does not divide: the default split
 check 2 il_pp2_L5_m4 ref5 --model.n_layers=5 --parallel.pp=2 "${IL[@]}" --training.micro_batch=2
@@ -38,6 +39,7 @@ check 2 il_pp2_m3 ref4g6 --model.n_layers=4 "${G6[@]}" --parallel.pp=2 "${IL[@]}
 check 2 il_pp2_m5 ref4g5 --model.n_layers=4 "${G5[@]}" --parallel.pp=2 "${IL[@]}" --training.micro_batch=1
 check 4 il_pp4_L9_m6 ref9g6 --model.n_layers=9 "${G6[@]}" --parallel.pp=4 "${IL[@]}" --training.micro_batch=1
 check 4 il_pp4_L9_m3 ref9g6 --model.n_layers=9 "${G6[@]}" --parallel.pp=4 "${IL[@]}" --training.micro_batch=2
+check 4 il_pp2_tp2_sp_L5_m3 ref5g6 --model.n_layers=5 "${G6[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.sp=true "${IL[@]}" --training.micro_batch=2
 check 4 il_pp2_dp2_z1_m3 ref4g6 --model.n_layers=4 "${G6[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 "${IL[@]}" --training.micro_batch=1
 # uneven dualpipev (rank 0: stages 0 and 3, rank 1: stages 1 and 2) and zb; dualpipev at m = 5
 check 2 dpv_pp2_L5_2111 ref5 --model.n_layers=5 --parallel.pp=2 "${DPV[@]}" --parallel.pp_layers=2,1,1,1 --training.micro_batch=2

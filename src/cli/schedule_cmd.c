@@ -129,16 +129,16 @@ static pt_status pt_print_bubble(const pt_schedule *s, const pt_sched_sim *sim) 
         printf("   formula n/a (head split: %d HEADs of %g on every rank, busy included)\n", s->m, sim->h);
         return PT_OK;
     }
-    if (s->kind == PT_SCHED_DUALPIPEV) {
-        pt_print_idle(s, sim);
-        return PT_OK;
-    }
-    if (s->weight && s->kind != PT_SCHED_ZB) {
+    if (s->weight) { /* the published figures assume even stages */
         if (s->kind == PT_SCHED_AFAB)
             printf("   formula (flow shop) (pp(Σw+(m-1)max w)-mΣw)/(mΣw) = %.4f\n", pt_schedule_bubble_formula(s));
         else
             printf("   the busiest rank's bound pp·max_r Σ_c w/Σw - 1 = %.4f (uneven stages)\n",
                    pt_schedule_bubble_bound(s));
+        return PT_OK;
+    }
+    if (s->kind == PT_SCHED_DUALPIPEV) {
+        pt_print_idle(s, sim);
         return PT_OK;
     }
     if (s->kind != PT_SCHED_ZB) {
