@@ -96,8 +96,10 @@ static void test_built_schedules_pass_the_check(void **state) {
             }
         }
     }
-    /* interleaved where m is a multiple of pp, and one rank holding every chunk (local hand-off) */
-    const int shapes[][3] = {{2, 4, 2}, {2, 8, 2}, {4, 4, 2}, {4, 8, 2}, {4, 8, 3}, {1, 3, 2}, {2, 2, 2}};
+    /* interleaved where m is a multiple of pp, where it is not (fewer or more micro-batches than
+     * stages: test_flexible_interleaved has them all), and one rank holding every chunk */
+    const int shapes[][3] = {{2, 4, 2}, {2, 8, 2}, {4, 4, 2}, {4, 8, 2}, {4, 8, 3}, {1, 3, 2},
+                             {2, 2, 2}, {2, 3, 2}, {2, 5, 2}, {4, 6, 2}, {4, 3, 2}, {4, 11, 3}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         build_ok(&s, PT_SCHED_INTERLEAVED, shapes[i][0], shapes[i][1], shapes[i][2]);
         check_ok(&s);
@@ -227,6 +229,183 @@ static void test_bubble_of_interleaved(void **state) {
     }
 }
 
+/* The flexible interleaved order (any m, not only multiples of pp): every shape passes the checker
+ * (each forward before its backward, every message matched, no deadlock) and its bubble at per-chunk
+ * costs f/v, b/v is (pp − 1 + (v − 1)·max(0, pp − m))/(v·m): the literature's (pp − 1)/(v·m) for
+ * every m ≥ pp, and for m < pp that of all forwards then all backwards over v·pp stages. */
+static void test_flexible_interleaved(void **state) {
+    (void)state;
+    const int pipes[] = {1, 2, 3, 4, 5, 8, 16};
+    for (size_t p = 0; p < sizeof pipes / sizeof *pipes; p++)
+        for (int v = 2; v <= 4; v++)
+            for (int m = 1; m <= 4 * pipes[p] + 3; m++) {
+                int pp = pipes[p];
+                if (pp == 16 && m % 5 != 0 && m != 17 && m != 67) continue; /* (time) */
+                pt_schedule s;
+                pt_sched_sim sim;
+                build_ok(&s, PT_SCHED_INTERLEAVED, pp, m, v);
+                check_counts(&s);
+                simulate_ok(&s, 1.0 / v, 2.0 / v, 0, &sim);
+                char what[96];
+                snprintf(what, sizeof what, "interleaved pp=%d m=%d v=%d bubble", pp, m, v);
+                double want = (pp - 1 + (v - 1) * (m < pp ? pp - m : 0)) / (double)(v * m);
+                expect_near(what, sim.bubble, want);
+                expect_near(what, pt_schedule_bubble_formula(&s), want);
+                if (m >= pp) expect_near(what, sim.bubble, (double)(pp - 1) / (v * m));
+                pt_sched_sim_free(&sim);
+                pt_schedule_free(&s);
+            }
+}
+
+/* The busiest rank's work per micro-batch, in stage-times: max_r Σ_c w(r, c). */
+static double busiest_rank(const pt_schedule *s, const double *w) {
+    double most = 0;
+    for (int r = 0; r < s->pp; r++) {
+        double mine = 0;
+        for (int c = 0; c < s->v; c++) mine += w[pt_schedule_stage(s->kind, s->pp, s->v, r, c)];
+        most = fmax(most, mine);
+    }
+    return most;
+}
+
+/* Uneven stages (parallel.pp_layers; the simulator's weights): the lists do not change, the
+ * actions of stage st cost w[st] times as much. afab is a flow shop: makespan (f + b)(Σw + (m − 1)
+ * max w), the bubble pt_schedule_bubble_formula gives; every schedule's bubble is at least the
+ * busiest rank's bound pp·max_r Σ_c w / Σw − 1; interleaved's steady state runs at the busiest
+ * rank's pace: m → m + pp adds exactly pp·(f + b)·max_r Σ_c w(r, c) to the makespan (m ≥ 2pp);
+ * and Llama 3 405B's pipeline (126 layers, pp 16, v 2 here: 3 layers on the first and the last of
+ * the 32 stages, 4 on the others) checks and simulates at any m. */
+static void test_uneven_stages(void **state) {
+    (void)state;
+    const double w4[][4] = {{3, 4, 4, 3}, {1, 2, 3, 4}, {1, 1, 4, 1}, {4, 1, 1, 1}, {1, 2, 1, 1}, {2, 2, 2, 1}};
+    for (size_t i = 0; i < sizeof w4 / sizeof *w4; i++)
+        for (int m = 1; m <= 9; m++) {
+            const double *w = w4[i];
+            double sum = w[0] + w[1] + w[2] + w[3], most = fmax(fmax(w[0], w[1]), fmax(w[2], w[3]));
+            pt_schedule s;
+            pt_sched_sim sim;
+            char what[128];
+            build_ok(&s, PT_SCHED_AFAB, 4, m, 1);
+            assert_int_equal(pt_schedule_set_weights(&s, w), PT_OK);
+            simulate_ok(&s, 1, 2, 0, &sim);
+            snprintf(what, sizeof what, "afab pp=4 m=%d w=%g,%g,%g,%g", m, w[0], w[1], w[2], w[3]);
+            expect_near(what, sim.makespan, 3 * (sum + (m - 1) * most));
+            expect_near(what, sim.busy, 3 * m * sum);
+            expect_near(what, sim.bubble, pt_schedule_bubble_formula(&s));
+            pt_sched_sim_free(&sim);
+            pt_schedule_free(&s);
+            const pt_sched_kind kinds[] = {PT_SCHED_1F1B, PT_SCHED_ZB, PT_SCHED_INTERLEAVED, PT_SCHED_DUALPIPEV};
+            for (int k = 0; k < 4; k++) {
+                int pp = kinds[k] >= PT_SCHED_INTERLEAVED && kinds[k] != PT_SCHED_ZB ? 2 : 4;
+                int v = pp == 2 ? 2 : 1, mm = kinds[k] == PT_SCHED_DUALPIPEV ? m + 3 : m;
+                build_ok(&s, kinds[k], pp, mm, v);
+                assert_int_equal(pt_schedule_set_weights(&s, w), PT_OK);
+                simulate_ok(&s, 1, 1, 1, &sim);
+                snprintf(what, sizeof what, "%s pp=%d m=%d w=%g,%g,%g,%g", pt_schedule_kind_name(kinds[k]), pp, mm, w[0],
+                         w[1], w[2], w[3]);
+                expect_near(what, sim.busy, 3 * mm * sum);
+                expect_near(what, pt_schedule_bubble_bound(&s), pp * busiest_rank(&s, w) / sum - 1);
+                if (sim.bubble < pt_schedule_bubble_bound(&s) - 1e-12)
+                    fail_msg("%s: bubble %g below the busiest rank's bound %g", what, sim.bubble,
+                             pt_schedule_bubble_bound(&s));
+                if (kinds[k] != PT_SCHED_AFAB) expect_near(what, pt_schedule_bubble_formula(&s), -1);
+                pt_sched_sim_free(&sim);
+                pt_schedule_free(&s);
+            }
+        }
+    /* interleaved: the steady state's pace is the busiest rank's */
+    const double w8[] = {3, 4, 4, 4, 4, 4, 4, 3}, w4b[] = {4, 1, 1, 1};
+    const struct {
+        int pp;
+        const double *w;
+    } cases[] = {{4, w8}, {2, w4[4]}, {2, w4[5]}, {2, w4b}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int pp = cases[i].pp;
+        double span[2];
+        for (int j = 0; j < 2; j++) {
+            pt_schedule s;
+            pt_sched_sim sim;
+            build_ok(&s, PT_SCHED_INTERLEAVED, pp, (2 + j) * pp, 2);
+            assert_int_equal(pt_schedule_set_weights(&s, cases[i].w), PT_OK);
+            simulate_ok(&s, 1, 2, 0, &sim);
+            span[j] = sim.makespan;
+            if (j == 0) {
+                char what[64];
+                snprintf(what, sizeof what, "interleaved pp=%d uneven: steady pace", pp);
+                pt_sched_sim_free(&sim);
+                pt_schedule_free(&s);
+                continue;
+            }
+            char what[64];
+            snprintf(what, sizeof what, "interleaved pp=%d uneven: m 2pp -> 3pp", pp);
+            expect_near(what, span[1] - span[0], pp * 3 * busiest_rank(&s, cases[i].w));
+            pt_sched_sim_free(&sim);
+            pt_schedule_free(&s);
+        }
+    }
+    /* Llama 3 405B: 126 layers over 16 ranks × 2 chunks, the default split */
+    pt_chunk st[32];
+    double w[32];
+    pt_pipe_even_split(126, 32, st);
+    for (int i = 0; i < 32; i++) w[i] = st[i].l1 - st[i].l0;
+    const int mm[] = {16, 17, 24, 31};
+    for (int i = 0; i < 4; i++) {
+        pt_schedule s;
+        pt_sched_sim sim;
+        build_ok(&s, PT_SCHED_INTERLEAVED, 16, mm[i], 2);
+        assert_int_equal(pt_schedule_set_weights(&s, w), PT_OK);
+        simulate_ok(&s, 1, 2, 0, &sim);
+        expect_near("llama3 busy", sim.busy, 3.0 * mm[i] * 126);
+        if (!(sim.bubble >= pt_schedule_bubble_bound(&s) - 1e-12 && sim.bubble <= 15.0 / (2 * mm[i]) + 0.05))
+            fail_msg("llama3 m=%d: bubble %g, expected between the bound %g and about the even one %g", mm[i], sim.bubble,
+                     pt_schedule_bubble_bound(&s), 15.0 / (2 * mm[i]));
+        pt_sched_sim_free(&sim);
+        pt_schedule_free(&s);
+    }
+    pt_schedule s;
+    build_ok(&s, PT_SCHED_1F1B, 2, 4, 1);
+    EXPECT_MESSAGE(pt_schedule_set_weights(&s, (const double[]){1, 0}), "stage 1", "needs > 0");
+    assert_int_equal(pt_schedule_set_weights(&s, NULL), PT_OK);
+    pt_schedule_free(&s);
+}
+
+/* The default split where pp × v does not divide the layers (interleaved): as even as possible, the
+ * layers left over going to the middle stages first (pt_pipe_even_split), and pt_pipe_stages: the
+ * given counts when parallel.pp_layers has them, in stage order. */
+static void test_even_split(void **state) {
+    (void)state;
+    const struct {
+        int L, S;
+        const char *want;
+    } cases[] = {{126, 32, "3,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,3"},
+                 {5, 4, "1,2,1,1"}, {7, 4, "2,2,2,1"}, {8, 4, "2,2,2,2"}, {4, 4, "1,1,1,1"}, {3, 2, "2,1"},
+                 {13, 6, "2,3,2,2,2,2"}, {11, 3, "4,4,3"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        pt_chunk st[64];
+        char got[256] = "";
+        size_t len = 0;
+        pt_pipe_even_split(cases[i].L, cases[i].S, st);
+        for (int k = 0; k < cases[i].S; k++) {
+            if (k > 0 && st[k].l0 != st[k - 1].l1) fail_msg("even split %d/%d: stage %d not contiguous", cases[i].L, cases[i].S, k);
+            len += (size_t)snprintf(got + len, sizeof got - len, "%s%d", k ? "," : "", st[k].l1 - st[k].l0);
+        }
+        if (strcmp(got, cases[i].want) || st[0].l0 != 0 || st[cases[i].S - 1].l1 != cases[i].L)
+            fail_msg("even split of %d layers over %d stages: %s, expected %s", cases[i].L, cases[i].S, got, cases[i].want);
+    }
+    pt_model_config c = {.vocab_size = 97, .dim = 32, .n_layers = 7, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 48};
+    pt_chunk st[8];
+    assert_int_equal(pt_pipe_stages(&c, PT_SCHED_INTERLEAVED, 2, 2, "", 0, st), PT_OK);
+    assert_int_equal(st[3].l1 - st[3].l0, 1);
+    assert_int_equal(st[1].l1 - st[1].l0, 2);
+    assert_int_equal(pt_pipe_stages(&c, PT_SCHED_INTERLEAVED, 2, 2, "1,3,2,1", 0, st), PT_OK);
+    assert_int_equal(st[1].l0, 1);
+    assert_int_equal(st[1].l1, 4);
+    assert_int_equal(pt_pipe_stages(&c, PT_SCHED_DUALPIPEV, 2, 2, "3,1,1,2", 0, st), PT_OK);
+    assert_int_equal(st[3].l1 - st[3].l0, 2);
+    EXPECT_MESSAGE(pt_pipe_stages(&c, PT_SCHED_INTERLEAVED, 2, 2, "3,4", 0, st), "parallel.pp_layers", "needs 4");
+    EXPECT_MESSAGE(pt_pipe_stages(&c, PT_SCHED_INTERLEAVED, 4, 2, "", 0, st), "8 stages exceed model.n_layers = 7");
+}
+
 /* DualPipeV against its published figures (the DualPipe README, whose PP counts the 2pp stages of
  * the V): idle time per rank (PP/2 − 1)(F&B + B − 3W), in the time units of the per-chunk costs,
  * with F&B = f + b + w (our F&B unit runs its forward and its whole backward one after the other),
@@ -278,30 +457,32 @@ static void test_bubble_of_dualpipev(void **state) {
 }
 
 /* Megatron's order: forwards in groups of pp micro-batches through chunk 0, then the same group
- * through chunk 1, ...; rank r warms up with 2(pp − r − 1) + (v − 1)·pp forwards (all of them
- * when m = pp), so it holds one more than that before its first backward. */
+ * through chunk 1, ...; rank r warms up with 2(pp − r − 1) + (v − 1)·g forwards, g the largest
+ * group (pp when pp divides m; ⌊m/pp⌋ groups as even as possible otherwise; all of them when
+ * m ≤ pp), so it holds one more than that before its first backward. */
 static void test_interleaved_order_and_peak(void **state) {
     (void)state;
-    const int shapes[][3] = {{4, 8, 2}, {4, 4, 2}, {2, 8, 2}, {4, 12, 3}};
+    const int shapes[][3] = {{4, 8, 2}, {4, 4, 2}, {2, 8, 2}, {4, 12, 3}, {4, 6, 2}, {4, 11, 2}, {2, 3, 2}, {4, 3, 2}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int pp = shapes[i][0], m = shapes[i][1], v = shapes[i][2], total = m * v;
+        int G = m / pp > 1 ? m / pp : 1, g = (m + G - 1) / G;
         pt_schedule s;
         pt_sched_sim sim;
         build_ok(&s, PT_SCHED_INTERLEAVED, pp, m, v);
         simulate_ok(&s, 1, 2, 0, &sim);
         for (int r = 0; r < pp; r++) {
-            int warm = m == pp ? total : 2 * (pp - r - 1) + (v - 1) * pp;
+            int warm = m <= pp ? total : 2 * (pp - r - 1) + (v - 1) * g;
             int want = warm + 1 < total ? warm + 1 : total;
             if (sim.peak_inflight[r] != want)
                 fail_msg("interleaved pp=%d m=%d v=%d rank %d: peak in-flight %d, expected %d", pp, m, v, r,
                          sim.peak_inflight[r], want);
         }
-        for (int k = 0, j = 0; k < s.n[0] && j < pp * v; k++) {
+        for (int k = 0, j = 0; k < s.n[0] && j < g * v; k++) { /* the first group, of g */
             const pt_action *x = &s.a[0][k];
             if (x->kind != PT_ACT_FWD) continue;
-            if (x->micro != j % pp || x->chunk != j / pp)
-                fail_msg("interleaved pp=%d: rank 0's forward %d is micro %d chunk %d, expected micro %d chunk %d",
-                         pp, j, x->micro, x->chunk, j % pp, j / pp);
+            if (x->micro != j % g || x->chunk != j / g)
+                fail_msg("interleaved pp=%d m=%d: rank 0's forward %d is micro %d chunk %d, expected micro %d chunk %d",
+                         pp, m, j, x->micro, x->chunk, j % g, j / g);
             j++;
         }
         pt_sched_sim_free(&sim);
@@ -438,9 +619,6 @@ static void test_bad_shapes_are_named(void **state) {
     EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_DUALPIPEV, 4, 7, 2), "dualpipev", "7 micro-batches",
                    "at least 2·pp = 8");
     EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_DUALPIPEV, 2, 8, 1), "dualpipev", "v = 2");
-    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 4, 6, 2), "6 micro-batches",
-                   "multiple of pp = 4", "4 or 8");
-    EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 4, 3, 2), "multiple of pp = 4", "at least 4");
     EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 2, 4, 1), "v >= 2");
     EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_1F1B, 2, 4, 2), "v = 1");
     EXPECT_MESSAGE(pt_schedule_build(&s, PT_SCHED_1F1B, 0, 4, 1), "pp = 0");
@@ -989,6 +1167,38 @@ static void test_schedule_command_head_split(void **state) {
     free(text);
 }
 
+/* `pentatron schedule` over the flexible shapes: a micro-batch count pp does not divide, and
+ * uneven stages (--layers: afab's flow-shop formula, the others' busiest-rank bound); a --layers
+ * that is not one positive count per stage is refused by name. */
+static void test_schedule_command_flexible(void **state) {
+    (void)state;
+    char *text;
+    char *odd[] = {"--pp", "2", "--schedule", "interleaved", "--microbatches", "3"};
+    assert_int_equal(run_schedule_cmd(6, odd, &text), 0);
+    const char *const want[] = {"m=3, v=2", "over all ranks): 0.1667", "= 1/6 = 0.1667", "no deadlock"};
+    for (int i = 0; i < 4; i++)
+        if (!strstr(text, want[i])) fail_msg("schedule interleaved m = 3 lacks %s:\n%s", want[i], text);
+    free(text);
+    char *afab[] = {"--pp", "4", "--schedule", "afab", "--microbatches", "4", "--layers", "3,4,4,3"};
+    assert_int_equal(run_schedule_cmd(8, afab, &text), 0);
+    if (!strstr(text, "over all ranks): 0.8571") || !strstr(text, "(flow shop)") || !strstr(text, "= 0.8571"))
+        fail_msg("schedule afab --layers 3,4,4,3: bubble 6/7 and its formula expected:\n%s", text);
+    free(text);
+    char *il[] = {"--pp", "2", "--schedule", "interleaved", "--microbatches", "4", "--layers", "1,2,1,1"};
+    assert_int_equal(run_schedule_cmd(8, il, &text), 0);
+    if (!strstr(text, "over all ranks): 0.3000") || !strstr(text, "busiest rank's bound") || !strstr(text, "= 0.2000"))
+        fail_msg("schedule interleaved --layers 1,2,1,1: bubble 0.3 above the bound 0.2 expected:\n%s", text);
+    free(text);
+    char *few[] = {"--pp", "2", "--schedule", "interleaved", "--layers", "1,2"};
+    assert_int_equal(run_schedule_cmd(6, few, &text), 2);
+    assert_non_null(strstr(pt_last_error(), "2 counts, expected 4"));
+    free(text);
+    char *junk[] = {"--pp", "2", "--layers", "1,x"};
+    assert_int_equal(run_schedule_cmd(4, junk, &text), 2);
+    assert_non_null(strstr(pt_last_error(), "expected 2 positive counts"));
+    free(text);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_names_round_trip),
@@ -999,6 +1209,9 @@ int main(void) {
         cmocka_unit_test(test_bubble_of_afab_and_1f1b),
         cmocka_unit_test(test_bubble_of_interleaved),
         cmocka_unit_test(test_interleaved_order_and_peak),
+        cmocka_unit_test(test_flexible_interleaved),
+        cmocka_unit_test(test_uneven_stages),
+        cmocka_unit_test(test_even_split),
         cmocka_unit_test(test_bubble_of_dualpipev),
         cmocka_unit_test(test_zb_bubble_below_1f1b),
         cmocka_unit_test(test_peak_inflight),
@@ -1021,6 +1234,7 @@ int main(void) {
         cmocka_unit_test(test_head_split_errors_are_named),
         cmocka_unit_test(test_svg_draws_the_heads),
         cmocka_unit_test(test_schedule_command_head_split),
+        cmocka_unit_test(test_schedule_command_flexible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

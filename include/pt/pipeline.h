@@ -29,6 +29,19 @@
  * n_layers. */
 pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, int head_split,
                         pt_chunk *stages);
+/* The stages of a pipeline of pp ranks holding v chunks each under schedule kind: S = pp·v
+ * stages in stage order (pt_schedule_stage says which rank and chunk holds each), the one rule
+ * the layout and the planner share. spec (parallel.pp_layers) given: its S counts, stage by stage
+ * (for v = 1 one per rank; interleaved: stage s = chunk s / pp of rank s mod pp; dualpipev: down
+ * the V, then back up). Otherwise interleaved: as even as possible (pt_pipe_even_split); the other
+ * kinds: balanced by cost (pt_pipe_split). PT_ERR_CONFIG as pt_pipe_split. */
+pt_status pt_pipe_stages(const pt_model_config *c, pt_sched_kind kind, int pp, int v, const char *spec,
+                         int head_split, pt_chunk *stages);
+/* L layers over S ≤ L stages as even as possible: ⌊L/S⌋ each, and the L mod S left over one each
+ * to stages 1, 2, ..., S − 2, then 0: the first and the last stage, which also hold the embedding
+ * and the head, are the last to get one (the last never does). 126 layers over 32 stages: 3 on the
+ * first and the last, 4 on the others (Llama 3 405B's pipeline). */
+void pt_pipe_even_split(int L, int S, pt_chunk *stages);
 /* The head split over the S stages (parallel.pp_head = split): the vocabulary rows of each stage,
  * as given in spec (parallel.pp_head_rows) or balancing the stages' costs with the layers of
  * `stages` (the cost model of pt_pipe_split), each at least one row, summing to vocab_size;
@@ -39,6 +52,14 @@ pt_status pt_pipe_head_rows(const pt_model_config *c, int S, int tp, const pt_ch
  * head_s[s] on their rows[s] rows of the head (a row's time taken as the stages' mean). */
 void pt_pipe_head_balance(int S, const double *layers_s, const double *head_s, const int *rows,
                           int *out);
+
+/* The uses of each (micro-batch, chunk)'s activation set in rank r's list: its own actions, and
+ * those that take its result by a local hand-off (the bottom of dualpipev's V); uses: (m·v). */
+void pt_pipe_count_uses(const pt_schedule *s, int r, int *uses);
+/* The most sets of each chunk rank r holds at once (most: v), a set taken at its (micro-batch,
+ * chunk)'s first action and given back after its last use (uses: pt_pipe_count_uses): what the
+ * engine makes at set-up, and what the planner counts. */
+void pt_pipe_held_sets(const pt_schedule *s, int r, const int *uses, int *most);
 
 typedef struct {
     pt_acts *a;

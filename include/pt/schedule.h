@@ -18,7 +18,11 @@
  *   1f1b         PipeDream-flush: rank r runs min(pp − r − 1, m) warm-up forwards, then
  *                alternates one forward and one backward, then the remaining backwards.
  *   interleaved  Megatron's interleaved 1F1B (Narayanan et al. 2021), v ≥ 2 chunks per rank,
- *                micro-batches in groups of pp (m must be a multiple of pp).
+ *                micro-batches in groups of at least pp, any m ≥ 1 (Megatron's and Llama 3's
+ *                flexible schedule): ⌊m/pp⌋ groups as even as possible (pp each when pp divides
+ *                m), each through chunk 0, then chunk 1, ...; rank r warms up with
+ *                2(pp − r − 1) + (v − 1)·g forwards, g the largest group; m ≤ pp: all forwards,
+ *                then all backwards.
  *   zb           ZB-H1 (Qi et al. 2023): the 1F1B order with each backward split into B (input
  *                gradient, on the critical path) and W (weight gradient); rank r delays its W's
  *                by r backwards, so the last stages pass gradients upstream sooner and the
@@ -91,6 +95,9 @@ typedef struct {
     int head;        /* 1: the head is split over the pp ranks (the lists hold HEAD actions) */
     int *n;          /* n[r]: actions of rank r */
     pt_action **a;   /* a[r][0..n[r]) in execution order */
+    double *weight;  /* NULL: every stage costs alike; else (pp·v) each global stage's relative
+                        cost (e.g. its layers, pt_schedule_set_weights): the simulator charges a
+                        compute action of stage st its kind's cost times weight[st] */
 } pt_schedule;
 
 /* "afab", "1f1b", "interleaved", "zb", "dualpipev"; PT_ERR_CONFIG naming the choices otherwise. */
@@ -112,8 +119,8 @@ void pt_schedule_locate(pt_sched_kind kind, int pp, int v, int st, int *rank, in
  * then keeps what a deferred weight gradient needs. */
 int pt_schedule_splits_backward(pt_sched_kind kind);
 
-/* Builds the action lists. v must be 1 unless the schedule is interleaved (then v ≥ 2 and m a
- * multiple of pp) or dualpipev (then v = 2 and m ≥ 2pp). PT_ERR_CONFIG with one message naming
+/* Builds the action lists. v must be 1 unless the schedule is interleaved (then v ≥ 2, any m) or
+ * dualpipev (then v = 2 and m ≥ 2pp). PT_ERR_CONFIG with one message naming
  * the violated constraint. */
 pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v);
 /* The same with the head split over the ranks (head > 0: HEAD's cost, a forward costing 1): a
@@ -123,6 +130,11 @@ pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, i
  * kind otherwise). head = 0 is pt_schedule_build. */
 pt_status pt_schedule_build_head(pt_schedule *s, pt_sched_kind kind, int pp, int m, int v, double head);
 void pt_schedule_free(pt_schedule *s);
+/* Uneven stages for the simulation: w[st] > 0 the relative cost of global stage st (pp·v of them;
+ * e.g. the layers of parallel.pp_layers), copied; NULL: back to even stages. The lists do not
+ * change (the order is the schedule's, whatever the stages hold); PT_ERR_CONFIG naming a weight
+ * that is not positive. */
+pt_status pt_schedule_set_weights(pt_schedule *s, const double *w);
 
 /* Checks that the lists are a correct pipeline step: every field in range and every peer the
  * neighbouring stage's rank; every stage runs FWD and (BWD, or BWD_INPUT then BWD_WEIGHT)
@@ -184,10 +196,23 @@ pt_status pt_schedule_simulate_link(const pt_schedule *s, double f, double b, do
                                     const pt_sched_link *link, pt_sched_sim *out);
 void pt_sched_sim_free(pt_sched_sim *r);
 
-/* The literature's bubble for this schedule's kind and shape: (pp − 1)/(v·m) for afab, 1f1b and
- * interleaved (v = 1 for the first two), whatever the costs; -1 for zb and dualpipev, whose
- * bubbles depend on the ratio of the costs (pt_schedule_idle_formula). */
+/* The bubble for this schedule's kind and shape, whatever the costs (f, b, w, as long as the
+ * stages' costs are proportional to their weights):
+ *   even stages, afab, 1f1b and interleaved (v = 1 for the first two):
+ *     (pp − 1 + (v − 1)·max(0, pp − m)) / (v·m),
+ *   i.e. the literature's (pp − 1)/(v·m) for every m ≥ pp (any m, not only multiples of pp, with
+ *   the flexible interleaved order), and for m < pp (interleaved: all forwards, then all
+ *   backwards, a GPipe over v·pp stages) (v·pp + m − 1)/(v·m) − 1;
+ *   uneven stages (pt_schedule_set_weights), afab: a flow shop whose makespan is
+ *     Σw + (m − 1)·max w stage-times, so (pp·(Σw + (m − 1)·max w) − m·Σw) / (m·Σw);
+ * -1 otherwise: zb and dualpipev, whose bubbles depend on the ratio of the costs
+ * (pt_schedule_idle_formula), and 1f1b and interleaved over uneven stages (bounded below by
+ * pt_schedule_bubble_bound). */
 double pt_schedule_bubble_formula(const pt_schedule *s);
+/* The bubble that uneven ranks alone make, whatever the order: the busiest rank computes
+ * max_r Σ_c w(r, c) stage-times per micro-batch, so the bubble is at least
+ * pp·max_r Σ_c w(r, c) / Σ w − 1 (0 for even stages); the order's own bubble comes on top. */
+double pt_schedule_bubble_bound(const pt_schedule *s);
 
 /* The published idle time per rank, in the time units of the costs f, b, w (per chunk, as
  * pt_schedule_simulate takes them), where one is published: dualpipev's (PP/2 − 1)(F&B + B − 3W)

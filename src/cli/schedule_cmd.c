@@ -12,7 +12,7 @@
 static void pt_schedule_usage(FILE *f) {
     fprintf(f,
             "usage: pentatron schedule [--pp N] [--microbatches M] [--schedule KIND] [--virtual V]\n"
-            "                          [--head-split [--head-cost H]] [--svg FILE]\n"
+            "                          [--layers L0,L1,...] [--head-split [--head-cost H]] [--svg FILE]\n"
             "\n"
             "Builds the per-rank action lists (forward, backward, send, receive) of a pipeline-parallel\n"
             "step, checks them (every send received, every stage computed once per micro-batch in a\n"
@@ -24,7 +24,9 @@ static void pt_schedule_usage(FILE *f) {
             "  --schedule KIND    afab (GPipe), 1f1b (PipeDream-flush), interleaved (Megatron's\n"
             "                     interleaved 1F1B), zb (ZB-H1 zero bubble) or dualpipev (DeepSeek's\n"
             "                     DualPipeV: 2 chunks per rank in a V, M >= 2N); default 1f1b\n"
-            "  --virtual V        model chunks per rank, interleaved only (default 2; M a multiple of N)\n"
+            "  --virtual V        model chunks per rank, interleaved only (default 2; any M)\n"
+            "  --layers L0,...    uneven stages: each of the N·V stages' layers (parallel.pp_layers'\n"
+            "                     format, stage order), its actions' costs scaled by them\n"
             "  --head-split       the head and loss split over the N ranks (afab, 1f1b or zb): every\n"
             "                     rank runs HEAD(i), a collective over all of them, before its\n"
             "                     backward of micro-batch i; drawn as H\n"
@@ -35,7 +37,10 @@ static void pt_schedule_usage(FILE *f) {
             "Costs per chunk: forward 1, backward 2; zb and dualpipev split the backward into B = 1\n"
             "(input gradient) and W = 1 (weight gradient). Communication is free. The bubble is idle\n"
             "time divided by compute time over all ranks, (pp·makespan − busy)/busy, which the\n"
-            "literature gives as (pp − 1)/m for afab and 1f1b and (pp − 1)/(v·m) for interleaved;\n"
+            "literature gives as (pp − 1)/m for afab and 1f1b and (pp − 1)/(v·m) for interleaved\n"
+            "(any M >= N; M < N: (pp − 1 + (v − 1)(N − M))/(v·m)); with --layers, afab's flow-shop\n"
+            "(pp(Σw + (m − 1)max w) − mΣw)/(mΣw), and for the others the busiest rank's bound\n"
+            "pp·max_r Σ_c w / Σw − 1 (the imbalance alone; the order's own bubble comes on top);\n"
             "DualPipeV's is published as idle time per rank, (PP/2 − 1)(F&B + B − 3W) with PP = 2N\n"
             "stages, F&B = F + B here (one after the other), B the full backward: it is printed\n"
             "both ways. With --head-split the HEADs count as compute (H on every rank) and these\n"
@@ -48,6 +53,7 @@ typedef struct {
     int head_cost_set;
     pt_sched_kind kind;
     const char *svg;
+    const char *layers;
 } pt_sched_args;
 
 static pt_status pt_parse_int(const char *opt, const char *s, int *out) {
@@ -85,7 +91,8 @@ static pt_status pt_sched_parse(int argc, char **argv, pt_sched_args *a, int *he
             continue;
         }
         int known = !strcmp(opt, "--pp") || !strcmp(opt, "--microbatches") || !strcmp(opt, "--schedule") ||
-                    !strcmp(opt, "--virtual") || !strcmp(opt, "--svg") || !strcmp(opt, "--head-cost");
+                    !strcmp(opt, "--virtual") || !strcmp(opt, "--svg") || !strcmp(opt, "--head-cost") ||
+                    !strcmp(opt, "--layers");
         if (!known) return pt_errorf(PT_ERR_CONFIG, "schedule: %s is not an option (see --help)", opt);
         if (i + 1 >= argc) return pt_errorf(PT_ERR_CONFIG, "schedule: %s needs a value", opt);
         const char *val = argv[++i];
@@ -96,7 +103,8 @@ static pt_status pt_sched_parse(int argc, char **argv, pt_sched_args *a, int *he
         else if (!strcmp(opt, "--head-cost")) {
             PT_TRY(pt_parse_cost(opt, val, &a->head_cost));
             a->head_cost_set = 1;
-        } else a->svg = val;
+        } else if (!strcmp(opt, "--layers")) a->layers = val;
+        else a->svg = val;
     }
     if (a->svg) PT_TRY(pt_check_output(a->svg, 0, "schedule --svg")); /* a FIFO: replaced */
     if (a->head_cost_set && !a->head)
@@ -121,12 +129,22 @@ static pt_status pt_print_bubble(const pt_schedule *s, const pt_sched_sim *sim) 
         printf("   formula n/a (head split: %d HEADs of %g on every rank, busy included)\n", s->m, sim->h);
         return PT_OK;
     }
+    if (s->weight) { /* the published figures assume even stages */
+        if (s->kind == PT_SCHED_AFAB)
+            printf("   formula (flow shop) (pp(Σw+(m-1)max w)-mΣw)/(mΣw) = %.4f\n", pt_schedule_bubble_formula(s));
+        else
+            printf("   the busiest rank's bound pp·max_r Σ_c w/Σw - 1 = %.4f (uneven stages)\n",
+                   pt_schedule_bubble_bound(s));
+        return PT_OK;
+    }
     if (s->kind == PT_SCHED_DUALPIPEV) {
         pt_print_idle(s, sim);
         return PT_OK;
     }
     if (s->kind != PT_SCHED_ZB) {
-        printf("   formula (pp-1)/(v*m) = %d/%d = %.4f\n", s->pp - 1, s->v * s->m, pt_schedule_bubble_formula(s));
+        int short_by = s->m < s->pp ? s->pp - s->m : 0;
+        printf("   formula (pp-1+(v-1)max(0,pp-m))/(v*m) = %d/%d = %.4f\n", s->pp - 1 + (s->v - 1) * short_by,
+               s->v * s->m, pt_schedule_bubble_formula(s));
         return PT_OK;
     }
     pt_schedule ref;
@@ -149,6 +167,28 @@ static void pt_print_peaks(const pt_schedule *s, const pt_sched_sim *sim) {
     for (int r = 0; r < s->pp; r++) printf("%s rank %d: %d", r ? "," : "", r, sim->peak_inflight[r]);
     if (pt_schedule_peak_formula(s) > 0) printf("; published PP + 1 = %d", pt_schedule_peak_formula(s));
     printf("\n");
+}
+
+/* --layers: the stages' layers as the simulation's weights. */
+static pt_status pt_sched_weights(pt_schedule *s, const char *spec) {
+    int S = s->pp * s->v, n = 0;
+    double *w = pt_malloc((size_t)S * sizeof *w);
+    pt_status st = PT_OK;
+    for (const char *p = spec; st == PT_OK && *p;) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || k < 1 || k > INT_MAX || (*end && *end != ',') || n == S)
+            st = pt_errorf(PT_ERR_CONFIG, "schedule: --layers \"%s\": expected %d positive counts separated by commas "
+                           "(one per stage, pp × chunks = %d × %d)", spec, S, s->pp, s->v);
+        else
+            w[n++] = (double)k, p = *end ? end + 1 : end;
+    }
+    if (st == PT_OK && n != S)
+        st = pt_errorf(PT_ERR_CONFIG, "schedule: --layers \"%s\": %d counts, expected %d (one per stage, pp × chunks = "
+                       "%d × %d)", spec, n, S, s->pp, s->v);
+    if (st == PT_OK) st = pt_schedule_set_weights(s, w);
+    free(w);
+    return st;
 }
 
 static pt_status pt_sched_report(const pt_schedule *s, double h, const char *svg) {
@@ -181,6 +221,10 @@ int pt_cmd_schedule(int argc, char **argv) {
         return 0;
     }
     if (st == PT_OK) st = pt_schedule_build_head(&s, a.kind, a.pp, a.m, a.v, a.head ? a.head_cost : 0);
+    if (st == PT_OK && a.layers) {
+        st = pt_sched_weights(&s, a.layers);
+        if (st != PT_OK) pt_schedule_free(&s);
+    }
     if (st != PT_OK) {
         pt_log_error("%s", pt_last_error());
         return pt_cli_exit(st, 0);

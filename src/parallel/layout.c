@@ -16,6 +16,7 @@
  */
 #include "pt/layout.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,15 +86,16 @@ static pt_status layout_pp(pt_layout *l, const pt_layout_spec *s, const pt_model
     pt_model_parallel *par = &l->par;
     int pp = l->pp;
     PT_TRY(pt_schedule_parse_kind(s->pp_schedule, &l->sched));
-    int interleaved = l->sched == PT_SCHED_INTERLEAVED, v = pt_schedule_chunks(l->sched, s->pp_virtual);
+    int v = pt_schedule_chunks(l->sched, s->pp_virtual);
     pt_chunk stages[PT_LAYOUT_MAX_STAGES]; /* pt_layout_check bounds pp × v */
     int split = s->pp_head && !strcmp(s->pp_head, "split");
-    PT_TRY(pt_pipe_split(mc, pp * v, interleaved && !s->pp_layers[0] ? "" : s->pp_layers, split,
-                         stages));
-    if (interleaved && !s->pp_layers[0]) {
-        int k = mc->n_layers / (pp * v); /* chunks of equal layers */
-        for (int i = 0; i < pp * v; i++) stages[i] = (pt_chunk){i * k, (i + 1) * k};
-    }
+    PT_TRY(pt_pipe_stages(mc, l->sched, pp, v, s->pp_layers, split, stages));
+    char counts[PT_LAYOUT_MAX_STAGES * 8];
+    size_t len = 0;
+    for (int i = 0; i < pp * v && len < sizeof counts; i++)
+        len += (size_t)snprintf(counts + len, sizeof counts - len, "%s%d", i ? "," : "", stages[i].l1 - stages[i].l0);
+    pt_log_info("pipeline: %d stages, stage layers %s (stage order%s)", pp * v, counts,
+                s->pp_layers[0] ? ", parallel.pp_layers" : "");
     par->n_chunks = v;
     for (int c = 0; c < v; c++) par->chunk[c] = stages[pt_schedule_stage(l->sched, pp, v, l->mesh->pp_i, c)];
     return split ? layout_pp_head(l, s, mc, be, stages) : PT_OK;
@@ -119,9 +121,6 @@ static pt_status layout_check_pp(const pt_layout_spec *s, const pt_degrees *d, i
         return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-2/3 "
                          "reduce (and gather) every micro-batch, m times the traffic under a "
                          "pipeline; use ZeRO-0 or 1 (docs/parallelism.md)", zero);
-    if (interleaved && !s->pp_layers[0] && mc->n_layers % (pp * v) != 0)
-        return pt_errorf(PT_ERR_CONFIG, "interleaved: pp × pp_virtual = %d must divide "
-                         "model.n_layers = %d (or give parallel.pp_layers)", pp * v, mc->n_layers);
     if ((int64_t)pp * v > PT_LAYOUT_MAX_STAGES)
         return pt_errorf(PT_ERR_CONFIG, "pipeline: too many stages (%lld)", (long long)pp * v);
     if (v > PT_MAX_CHUNKS)

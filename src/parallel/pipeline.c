@@ -98,6 +98,26 @@ pt_status pt_pipe_split(const pt_model_config *c, int S, const char *spec, int h
     return PT_OK;
 }
 
+void pt_pipe_even_split(int L, int S, pt_chunk *stages) {
+    int base = L / S, extra = L % S, at = 0;
+    for (int st = 0; st < S; st++) {
+        /* stage st's place in the order 1, 2, ..., S − 2, 0 (the last stage: never) */
+        int rank = st == 0 ? S - 2 : st == S - 1 ? S : st - 1;
+        int k = base + (rank < extra);
+        stages[st] = (pt_chunk){at, at + k};
+        at += k;
+    }
+}
+
+pt_status pt_pipe_stages(const pt_model_config *c, pt_sched_kind kind, int pp, int v, const char *spec,
+                         int head_split, pt_chunk *stages) {
+    int S = pp * v;
+    if (kind != PT_SCHED_INTERLEAVED || (spec && spec[0]) || S > c->n_layers)
+        return pt_pipe_split(c, S, spec, head_split, stages);
+    pt_pipe_even_split(c->n_layers, S, stages);
+    return PT_OK;
+}
+
 /* Spreads V rows over S stages whose other work costs cost[s], a row costing unit: each stage
  * gets rows up to a common level λ (water-filling: Σ max(0, λ − cost[s]) = V·unit), at least one,
  * what rounding leaves (or takes) going to (or from) the last stages first. */
@@ -196,45 +216,54 @@ static void pt_pipe_give(pt_pipe *p, int c, pt_pipe_slot *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* The chunk on this rank whose result the compute action x takes without a message (the bottom
- * of dualpipev's V: chunk 1's forward takes chunk 0's output, chunk 0's backward takes chunk 1's
+/* The chunk on rank r whose result the compute action x takes without a message (the bottom of
+ * dualpipev's V: chunk 1's forward takes chunk 0's output, chunk 0's backward takes chunk 1's
  * input gradient), or -1. */
-static int pt_pipe_local_source(const pt_pipe *p, const pt_action *x) {
-    int st = pt_schedule_stage(p->sched.kind, p->sched.pp, p->v, p->rank, x->chunk), from, rank, chunk;
+static int pt_local_source(const pt_schedule *s, int r, const pt_action *x) {
+    int st = pt_schedule_stage(s->kind, s->pp, s->v, r, x->chunk), from, rank, chunk;
     if (x->kind == PT_ACT_FWD) from = st - 1;
     else if (x->kind == PT_ACT_BWD || x->kind == PT_ACT_BWD_INPUT) from = st + 1;
     else return -1;
-    if (from < 0 || from >= p->S) return -1;
-    pt_schedule_locate(p->sched.kind, p->sched.pp, p->v, from, &rank, &chunk);
-    return rank == p->rank ? chunk : -1;
+    if (from < 0 || from >= s->pp * s->v) return -1;
+    pt_schedule_locate(s->kind, s->pp, s->v, from, &rank, &chunk);
+    return rank == r ? chunk : -1;
 }
 
-/* Counts p->uses: of each (micro-batch, chunk)'s set in this rank's list, its actions and the
- * actions that take its result locally (pt_pipe_local_source); the set is held until the last. */
-static void pt_pipe_count_uses(pt_pipe *p) {
-    const pt_action *acts = p->sched.a[p->rank];
-    for (int i = 0; i < p->sched.n[p->rank]; i++) {
-        int src = pt_pipe_local_source(p, &acts[i]);
-        p->uses[acts[i].micro * p->v + acts[i].chunk]++;
-        if (src >= 0) p->uses[acts[i].micro * p->v + src]++;
+static int pt_pipe_local_source(const pt_pipe *p, const pt_action *x) {
+    return pt_local_source(&p->sched, p->rank, x);
+}
+
+void pt_pipe_count_uses(const pt_schedule *s, int r, int *uses) {
+    const pt_action *acts = s->a[r];
+    memset(uses, 0, (size_t)s->m * s->v * sizeof *uses);
+    for (int i = 0; i < s->n[r]; i++) {
+        int src = pt_local_source(s, r, &acts[i]);
+        uses[acts[i].micro * s->v + acts[i].chunk]++;
+        if (src >= 0) uses[acts[i].micro * s->v + src]++;
     }
 }
 
-/* Makes, per chunk, the activation sets that this rank's action list holds at once (a set is
- * taken at its micro-batch's first action and given back after its last use): the set-up's
- * memory. A step makes more only while sends still pending hold sets back. */
-static void pt_pipe_prefill(pt_pipe *p) {
-    int n = p->sched.n[p->rank], *left = pt_calloc((size_t)p->m * p->v, sizeof *left);
-    int *held = pt_calloc((size_t)p->v, sizeof *held), *most = pt_calloc((size_t)p->v, sizeof *most);
-    const pt_action *acts = p->sched.a[p->rank];
-    memcpy(left, p->uses, (size_t)p->m * p->v * sizeof *left);
-    int *seen = pt_calloc((size_t)p->m * p->v, sizeof *seen);
+void pt_pipe_held_sets(const pt_schedule *s, int r, const int *uses, int *most) {
+    int n = s->n[r], *left = pt_calloc((size_t)s->m * s->v, sizeof *left);
+    int *held = pt_calloc((size_t)s->v, sizeof *held), *seen = pt_calloc((size_t)s->m * s->v, sizeof *seen);
+    const pt_action *acts = s->a[r];
+    memcpy(left, uses, (size_t)s->m * s->v * sizeof *left);
+    for (int c = 0; c < s->v; c++) most[c] = 0;
     for (int i = 0; i < n; i++) {
-        int c = acts[i].chunk, k = acts[i].micro * p->v + c, src = pt_pipe_local_source(p, &acts[i]);
+        int c = acts[i].chunk, k = acts[i].micro * s->v + c, src = pt_local_source(s, r, &acts[i]);
         if (!seen[k]++ && ++held[c] > most[c]) most[c] = held[c];
         if (--left[k] == 0) held[c]--;
-        if (src >= 0 && --left[acts[i].micro * p->v + src] == 0) held[src]--;
+        if (src >= 0 && --left[acts[i].micro * s->v + src] == 0) held[src]--;
     }
+    free(left), free(held), free(seen);
+}
+
+/* Makes, per chunk, the activation sets that this rank's action list holds at once
+ * (pt_pipe_held_sets): the set-up's memory. A step makes more only while sends still pending hold
+ * sets back. */
+static void pt_pipe_prefill(pt_pipe *p) {
+    int *most = pt_calloc((size_t)p->v, sizeof *most);
+    pt_pipe_held_sets(&p->sched, p->rank, p->uses, most);
     p->setup_bytes = 0;
     for (int c = 0; c < p->v; c++)
         for (int i = 0; i < most[c]; i++) {
@@ -243,7 +272,7 @@ static void pt_pipe_prefill(pt_pipe *p) {
             p->setup_bytes += p->set_bytes[c];
             p->pool[(size_t)c * p->m * 2 + p->pool_n[c]++] = a;
         }
-    free(left), free(held), free(most), free(seen);
+    free(most);
 }
 
 static size_t pt_pipe_count(const pt_pipe *p);
@@ -273,7 +302,7 @@ pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind,
     p->zb = pt_schedule_splits_backward(kind);
     p->slot = pt_calloc((size_t)n_micro * v, sizeof *p->slot);
     p->uses = pt_calloc((size_t)n_micro * v, sizeof *p->uses);
-    pt_pipe_count_uses(p);
+    pt_pipe_count_uses(&p->sched, p->rank, p->uses);
     p->pool = pt_calloc((size_t)n_micro * v * 2, sizeof *p->pool);
     p->draining = pt_calloc((size_t)n_micro * v * 2, sizeof *p->draining);
     p->pool_n = pt_calloc((size_t)v, sizeof *p->pool_n);

@@ -83,6 +83,10 @@ static int pt_last_stage(const pt_schedule *s) { return s->pp * s->v - 1; }
 static int pt_is_compute(pt_act_kind k) { return k <= PT_ACT_BWD_WEIGHT; }
 /* BWD and BWD_INPUT both produce the input gradient that the previous stage waits for. */
 static int pt_is_bwd_input(pt_act_kind k) { return k == PT_ACT_BWD || k == PT_ACT_BWD_INPUT; }
+/* The factor on the cost of rank r's action x: its stage's weight (1 for even stages and HEADs). */
+static double pt_weight(const pt_schedule *s, int r, const pt_action *x) {
+    return s->weight && pt_is_compute(x->kind) ? s->weight[pt_stage(s, r, x->chunk)] : 1.0;
+}
 
 /* ---- building -------------------------------------------------------------------------- */
 
@@ -148,12 +152,24 @@ static void pt_build_1f1b(pt_schedule *s, int r, int split) {
     while (split && wq.next_w < s->m) pt_emit(s, r, PT_ACT_BWD_WEIGHT, wq.next_w++, 0);
 }
 
-/* Megatron's virtual micro-batch k: micro-batches go in groups of pp through chunk 0, then the
- * same group through chunk 1, ...; backwards visit the chunks in reverse. */
+/* The interleaved schedule's groups (Megatron's, generalised to any m as Megatron's and Llama 3's
+ * flexible schedule do): G = max(1, ⌊m/pp⌋) groups of consecutive micro-batches, as even as
+ * possible: the first m mod G hold ⌈m/G⌉, the others ⌊m/G⌋ (at least pp each when m ≥ pp; m a
+ * multiple of pp: G groups of pp, Megatron's). *size: the largest. */
+static int pt_groups(const pt_schedule *s, int *size) {
+    int G = s->m / s->pp > 1 ? s->m / s->pp : 1;
+    *size = (s->m + G - 1) / G;
+    return G;
+}
+
+/* Virtual micro-batch k of the interleaved order: each group goes through chunk 0, then the same
+ * group through chunk 1, ..., then the next group; backwards visit a group's chunks in reverse. */
 static void pt_virtual(const pt_schedule *s, int k, int backward, int *micro, int *chunk) {
-    int group = s->pp * s->v, in = k % group;
-    *chunk = backward ? s->v - 1 - in / s->pp : in / s->pp;
-    *micro = k / group * s->pp + in % s->pp;
+    int big, G = pt_groups(s, &big), a = s->m / G, R = s->m % G; /* R groups of a + 1, then a */
+    int j = k < R * (a + 1) * s->v ? k / ((a + 1) * s->v) : R + (k - R * (a + 1) * s->v) / (a * s->v);
+    int g = j < R ? a + 1 : a, start = j * a + (j < R ? j : R), in = k - start * s->v;
+    *chunk = backward ? s->v - 1 - in / g : in / g;
+    *micro = start + in % g;
 }
 
 static void pt_emit_virtual(pt_schedule *s, int r, int k, int backward) {
@@ -162,12 +178,17 @@ static void pt_emit_virtual(pt_schedule *s, int r, int k, int backward) {
     pt_emit(s, r, backward ? PT_ACT_BWD : PT_ACT_FWD, micro, chunk);
 }
 
-/* Interleaved 1F1B (Narayanan et al. 2021): rank r warms up with 2(pp − r − 1) + (v − 1)·pp
- * forwards (all of them when m = pp), then alternates, then drains the backwards. */
+/* Interleaved 1F1B (Narayanan et al. 2021): rank r warms up with 2(pp − r − 1) + (v − 1)·g
+ * forwards, g the largest group (pp when pp divides m; all of them when m ≤ pp), then alternates,
+ * then drains the backwards. A backward of the first chunk visited in a group is then never ahead
+ * of its own forward ((v − 1)·g forwards separate them in the tables), and the simulation finds
+ * no deadlock for any pp ≤ 16, v ≤ 4, m ≤ 4pp + 3 (tests/test_schedule.c). */
 static void pt_build_interleaved(pt_schedule *s, int r) {
     int total = s->m * s->v;
-    int warm = (s->pp - r - 1) * 2 + (s->v - 1) * s->pp;
-    if (s->m == s->pp || warm > total) warm = total;
+    int big;
+    pt_groups(s, &big);
+    int warm = (s->pp - r - 1) * 2 + (s->v - 1) * big;
+    if (s->m <= s->pp || warm > total) warm = total;
     for (int k = 0; k < warm; k++) pt_emit_virtual(s, r, k, 0);
     for (int j = 0; j < total - warm; j++) {
         pt_emit_virtual(s, r, warm + j, 0);
@@ -275,16 +296,6 @@ static pt_status pt_schedule_validate(pt_sched_kind kind, int pp, int m, int v) 
                          name, v);
     if (kind == PT_SCHED_INTERLEAVED && v < 2)
         return pt_errorf(PT_ERR_CONFIG, "interleaved schedule: v = %d, needs v >= 2 model chunks per rank", v);
-    if (kind == PT_SCHED_INTERLEAVED && m % pp != 0) {
-        int below = m / pp * pp, above = below + pp;
-        if (below > 0)
-            return pt_errorf(PT_ERR_CONFIG,
-                             "interleaved schedule: %d micro-batches, needs a multiple of pp = %d (e.g. %d or %d)",
-                             m, pp, below, above);
-        return pt_errorf(PT_ERR_CONFIG,
-                         "interleaved schedule: %d micro-batches, needs a multiple of pp = %d (at least %d)", m,
-                         pp, pp);
-    }
     if ((double)pp * m * v > PT_SCHED_MAX_CELLS)
         return pt_errorf(PT_ERR_CONFIG, "%s schedule: pp·m·v = %d·%d·%d is too large (at most %d)", name, pp, m,
                          v, PT_SCHED_MAX_CELLS);
@@ -305,7 +316,7 @@ static void pt_build_lists(pt_schedule *s) {
     }
 }
 
-static double pt_duration(const pt_sched_sim *sim, pt_act_kind k);
+static double pt_duration(const pt_schedule *s, const pt_sched_sim *sim, int r, const pt_action *x);
 
 static int pt_find_act(const pt_schedule *s, int r, pt_act_kind kind, int micro) {
     for (int k = 0; k < s->n[r]; k++)
@@ -383,7 +394,7 @@ static void pt_head_align(pt_schedule *s, double h) {
         pt_sched_sim sim;
         if (pt_schedule_simulate_head(s, 1, zb ? 1 : 2, zb ? 1 : 0, h, &sim) != PT_OK) return;
         int kl = pt_find_act(s, last, PT_ACT_HEAD, i);
-        double T = kl > 0 ? sim.start[last][kl - 1] + pt_duration(&sim, s->a[last][kl - 1].kind) : 0;
+        double T = kl > 0 ? sim.start[last][kl - 1] + pt_duration(s, &sim, last, &s->a[last][kl - 1]) : 0;
         for (int r = 0; r < last; r++) {
             int kh = pt_find_act(s, r, PT_ACT_HEAD, i), lo = pt_find_act(s, r, PT_ACT_FWD, i) + 1;
             int prev = i > 0 ? pt_find_act(s, r, PT_ACT_HEAD, i - 1) + 1 : 0, best = kh;
@@ -392,7 +403,7 @@ static void pt_head_align(pt_schedule *s, double h) {
             for (int k = kh; k >= lo; k--) { /* ties: the later place */
                 pt_act_kind kind = s->a[r][k].kind;
                 if (k < kh && (kind == PT_ACT_SEND_FWD || kind == PT_ACT_SEND_BWD)) continue;
-                double at = k > 0 ? sim.start[r][k - 1] + pt_duration(&sim, s->a[r][k - 1].kind) : 0;
+                double at = k > 0 ? sim.start[r][k - 1] + pt_duration(s, &sim, r, &s->a[r][k - 1]) : 0;
                 double c = at < T ? T - at : (double)last * (at - T);
                 if (c < best_cost - 1e-9) best_cost = c, best = k;
             }
@@ -501,7 +512,23 @@ pt_status pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int pp, int m, i
     return pt_schedule_build_head(s, kind, pp, m, v, 0);
 }
 
+pt_status pt_schedule_set_weights(pt_schedule *s, const double *w) {
+    int S = s->pp * s->v;
+    for (int st = 0; w && st < S; st++)
+        if (!(w[st] > 0))
+            return pt_errorf(PT_ERR_CONFIG, "schedule: stage %d's weight %g, needs > 0 (its relative cost)", st,
+                             w[st]);
+    free(s->weight);
+    s->weight = NULL;
+    if (w) {
+        s->weight = pt_malloc((size_t)S * sizeof *s->weight);
+        memcpy(s->weight, w, (size_t)S * sizeof *s->weight);
+    }
+    return PT_OK;
+}
+
 void pt_schedule_free(pt_schedule *s) {
+    free(s->weight);
     for (int r = 0; s->a && r < s->pp; r++) free(s->a[r]);
     free(s->a);
     free(s->n);
@@ -510,7 +537,25 @@ void pt_schedule_free(pt_schedule *s) {
 
 double pt_schedule_bubble_formula(const pt_schedule *s) {
     if (s->kind == PT_SCHED_ZB || s->kind == PT_SCHED_DUALPIPEV) return -1;
-    return (double)(s->pp - 1) / ((double)s->v * s->m);
+    int S = s->pp * s->v;
+    if (s->weight) { /* afab: a flow shop, Σw + (m − 1)·max w stage-times long */
+        if (s->kind != PT_SCHED_AFAB) return -1;
+        double sum = 0, most = 0;
+        for (int st = 0; st < S; st++) sum += s->weight[st], most = fmax(most, s->weight[st]);
+        return (s->pp * (sum + (s->m - 1) * most) - s->m * sum) / (s->m * sum);
+    }
+    int short_by = s->m < s->pp ? s->pp - s->m : 0;
+    return (double)(s->pp - 1 + (s->v - 1) * short_by) / ((double)s->v * s->m);
+}
+
+double pt_schedule_bubble_bound(const pt_schedule *s) {
+    double sum = 0, most = 0;
+    for (int r = 0; r < s->pp; r++) {
+        double mine = 0;
+        for (int c = 0; c < s->v; c++) mine += s->weight ? s->weight[pt_stage(s, r, c)] : 1.0;
+        sum += mine, most = fmax(most, mine);
+    }
+    return s->pp * most / sum - 1;
 }
 
 double pt_schedule_idle_formula(const pt_schedule *s, double f, double b, double w) {
@@ -774,7 +819,7 @@ static pt_status pt_exec_step(pt_exec *e, int r, int *advanced) {
     if (pt_is_compute(x->kind) || x->kind == PT_ACT_SEND_FWD || x->kind == PT_ACT_SEND_BWD) *advanced = 1;
     if (!*advanced) return PT_OK;
     if (e->start) e->start[r][k] = e->t[r];
-    if (e->cost) e->t[r] += e->cost[x->kind];
+    if (e->cost) e->t[r] += e->cost[x->kind] * pt_weight(e->s, r, x);
     e->pc[r]++;
     return PT_OK;
 }
@@ -1159,7 +1204,7 @@ pt_status pt_schedule_simulate_link(const pt_schedule *s, double f, double b, do
         e.peak = NULL;
         for (int r = 0; r < s->pp; r++) {
             if (e.t[r] > out->makespan) out->makespan = e.t[r];
-            for (int k = 0; k < s->n[r]; k++) out->busy += cost[s->a[r][k].kind];
+            for (int k = 0; k < s->n[r]; k++) out->busy += cost[s->a[r][k].kind] * pt_weight(s, r, &s->a[r][k]);
         }
         out->bubble = out->busy > 0 ? (s->pp * out->makespan - out->busy) / out->busy : 0;
     } else {
@@ -1179,12 +1224,14 @@ void pt_sched_sim_free(pt_sched_sim *r) {
 
 /* ---- drawing --------------------------------------------------------------------------- */
 
-static double pt_duration(const pt_sched_sim *sim, pt_act_kind k) {
-    switch (k) {
-    case PT_ACT_FWD: return sim->f;
-    case PT_ACT_BWD: return sim->b + sim->w;
-    case PT_ACT_BWD_INPUT: return sim->b;
-    case PT_ACT_BWD_WEIGHT: return sim->w;
+/* How long rank r's action x took in the simulation sim (its stage's weight included). */
+static double pt_duration(const pt_schedule *s, const pt_sched_sim *sim, int r, const pt_action *x) {
+    double w = pt_weight(s, r, x);
+    switch (x->kind) {
+    case PT_ACT_FWD: return sim->f * w;
+    case PT_ACT_BWD: return (sim->b + sim->w) * w;
+    case PT_ACT_BWD_INPUT: return sim->b * w;
+    case PT_ACT_BWD_WEIGHT: return sim->w * w;
     case PT_ACT_HEAD: return sim->h;
     default: return 0;
     }
@@ -1195,7 +1242,7 @@ static double pt_quantum(const pt_schedule *s, const pt_sched_sim *sim) {
     double q = 0;
     for (int r = 0; r < s->pp; r++) {
         for (int k = 0; k < s->n[r]; k++) {
-            double d = pt_duration(sim, s->a[r][k].kind);
+            double d = pt_duration(s, sim, r, &s->a[r][k]);
             if (d > 0 && (q == 0 || d < q)) q = d;
         }
     }
@@ -1226,7 +1273,7 @@ void pt_schedule_print(const pt_schedule *s, const pt_sched_sim *sim, FILE *f) {
         kinds[cols] = micros[cols] = 0;
         for (int k = 0; k < s->n[r]; k++) {
             const pt_action *x = &s->a[r][k];
-            double t0 = sim->start[r][k], t1 = t0 + pt_duration(sim, x->kind);
+            double t0 = sim->start[r][k], t1 = t0 + pt_duration(s, sim, r, x);
             for (long c = lround(t0 / q); c < lround(t1 / q) && c < cols; c++) {
                 kinds[c] = pt_kind_char(x);
                 micros[c] = pt_micro_char(x->micro);
@@ -1283,7 +1330,7 @@ pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const c
         fprintf(f, "<text x=\"10\" y=\"%.1f\">rank %d</text>\n", y + 18, r);
         for (int k = 0; k < s->n[r]; k++) {
             const pt_action *x = &s->a[r][k];
-            double t0 = sim->start[r][k], d = pt_duration(sim, x->kind);
+            double t0 = sim->start[r][k], d = pt_duration(s, sim, r, x);
             if (d <= 0) continue;
             double x0 = PT_SVG_LEFT + t0 * sx;
             fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"%s stroke=\"#fff\">"

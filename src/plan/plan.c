@@ -256,26 +256,6 @@ static double pt_plan_ep_bytes(const pt_plan_model *M, double N, double Fe, int 
     return (4 + E) * 2 * rows * C + (E + 4) * rows * 2 * Fe + (E + 4) * rows * Fe;
 }
 
-/* The most activation sets of each chunk rank r holds at once: a set is taken at its
- * (micro-batch, chunk)'s first action and given back after its last use (its own actions, and a
- * local hand-off to the neighbouring chunk), as the pipeline engine does. */
-static void pt_plan_held(const pt_schedule *s, int r, int *most) {
-    int v = s->v, m = s->m;
-    int *uses = calloc((size_t)m * v, sizeof *uses), *seen = calloc((size_t)m * v, sizeof *seen);
-    int held[16] = {0};
-    for (int c = 0; c < v; c++) most[c] = 0;
-    const pt_action *a = s->a[r];
-    for (int i = 0; i < s->n[r]; i++)
-        if (a[i].kind <= PT_ACT_BWD_WEIGHT) uses[a[i].micro * v + a[i].chunk]++;
-    for (int i = 0; i < s->n[r]; i++) {
-        if (a[i].kind > PT_ACT_BWD_WEIGHT) continue;
-        int k = a[i].micro * v + a[i].chunk;
-        if (!seen[k]++ && ++held[a[i].chunk] > most[a[i].chunk]) most[a[i].chunk] = held[a[i].chunk];
-        if (--uses[k] == 0) held[a[i].chunk]--;
-    }
-    free(uses), free(seen);
-}
-
 /* The held sets of every rank of a schedule, remembered for the search (which meets the same
  * schedule shape again and again): (kind, pp, m, chunks) -> most[r·chunks + c]. */
 typedef struct {
@@ -295,13 +275,19 @@ static const int *pt_plan_held_all(pt_sched_kind kind, int pp, int m, int v) {
     pt_plan_held_entry *e = &pt_held_cache[pt_held_next++ % 64];
     free(e->most);
     *e = (pt_plan_held_entry){(int)kind, pp, m, v, calloc((size_t)pp * v, sizeof(int))};
-    for (int r = 0; r < pp; r++) pt_plan_held(&s, r, e->most + r * v);
+    int *uses = malloc((size_t)m * v * sizeof *uses);
+    for (int r = 0; r < pp; r++) { /* the engine's count (pipeline.h) */
+        pt_pipe_count_uses(&s, r, uses);
+        pt_pipe_held_sets(&s, r, uses, e->most + r * v);
+    }
+    free(uses);
     pt_schedule_free(&s);
     return e->most;
 }
 
-/* The stages of pt_pipe_split, its balanced splits remembered for the search (which meets the
- * same model and stage count again and again; the split is quadratic in the layers). */
+/* The stages of pt_pipe_stages (the layout's rule), its balanced splits remembered for the search
+ * (which meets the same model and stage count again and again; the split is quadratic in the
+ * layers). */
 typedef struct {
     pt_model_config m;
     int S, head_split;
@@ -310,9 +296,10 @@ typedef struct {
 static pt_plan_split_entry pt_split_cache[16];
 static int pt_split_next;
 
-static pt_status pt_plan_split(const pt_model_config *m, int S, const char *spec, int head_split,
-                               pt_chunk *stages) {
-    if (spec && spec[0]) return pt_pipe_split(m, S, spec, head_split, stages);
+static pt_status pt_plan_split(const pt_model_config *m, pt_sched_kind kind, int pp, int v, const char *spec,
+                               int head_split, pt_chunk *stages) {
+    int S = pp * v;
+    if ((spec && spec[0]) || kind == PT_SCHED_INTERLEAVED) return pt_pipe_stages(m, kind, pp, v, spec, head_split, stages);
     for (int i = 0; i < 16; i++) {
         pt_plan_split_entry *e = &pt_split_cache[i];
         if (e->stages && e->S == S && e->head_split == head_split && !memcmp(&e->m, m, sizeof *m)) {
@@ -320,7 +307,7 @@ static pt_status pt_plan_split(const pt_model_config *m, int S, const char *spec
             return PT_OK;
         }
     }
-    PT_TRY(pt_pipe_split(m, S, spec, head_split, stages));
+    PT_TRY(pt_pipe_stages(m, kind, pp, v, spec, head_split, stages));
     pt_plan_split_entry *e = &pt_split_cache[pt_split_next++ % 16];
     free(e->stages);
     *e = (pt_plan_split_entry){*m, S, head_split, malloc((size_t)S * sizeof *stages)};
@@ -681,12 +668,7 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
     int S = y.pp * chunks;
     pt_chunk *stages = calloc((size_t)S, sizeof *stages);
     pt_status st = PT_OK;
-    if (kind == PT_SCHED_INTERLEAVED && !c->parallel.pp_layers[0]) {
-        int k = M->n_layers / S;
-        for (int i = 0; i < S; i++) stages[i] = (pt_chunk){i * k, (i + 1) * k};
-    } else {
-        st = pt_plan_split(&c->model, S, c->parallel.pp_layers, head_split, stages);
-    }
+    st = pt_plan_split(&c->model, kind, y.pp, chunks, c->parallel.pp_layers, head_split, stages);
     int *rows = calloc((size_t)y.pp, sizeof *rows);
     if (st == PT_OK && head_split) st = pt_pipe_head_rows(&c->model, y.pp, y.tp, stages, c->parallel.pp_head_rows, rows);
     pt_schedule sched = {0};

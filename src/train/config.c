@@ -190,9 +190,11 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "pipeline schedule (zb: zero bubble ZB-H1; dualpipev: DeepSeek's DualPipeV, 2 chunks per rank "
          "in a V, micro-batches >= 2 pp)"),
     PT_K("parallel.pp_virtual", PT_CFG_INT, parallel.pp_virtual, "1", NULL,
-         "model chunks per pipeline rank (the interleaved schedule: >= 2; dualpipev always holds 2)"),
+         "model chunks per pipeline rank (the interleaved schedule: >= 2, any number of micro-batches; "
+         "dualpipev always holds 2)"),
     PT_K("parallel.pp_layers", PT_CFG_STR, parallel.pp_layers, "", NULL,
-         "layers per stage, e.g. \"3,4,4,3\" (\"\" = balanced, the head counting as layers)"),
+         "layers per stage, pp × chunks counts in stage order, e.g. \"3,4,4,3\" (\"\" = balanced, the "
+         "head counting as layers; interleaved: as even as possible, the rest on the middle stages)"),
     PT_K("parallel.pp_head", PT_CFG_STR, parallel.pp_head, "last", "last|split",
          "the head and loss: on the last stage, or split over the pipeline ranks by vocabulary rows "
          "(each stage a share that balances the stages; afab, 1f1b or zb; untied embeddings)"),
