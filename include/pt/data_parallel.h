@@ -24,6 +24,12 @@
  *             parameters all-gathers them into a pooled buffer (the next unit's gather is started
  *             at once, so it overlaps this unit's compute), releasing returns the buffer.
  *
+ * A bf16 model (training.precision = bf16) under ZeRO-1/2 keeps its fp32 masters sharded as the
+ * moments are (Megatron's distributed optimizer): each rank holds the masters of its slices only,
+ * the optimizer updates them there, and the gather after the step rounds them to bf16 and moves
+ * the bf16 weights straight into the model's bf16 copy (half the bytes of fp32 values). ZeRO-3
+ * keeps them sharded too and gathers bf16 unit by unit.
+ *
  * With ZeRO a bucket [lo, hi) is split into N shards of shard = ⌈(hi − lo)/N⌉ elements; rank r
  * owns [lo + r·shard, min(lo + (r+1)·shard, hi)). Stages 2 and 3 keep the owned slices of every
  * bucket one after another in shard buffers (gradients; with 3 also parameters).
@@ -78,8 +84,13 @@ typedef struct {
     int armed;
     size_t released;       /* elements whose gradients were released in this micro-batch (the
                             * same sequence of points on every rank) */
-    float *gshard, *pshard; /* zero ≥ 2: owned gradient slices; zero = 3: owned parameters */
+    float *gshard, *pshard; /* zero ≥ 2: owned gradient slices; zero = 3 (and masters): owned
+                             * parameters */
     size_t n_shard;
+    /* zero = 1 or 2 with a bf16 model: the fp32 masters are sharded (pshard, the owned slices of
+     * every bucket), the model holds only its bf16 copy, and the step's gathers move bf16 */
+    int masters;
+    size_t gather_elems;   /* the largest bucket's elements over the group (shard·N) */
     /* the pool of bucket-sized buffers */
     float **pool;
     int pool_n, pool_cap;
@@ -103,7 +114,7 @@ typedef struct {
 /* Elements the model's own buffers need (the table rounded up for even shards), and
  * the PT_MODEL_NO_* flags for pt_model_init_ex: what ZeRO-2/3 keep sharded instead. */
 size_t pt_dp_padded_total(size_t total, int group_size, int zero);
-int pt_dp_model_flags(int zero);
+int pt_dp_model_flags(int zero, int bf16);
 
 /* The bucket size in MiB: bucket_mb, or for 0 (auto) an eighth of the region's gradients between
  * 1 and 25 MiB (PyTorch DDP's 25 MiB suits large models; a small model's gradients then fit in

@@ -245,8 +245,9 @@ pt_status pt_layout_init_data(pt_layout *l, pt_model *m, double bucket_mb, int o
         /* the dense tensors reduced over the data ranks, the experts (last in the table) over the
          * ranks that hold the same experts, each region by its own instance */
         PT_TRY(pt_dp_init_region(&l->dp, l->dpc, m, l->zero, 0, l->dense, bucket_mb, overlap));
-        if (l->mesh->edp->size > 1 || l->zero >= 2) /* (ZeRO-2/3 keep the experts' state in its
-                                                      * shards, even alone) */
+        /* (ZeRO-2/3, and ZeRO-1 with a bf16 model's sharded masters, keep the experts' state in
+         * its shards, even alone) */
+        if (l->mesh->edp->size > 1 || l->zero >= 2 || (l->zero == 1 && m->prec == PT_PREC_BF16))
             PT_TRY(pt_dp_init_region(&l->dpe, l->mesh->edp, m, l->zero, l->dense, l->alloc,
                                      bucket_mb, overlap));
     } else {
@@ -376,7 +377,7 @@ int pt_layout_writes(const pt_layout *l) {
 void pt_layout_set_params(pt_layout *l, pt_model *m, const float *local) {
     if (l->dpc) {
         pt_dp_set_params(&l->dp, local);
-        if (l->dpe.model && l->dpe.zero == 3) pt_dp_set_params(&l->dpe, local);
+        if (l->dpe.model && l->dpe.pshard) pt_dp_set_params(&l->dpe, local);
     } else {
         m->be->upload(m->be, m->params, local, m->table.total * sizeof(float));
     }
@@ -385,7 +386,7 @@ void pt_layout_set_params(pt_layout *l, pt_model *m, const float *local) {
 void pt_layout_get_params(pt_layout *l, pt_model *m, float *local) {
     if (l->dpc) {
         pt_dp_get_params(&l->dp, local);
-        if (l->dpe.model && l->dpe.zero == 3) pt_dp_get_params(&l->dpe, local);
+        if (l->dpe.model && l->dpe.pshard) pt_dp_get_params(&l->dpe, local);
     } else {
         m->be->download(m->be, local, m->params, m->table.total * sizeof(float));
     }
@@ -394,16 +395,20 @@ void pt_layout_get_params(pt_layout *l, pt_model *m, float *local) {
 pt_dp_memory pt_layout_memory(const pt_layout *l, const pt_model *m, size_t optim_elems) {
     if (l->dpc) {
         pt_dp_memory r = pt_dp_memory_bytes(&l->dp, optim_elems);
-        if (l->dpe.model && l->dpe.zero >= 2) { /* the experts' shards and pooled buffers */
+        if (l->dpe.model && (l->dpe.zero >= 2 || l->dpe.pshard)) { /* the experts' shards and
+                                                                     * pooled buffers */
             pt_dp_memory e = pt_dp_memory_bytes(&l->dpe, 0);
-            r.grads += e.grads;
+            if (l->dpe.zero >= 2) r.grads += e.grads;
             if (l->dpe.zero == 3) r.params += e.params;
+            if (l->dpe.pshard && m->prec == PT_PREC_BF16) r.optim += e.optim; /* its masters */
             r.params_transient += e.params_transient;
             r.grads_transient += e.grads_transient;
         }
         return r;
     }
     size_t full = m->alloc_total * sizeof(float);
+    if (m->prec == PT_PREC_BF16) /* the bf16 copy; the fp32 masters with the moments */
+        return (pt_dp_memory){full / 2, full, 2 * optim_elems * sizeof(float) + full, 0, 0};
     return (pt_dp_memory){full, full, 2 * optim_elems * sizeof(float), 0, 0};
 }
 
