@@ -19,7 +19,12 @@
  *             gradient buffer: when the model acquires a unit's gradients, its bucket gets a
  *             buffer from a small pool; when all the bucket's units are released, the buffer is
  *             reduce-scattered, the rank's slice added into its gradient shard, and the buffer
- *             returned. This happens on every micro-batch.
+ *             returned. This happens on every micro-batch. Under a pipeline, whose stages run
+ *             the micro-batches' backward passes interleaved with other passes, a bucket is
+ *             reduced once every unit of it has released its gradients and no backward pass
+ *             holds them any longer (a split backward's weight pass releases them after its
+ *             input pass, possibly after another micro-batch's input pass: their gradients are
+ *             then reduced together); the next micro-batch's gradients go to a new buffer.
  *   zero = 3  As 2, one unit per bucket, and parameters are sharded too: acquiring a unit's
  *             parameters all-gathers them into a pooled buffer (the next unit's gather is started
  *             at once, so it overlaps this unit's compute), releasing returns the buffer.
@@ -81,6 +86,9 @@ typedef struct {
     int *unit_bucket;      /* zero ≥ 2: the bucket of each unit */
     size_t *unit_lo, *unit_hi;
     unsigned char *unit_final; /* gradients released in the current micro-batch */
+    int *unit_open;        /* zero ≥ 2: backward passes that acquired the unit's gradients and
+                            * have not released them yet (a split backward's input pass leaves
+                            * them to its weight pass, which may come after other passes) */
     int armed;
     size_t released;       /* elements whose gradients were released in this micro-batch (the
                             * same sequence of points on every rank) */
@@ -170,6 +178,9 @@ void pt_dp_params_updated(pt_dp *d, size_t upto);
  * ZeRO-3 and a bf16 model refreshes the bf16 copy of the owned shard. */
 void pt_dp_gather_params(pt_dp *d, int wait);
 void pt_dp_params_ready(pt_dp *d);
+/* zero ≥ 2: sums this rank's reduced gradient slice of the unit's bucket over group (a tied
+ * embedding's two copies on the first and last pipeline stage, each a bucket of its own). */
+void pt_dp_sum_unit(const pt_dp *d, int unit, pt_comm *group);
 pt_dp_memory pt_dp_memory_bytes(const pt_dp *d, size_t optim_elems);
 
 #endif

@@ -217,7 +217,7 @@ static void pt_dp_poll_hook(void *user) {
 
 static int pt_bucket_final(const pt_dp *d, const pt_dp_bucket *b) {
     for (int u = b->u0; u <= b->u1; u++)
-        if (!d->unit_final[u]) return 0;
+        if (!d->unit_final[u] || d->unit_open[u]) return 0;
     return 1;
 }
 
@@ -271,6 +271,16 @@ static void pt_dp_acquire(void *user, int unit, int use, int backward) {
     int ub = d->unit_bucket ? d->unit_bucket[unit] : -1; /* zero ≥ 2: -1 for nothing here */
     if (d->zero >= 2 && ub >= 0 && (use & PT_USE_GRADS)) {
         pt_dp_bucket *b = &d->b[ub];
+        if (b->started) { /* a later micro-batch's (a pipeline's, within the step): the earlier
+                           * gradients' reduction completes, these go to a new buffer */
+            if (b->req) {
+                pt_comm_wait(d->comm, b->req);
+                pt_dp_done(d, b);
+            }
+            b->started = 0;
+            for (int u = b->u0; u <= b->u1; u++) d->unit_final[u] = 0;
+        }
+        if (backward == 1) d->unit_open[unit]++;
         for (int i = 0; !b->gbuf && d->live_g >= PT_DP_MAX_GBUFS && i < d->n_buckets; i++)
             if (d->b[i].req) {
                 pt_comm_wait(d->comm, d->b[i].req);
@@ -316,6 +326,7 @@ static void pt_dp_release(void *user, int unit, int use, int backward) {
             b->pbuf = NULL;
         }
     }
+    if ((use & PT_USE_GRADS) && backward == 1 && d->unit_open[unit] > 0) d->unit_open[unit]--;
     if ((use & PT_USE_GRADS) && d->armed) {
         d->unit_final[unit] = 1;
         d->released += d->unit_hi[unit] - d->unit_lo[unit];
@@ -359,6 +370,7 @@ static void pt_dp_units(pt_dp *d, size_t lo, size_t hi) {
     d->unit_lo = pt_calloc((size_t)n_units, sizeof *d->unit_lo);
     d->unit_hi = pt_calloc((size_t)n_units, sizeof *d->unit_hi);
     d->unit_final = pt_calloc((size_t)n_units, 1);
+    d->unit_open = pt_calloc((size_t)n_units, sizeof *d->unit_open);
     d->unit_bucket = pt_calloc((size_t)n_units, sizeof *d->unit_bucket);
     for (int u = 0; u < n_units; u++) d->unit_lo[u] = (size_t)-1;
     for (int i = 0; i < model->table.n; i++) {
@@ -418,6 +430,9 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
         }
     } else {
         d->b = pt_calloc((size_t)n_units, sizeof *d->b);
+        /* a tied embedding under a pipeline: its bucket holds it alone, as the last stage's
+         * copy's does, so that the two reduced slices can be summed (pt_dp_sum_unit) */
+        int solo0 = model->cfg.tied_embeddings && model->par.n_chunks > 0;
         /* whole units from the end: merged up to the bucket size with ZeRO-2, one each with 3;
          * units with nothing in the range (the head of a tied model; in a region, the units of
          * the other region) have no bucket */
@@ -430,6 +445,7 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
             int u_first = u;
             for (int v = u - 1; zero == 2 && v >= 0; v--) {
                 if (d->unit_hi[v] == 0) continue;
+                if (v == 0 && solo0) break;
                 if (d->unit_hi[u] - d->unit_lo[v] > want) break;
                 u_first = v;
             }
@@ -504,6 +520,7 @@ void pt_dp_free(pt_dp *d) {
     free(d->unit_lo);
     free(d->unit_hi);
     free(d->unit_final);
+    free(d->unit_open);
     free(d->unit_bucket);
     memset(d, 0, sizeof *d);
 }
@@ -622,8 +639,9 @@ void pt_dp_end_backward(pt_dp *d) {
     d->fin = 0;
     pt_dp_params_ready(d); /* (none left: the passes acquired every unit) */
     if (!d->armed) return;
-    for (int i = 0; i < d->n_buckets; i++)
-        if (!d->b[i].started) pt_dp_start(d, &d->b[i]);
+    for (int i = 0; i < d->n_buckets; i++) /* (zero ≥ 2: those with gradients since their last
+                                            * reduction) */
+        if (!d->b[i].started && (d->zero < 2 || d->b[i].gbuf)) pt_dp_start(d, &d->b[i]);
     if (d->zero == 0) pt_dp_second_phase(d, 1);
 }
 
@@ -730,6 +748,13 @@ void pt_dp_gather_params(pt_dp *d, int wait) {
 
 void pt_dp_params_ready(pt_dp *d) {
     for (int i = d->n_buckets - 1; i >= 0 && d->gathers_pending; i--) pt_dp_gather_wait(d, &d->b[i]);
+}
+
+void pt_dp_sum_unit(const pt_dp *d, int unit, pt_comm *group) {
+    int ub = d->unit_bucket ? d->unit_bucket[unit] : -1;
+    if (d->zero < 2 || ub < 0) return;
+    const pt_dp_bucket *b = &d->b[ub];
+    pt_allreduce_sum(group, d->gshard + b->sh_off, b->shard, PT_DTYPE_F32);
 }
 
 pt_status pt_dp_reduce_bf16(pt_dp *d) {

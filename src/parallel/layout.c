@@ -115,10 +115,11 @@ static pt_status layout_check_pp(const pt_layout_spec *s, const pt_degrees *d, i
                          "interleaved", v);
     if (interleaved && v < 2)
         return pt_errorf(PT_ERR_CONFIG, "the interleaved schedule needs parallel.pp_virtual >= 2");
-    if (zero >= 2)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-2/3 "
-                         "reduce (and gather) every micro-batch, m times the traffic under a "
-                         "pipeline; use ZeRO-0 or 1 (docs/parallelism.md)", zero);
+    if (zero >= 3)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-3 gathers "
+                         "every unit's parameters for each micro-batch's forward and backward, 2m "
+                         "times its parameter traffic under a pipeline of m micro-batches; use "
+                         "ZeRO-0, 1 or 2 (docs/parallelism.md)", zero);
     if (interleaved && !s->pp_layers[0] && mc->n_layers % (pp * v) != 0)
         return pt_errorf(PT_ERR_CONFIG, "interleaved: pp × pp_virtual = %d must divide "
                          "model.n_layers = %d (or give parallel.pp_layers)", pp * v, mc->n_layers);
@@ -335,6 +336,10 @@ void pt_layout_sum_loss(const pt_layout *l, double *loss) {
 void pt_layout_sum_tied(const pt_layout *l, pt_model *m) {
     if (!m->cfg.tied_embeddings || !l->mesh || l->mesh->emb->size <= 1) return;
     if (l->sched == PT_SCHED_DUALPIPEV) return; /* the V's first rank holds both ends: no copy */
+    if (l->dpc && l->dp.zero >= 2) { /* ZeRO-2: the reduced shards of the two copies */
+        pt_dp_sum_unit(&l->dp, 0, l->mesh->emb);
+        return;
+    }
     for (int i = 0; i < m->table.n; i++) {
         const pt_param *p = &m->table.p[i];
         if (p->kind == PT_KIND_EMBED)

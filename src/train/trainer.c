@@ -751,9 +751,14 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         if (t->lay.dpc) pt_dp_begin_micro(&t->lay.dp, 0);
         if (t->lay.dpe.model) pt_dp_begin_micro(&t->lay.dpe, 0);
         loss_sum = pt_pipe_step(&t->pipe, t->d_inputs, t->d_targets, t->d_pos, loss_scale);
+        if (lay->zero >= 2) { /* the reductions the micro-batches' backward passes started (and
+                               * what they left), completed: the shards hold the step's sums */
+            if (t->lay.dpc) pt_dp_end_micro(&t->lay.dp, 1);
+            if (t->lay.dpe.model) pt_dp_end_micro(&t->lay.dpe, 1);
+        }
         pt_layout_sum_tied(lay, &t->model); /* a tied embedding's copy's gradient too */
-        if (t->lay.dpc) pt_dp_begin_micro(&t->lay.dp, 1);
-        if (t->lay.dpe.model) pt_dp_begin_micro(&t->lay.dpe, 1);
+        if (t->lay.dpc && lay->zero < 2) pt_dp_begin_micro(&t->lay.dp, 1);
+        if (t->lay.dpe.model && lay->zero < 2) pt_dp_begin_micro(&t->lay.dpe, 1);
     }
     for (int k = 0; k < n_micro && !t->pipe.model; k++) {
         size_t at = (size_t)k * mb * Tl;
