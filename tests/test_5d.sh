@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_5d.sh PENTATRON: the five parallelisms composed, on 8 and 16 ranks, against one process:
-#   - a matrix of layouts (dense, tied and mixture-of-experts; every schedule; ZeRO-0/1 with a
-#     pipeline, 0–3 without, with or without experts; sp on and off; degrees of 3 and 6 on 6 and
-#     12 ranks), each reproducing the single-process run: step-1 gradients per tensor
+#   - a matrix of layouts (dense, tied and mixture-of-experts; every schedule; ZeRO-0/1/2 with a
+#     pipeline (ZeRO-2 with tp, cp, tied embeddings and experts), 0–3 without, with or without
+#     experts; sp on and off; degrees of 3 and 6 on 6 and 12 ranks), each reproducing the single-process run: step-1 gradients per tensor
 #     ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative; among them dp2·pp2·cp2·tp2 with ep 2, zero
 #     bubble and ZeRO-1 on 16 ranks; a model with head_dim ≠ dim / heads and Llama 3 rope
 #     scaling under dp·cp·tp and pp·cp·tp;
@@ -52,6 +52,9 @@ dense 8 dp2_cp2_tp2_z3 $P.dp=2 $P.cp=2 $P.tp=2 $P.zero=3 --training.micro_batch=
 dense 8 cp4_tp2_sp $P.cp=4 $P.tp=2 $P.sp=true --training.micro_batch=8
 dense 8 tp4_pp2_1f1b $P.tp=4 $P.pp=2 $P.pp_schedule=1f1b --training.micro_batch=2
 dense 8 cp2_pp4_zb $P.cp=2 $P.pp=4 $P.pp_schedule=zb --training.micro_batch=2
+# ZeRO-2 under a pipeline (each micro-batch's gradients reduce-scattered as its backward ends)
+dense 8 dp2_tp2_pp2_zb_sp_z2 $P.dp=2 $P.tp=2 $P.pp=2 $P.sp=true $P.pp_schedule=zb $P.zero=2 --training.micro_batch=1
+dense 8 dp2_pp2_cp2_interleaved_z2 $P.dp=2 $P.pp=2 $P.cp=2 $P.pp_schedule=interleaved $P.pp_virtual=2 $P.zero=2 --training.micro_batch=1
 # tied embeddings across the pipeline (the last stage's copy), with everything else
 # a Hugging Face shape of today: heads of 12 over a width of 32 (head_dim ≠ dim / heads) and
 # Llama 3.1's rope scaling (factor 8, original context 16: every kind of frequency pair)
@@ -62,9 +65,11 @@ check 8 hd12_pp2_cp2_tp2_zb href "${hf[@]}" $P.pp=2 $P.cp=2 $P.tp=2 $P.pp_schedu
 run 1 tref "${L4[@]}" --model.tied_embeddings=true --training.micro_batch=8 || bad "tied reference failed"
 check 8 tied_dp2_pp2_tp2_sp_zb_z1 tref "${L4[@]}" --model.tied_embeddings=true $P.dp=2 $P.pp=2 $P.tp=2 $P.sp=true $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
 run 1 tmref "${moe[@]}" --model.tied_embeddings=true --training.micro_batch=8 || bad "tied MoE reference failed"
+check 8 tied_dp2_pp2_tp2_1f1b_z2 tref "${L4[@]}" --model.tied_embeddings=true $P.dp=2 $P.pp=2 $P.tp=2 $P.pp_schedule=1f1b $P.zero=2 --training.micro_batch=1
 check 8 tied_moe_dp2_cp2_pp2_ep4_z1 tmref "${moe[@]}" --model.tied_embeddings=true $P.dp=2 $P.cp=2 $P.pp=2 $P.ep=4 $P.zero=1 --training.micro_batch=1
 # 8 ranks, mixture of experts: ep over dp, spanning dp × cp, with tp (and sp)
 mixed 8 moe_dp4_ep2_pp2_zb_z1 $P.dp=4 $P.ep=2 $P.pp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
+mixed 8 moe_dp4_ep2_pp2_afab_z2 $P.dp=4 $P.ep=2 $P.pp=2 $P.pp_schedule=afab $P.zero=2 --training.micro_batch=1
 mixed 8 moe_dp2_cp2_pp2_ep4 $P.dp=2 $P.cp=2 $P.pp=2 $P.ep=4 --training.micro_batch=1
 mixed 8 moe_dp2_tp2_pp2_ep2_sp $P.dp=2 $P.tp=2 $P.pp=2 $P.ep=2 $P.sp=true --training.micro_batch=2
 mixed 8 moe_dp4_tp2_ep4_z1 $P.dp=4 $P.tp=2 $P.ep=4 $P.zero=1 --training.micro_batch=1

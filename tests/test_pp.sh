@@ -8,6 +8,10 @@
 #   - checkpoints across pp degrees (pp 2 -> pp 1 × dp 2 -> pp 4) continue the same losses;
 #   - tied embeddings (the last stage holds a copy of the embedding for its head; the two
 #     gradients are summed): every schedule, with dp 2 (ZeRO-1) and tp 2 + sp, and resumed;
+#   - ZeRO-2 under the pipeline (dp 2): every schedule (afab, 1f1b, zb, dualpipev, interleaved)
+#     and tied embeddings (zb, 1f1b) against one process, zb in bf16 against the bf16 run; the
+#     first stage's reduce-scatter bytes m times ZeRO-1's (each micro-batch's gradients), at most
+#     that under zb;
 #   - dualpipev (DualPipeV: 2 chunks per rank in a V, the loss on rank 0, the bottom rank's two
 #     chunks handing off locally): pp 2 and pp 4 at m = 2pp and more, with recomputation
 #     (selective, full), with dp 2 (ZeRO-1), with tp 2 + sp (the local hand-off of a tp rank's
@@ -59,6 +63,8 @@ for L in 4 8; do
 done
 bf16_check 2 bf_pp2_dualpipev 4 --parallel.pp=2 "${DPV[@]}" --training.micro_batch=2
 bf16_check 4 bf_pp4_dualpipev_sel 8 --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1 --training.recompute=selective
+# and ZeRO-2 under the pipeline in bf16 (the fp32 masters sharded, bf16 gathered)
+bf16_check 4 bf_pp2_dp2_z2_zb 4 --parallel.pp=2 --parallel.dp=2 --parallel.zero=2 --parallel.pp_schedule=zb --training.micro_batch=1
 # evaluation (data.val): the forward-only pass down the V and back up gives the single process's
 # validation losses (each within 1e-5 relative)
 shard "$tmp/val_000000.bin" 4000 7 0.2
@@ -105,6 +111,32 @@ check 2 tied_pp2_interleaved tref "${T4[@]}" --parallel.pp=2 --parallel.pp_sched
 check 2 tied_pp2_dualpipev tref "${T4[@]}" --parallel.pp=2 --parallel.pp_schedule=dualpipev --training.micro_batch=2
 check 4 tied_pp2_dp2_z1 tref "${T4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=1
 check 4 tied_pp2_tp2_sp tref "${T4[@]}" --parallel.pp=2 --parallel.tp=2 --parallel.sp=true --training.micro_batch=2
+
+# ZeRO-2 under the pipeline: each micro-batch's gradients reduce-scattered as its backward ends on
+# the stage (zb: once its weight pass has released them), every schedule, and the tied embedding's
+# two copies summed over their reduced slices
+Z2=(--parallel.pp=2 --parallel.dp=2 --parallel.zero=2 --training.micro_batch=1)
+for s in afab 1f1b zb dualpipev; do check 4 "pp2_dp2_z2_$s" ref4 "${L4[@]}" "${Z2[@]}" --parallel.pp_schedule=$s; done
+check 4 pp2_dp2_z2_interleaved ref4 "${L4[@]}" "${Z2[@]}" --parallel.pp_schedule=interleaved --parallel.pp_virtual=2
+check 4 tied_pp2_dp2_z2_zb tref "${T4[@]}" "${Z2[@]}" --parallel.pp_schedule=zb
+check 4 tied_pp2_dp2_z2_1f1b tref "${T4[@]}" "${Z2[@]}" --parallel.pp_schedule=1f1b
+# its traffic (rank 0, the first stage, every step): the reduce-scatter's bytes are m = 4 times
+# ZeRO-1's (one stage's gradients, 4·Ψ_stage·(N − 1)/N bytes, each micro-batch instead of once), at
+# most that under zb (a weight pass deferred past the next input pass reduces two together); the
+# all-gather's are ZeRO-1's
+"$PY" - "$tmp" <<'PY' && ok || bad "ZeRO-2 under the pipeline: reduce-scatter bytes not m times ZeRO-1's"
+import json, sys
+def b(name, op):
+    return sum(json.loads(l)["comm"].get(op, [0, 0])[1] for l in open("%s/%s.jsonl" % (sys.argv[1], name)))
+ok = True
+for s in ("afab", "1f1b", "zb"):
+    z1, z2 = b("pp2_dp2_z1_" + s, "reduce-scatter"), b("pp2_dp2_z2_" + s, "reduce-scatter")
+    g1, g2 = b("pp2_dp2_z1_" + s, "all-gather"), b("pp2_dp2_z2_" + s, "all-gather")
+    print("%s: reduce-scatter ZeRO-1 %d bytes a step, ZeRO-2 %d a micro-batch (%.2fx ZeRO-1's "
+          "over 10 steps); all-gather %d, %d" % (s, z1 // 10, z2 // 40, z2 / z1, g1, g2))
+    ok &= z1 > 0 and (z2 == 4 * z1 if s != "zb" else z1 <= z2 <= 4 * z1) and g1 == g2
+sys.exit(0 if ok else 1)
+PY
 # and its checkpoint (the first stage's copy saved) resumed by one process, and back
 tk="$tmp/tk"
 run 4 t1 "${T4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=1 --checkpoint.dir="$tk" --training.steps=4 --checkpoint.keep=5 &&
@@ -118,7 +150,7 @@ run 4 t3 "${T4[@]}" --parallel.pp=4 --parallel.pp_schedule=zb --training.micro_b
 expect_fail 4 "exceed model.n_layers" --parallel.pp=4 --training.micro_batch=1
 expect_fail 2 "6 stages exceed model.n_layers = 4" "${L4[@]}" --parallel.pp=2 --parallel.pp_schedule=interleaved --parallel.pp_virtual=3 --training.micro_batch=1
 expect_fail 2 "parallel.pp_layers" "${L4[@]}" --parallel.pp=2 --parallel.pp_layers=3,2 --training.micro_batch=1
-expect_fail 4 "ZeRO-2/3" "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=2 --training.micro_batch=1
+expect_fail 4 "ZeRO-3 gathers" "${L4[@]}" --parallel.pp=2 --parallel.dp=2 --parallel.zero=3 --training.micro_batch=1
 expect_fail 2 "at least 2·pp = 4" "${L4[@]}" --parallel.pp=2 "${DPV[@]}" --training.micro_batch=4
 expect_fail 2 "leave it at 1" "${L4[@]}" --parallel.pp=2 "${DPV[@]}" --parallel.pp_virtual=3 --training.micro_batch=1
 expect_fail 4 "exceed model.n_layers" "${L4[@]}" --parallel.pp=4 "${DPV[@]}" --training.micro_batch=1

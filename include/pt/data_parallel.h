@@ -19,10 +19,21 @@
  *             gradient buffer: when the model acquires a unit's gradients, its bucket gets a
  *             buffer from a small pool; when all the bucket's units are released, the buffer is
  *             reduce-scattered, the rank's slice added into its gradient shard, and the buffer
- *             returned. This happens on every micro-batch.
+ *             returned. This happens on every micro-batch. Under a pipeline, whose stages run
+ *             the micro-batches' backward passes interleaved with other passes, a bucket is
+ *             reduced once every unit of it has released its gradients and no backward pass
+ *             holds them any longer (a split backward's weight pass releases them after its
+ *             input pass, possibly after another micro-batch's input pass: their gradients are
+ *             then reduced together); the next micro-batch's gradients go to a new buffer.
  *   zero = 3  As 2, one unit per bucket, and parameters are sharded too: acquiring a unit's
  *             parameters all-gathers them into a pooled buffer (the next unit's gather is started
  *             at once, so it overlaps this unit's compute), releasing returns the buffer.
+ *
+ * A bf16 model (training.precision = bf16) under ZeRO-1/2 keeps its fp32 masters sharded as the
+ * moments are (Megatron's distributed optimizer): each rank holds the masters of its slices only,
+ * the optimizer updates them there, and the gather after the step rounds them to bf16 and moves
+ * the bf16 weights straight into the model's bf16 copy (half the bytes of fp32 values). ZeRO-3
+ * keeps them sharded too and gathers bf16 unit by unit.
  *
  * With ZeRO a bucket [lo, hi) is split into N shards of shard = ⌈(hi − lo)/N⌉ elements; rank r
  * owns [lo + r·shard, min(lo + (r+1)·shard, hi)). Stages 2 and 3 keep the owned slices of every
@@ -75,11 +86,19 @@ typedef struct {
     int *unit_bucket;      /* zero ≥ 2: the bucket of each unit */
     size_t *unit_lo, *unit_hi;
     unsigned char *unit_final; /* gradients released in the current micro-batch */
+    int *unit_open;        /* zero ≥ 2: backward passes that acquired the unit's gradients and
+                            * have not released them yet (a split backward's input pass leaves
+                            * them to its weight pass, which may come after other passes) */
     int armed;
     size_t released;       /* elements whose gradients were released in this micro-batch (the
                             * same sequence of points on every rank) */
-    float *gshard, *pshard; /* zero ≥ 2: owned gradient slices; zero = 3: owned parameters */
+    float *gshard, *pshard; /* zero ≥ 2: owned gradient slices; zero = 3 (and masters): owned
+                             * parameters */
     size_t n_shard;
+    /* zero = 1 or 2 with a bf16 model: the fp32 masters are sharded (pshard, the owned slices of
+     * every bucket), the model holds only its bf16 copy, and the step's gathers move bf16 */
+    int masters;
+    size_t gather_elems;   /* the largest bucket's elements over the group (shard·N) */
     /* the pool of bucket-sized buffers */
     float **pool;
     int pool_n, pool_cap;
@@ -103,7 +122,7 @@ typedef struct {
 /* Elements the model's own buffers need (the table rounded up for even shards), and
  * the PT_MODEL_NO_* flags for pt_model_init_ex: what ZeRO-2/3 keep sharded instead. */
 size_t pt_dp_padded_total(size_t total, int group_size, int zero);
-int pt_dp_model_flags(int zero);
+int pt_dp_model_flags(int zero, int bf16);
 
 /* The bucket size in MiB: bucket_mb, or for 0 (auto) an eighth of the region's gradients between
  * 1 and 25 MiB (PyTorch DDP's 25 MiB suits large models; a small model's gradients then fit in
@@ -159,6 +178,9 @@ void pt_dp_params_updated(pt_dp *d, size_t upto);
  * ZeRO-3 and a bf16 model refreshes the bf16 copy of the owned shard. */
 void pt_dp_gather_params(pt_dp *d, int wait);
 void pt_dp_params_ready(pt_dp *d);
+/* zero ≥ 2: sums this rank's reduced gradient slice of the unit's bucket over group (a tied
+ * embedding's two copies on the first and last pipeline stage, each a bucket of its own). */
+void pt_dp_sum_unit(const pt_dp *d, int unit, pt_comm *group);
 pt_dp_memory pt_dp_memory_bytes(const pt_dp *d, size_t optim_elems);
 
 #endif

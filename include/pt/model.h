@@ -288,8 +288,10 @@ typedef struct {
     void *user;
 } pt_model_hooks;
 
-/* What pt_model_init_ex does not allocate, because the owner of the model provides it (ZeRO). */
-enum { PT_MODEL_NO_PARAMS = 1, PT_MODEL_NO_GRADS = 2 };
+/* What pt_model_init_ex does not allocate, because the owner of the model provides it (ZeRO):
+ * the fp32 parameters (a bf16 model's masters, sharded by ZeRO-1/2/3), the gradients (ZeRO-2/3),
+ * a bf16 model's bf16 copy (ZeRO-3 gathers it unit by unit). */
+enum { PT_MODEL_NO_PARAMS = 1, PT_MODEL_NO_GRADS = 2, PT_MODEL_NO_PARAMS16 = 4 };
 
 typedef struct {
     pt_model_config cfg;
@@ -301,6 +303,7 @@ typedef struct {
     float *params; /* (alloc_total) device memory; the table's tensors, then zero padding */
     float *grads;  /* (alloc_total) device memory, accumulated by backward */
     size_t alloc_total; /* >= table.total: data parallelism pads for even shards */
+    int flags;          /* the PT_MODEL_NO_* of pt_model_init_ex */
     pt_model_view w, g;
     float *rope_cos, *rope_sin; /* (max_seq_len, head_dim/2) device memory */
     pt_model_hooks hooks;
@@ -337,7 +340,9 @@ void pt_model_set_recompute(pt_model *m, pt_recompute mode, int layers);
  * grads) fp32 and computes with a bf16 copy of params, storing activations in bf16 (the rules:
  * docs/precision.md). Set before the first activations are made; PT_ERR_CONFIG for what bf16
  * does not support yet. pt_model_sync_weights refreshes the bf16 copy from params: call it after
- * anything writes params (initialisation, loading, an optimizer step). */
+ * anything writes params (initialisation, loading, an optimizer step); without params (the fp32
+ * masters sharded by the data-parallel module, which writes the bf16 copy itself) it does
+ * nothing. */
 typedef enum { PT_PREC_FP32 = 0, PT_PREC_BF16 } pt_precision;
 pt_status pt_model_set_precision(pt_model *m, pt_precision prec);
 void pt_model_sync_weights(pt_model *m);

@@ -137,6 +137,7 @@ enum { PT_PLAN_DP = 0, PT_PLAN_TP, PT_PLAN_PP, PT_PLAN_CP, PT_PLAN_EP, PT_PLAN_D
 /* One rank's memory by kind (bytes), as the run report counts it. */
 typedef struct {
     double params, grads, optim, transient, activations, total;
+    double masters; /* of optim: a bf16 model's fp32 masters (0 in fp32) */
 } pt_plan_memory;
 
 typedef struct {

@@ -517,6 +517,7 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
         pt_moe_model_init(m);
     }
     m->alloc_total = alloc_total > m->table.total ? alloc_total : m->table.total;
+    m->flags = flags;
     m->w.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->w.layers);
     m->g.layers = pt_calloc((size_t)cfg->n_layers, sizeof *m->g.layers);
     if (!(flags & PT_MODEL_NO_PARAMS)) m->params = be->alloc(be, m->alloc_total * sizeof(float));
@@ -595,7 +596,8 @@ pt_status pt_model_set_precision(pt_model *m, pt_precision prec) {
     m->prec = prec;
     m->act_size = sizeof(pt_bf16);
     m->w16.layers = pt_calloc((size_t)m->cfg.n_layers, sizeof *m->w16.layers);
-    if (!m->params) return PT_OK; /* ZeRO-3: its gathers point w16 (pt_model_point16) */
+    if (m->flags & PT_MODEL_NO_PARAMS16) return PT_OK; /* ZeRO-3: its gathers point w16
+                                                        * (pt_model_point16) */
     m->params16 = m->be->alloc(m->be, m->alloc_total * sizeof(pt_bf16));
     for (int u = 0; u < pt_model_n_units(m); u++) pt_model_point16(m, u, m->params16, 0, m->alloc_total);
     pt_model_sync_weights(m);
@@ -603,7 +605,7 @@ pt_status pt_model_set_precision(pt_model *m, pt_precision prec) {
 }
 
 void pt_model_sync_weights(pt_model *m) {
-    if (m->params16) m->be->to_bf16(m->be, m->params16, m->params, m->alloc_total);
+    if (m->params16 && m->params) m->be->to_bf16(m->be, m->params16, m->params, m->alloc_total);
 }
 
 void pt_model_init_weights_host(const pt_model *m, uint64_t seed, float *host) {

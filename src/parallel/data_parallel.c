@@ -20,10 +20,13 @@ size_t pt_dp_padded_total(size_t total, int group_size, int zero) {
     return (total + g - 1) / g * g;
 }
 
-int pt_dp_model_flags(int zero) {
-    if (zero >= 3) return PT_MODEL_NO_PARAMS | PT_MODEL_NO_GRADS;
-    if (zero == 2) return PT_MODEL_NO_GRADS;
-    return 0;
+int pt_dp_model_flags(int zero, int bf16) {
+    if (zero >= 3) return PT_MODEL_NO_PARAMS | PT_MODEL_NO_GRADS | PT_MODEL_NO_PARAMS16;
+    int flags = zero == 2 ? PT_MODEL_NO_GRADS : 0;
+    /* a bf16 model under ZeRO-1/2: the fp32 masters are sharded here, the model keeps its bf16
+     * copy whole */
+    if (bf16 && zero >= 1) flags |= PT_MODEL_NO_PARAMS;
+    return flags;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -53,6 +56,14 @@ static size_t pt_own_len(const pt_dp *d, const pt_dp_bucket *b) {
     size_t lo = pt_own_lo(d, b);
     if (lo >= b->hi) return 0;
     return b->hi - lo < b->shard ? b->hi - lo : b->shard;
+}
+
+/* The part of the rank's slice that holds the table's elements (a ZeRO-1 slice may run into the
+ * padding past the table's end, which holds zeros). */
+static size_t pt_own_held(const pt_dp *d, const pt_dp_bucket *b) {
+    size_t lo = pt_own_lo(d, b), len = pt_own_len(d, b), total = d->model->table.total;
+    if (lo >= total) return 0;
+    return total - lo < len ? total - lo : len;
 }
 
 /* The model's views of the bucket's units at buf (NULL: cleared); a bf16 model computes with the
@@ -172,7 +183,10 @@ static void pt_dp_gather_done(pt_dp *d, pt_dp_bucket *b) {
     d->gathers_pending--;
     if (d->zero == 2) {
         pt_backend *be = d->model->be;
-        be->copy(be, d->model->params + b->lo, b->pbuf, (b->hi - b->lo) * sizeof(float));
+        if (d->masters) /* the bf16 weights */
+            be->copy(be, d->model->params16 + b->lo, b->pbuf, (b->hi - b->lo) * sizeof(pt_bf16));
+        else
+            be->copy(be, d->model->params + b->lo, b->pbuf, (b->hi - b->lo) * sizeof(float));
         pt_pool_put(d, b->pbuf, &d->live_p);
         b->pbuf = NULL;
     }
@@ -203,7 +217,7 @@ static void pt_dp_poll_hook(void *user) {
 
 static int pt_bucket_final(const pt_dp *d, const pt_dp_bucket *b) {
     for (int u = b->u0; u <= b->u1; u++)
-        if (!d->unit_final[u]) return 0;
+        if (!d->unit_final[u] || d->unit_open[u]) return 0;
     return 1;
 }
 
@@ -257,6 +271,16 @@ static void pt_dp_acquire(void *user, int unit, int use, int backward) {
     int ub = d->unit_bucket ? d->unit_bucket[unit] : -1; /* zero ≥ 2: -1 for nothing here */
     if (d->zero >= 2 && ub >= 0 && (use & PT_USE_GRADS)) {
         pt_dp_bucket *b = &d->b[ub];
+        if (b->started) { /* a later micro-batch's (a pipeline's, within the step): the earlier
+                           * gradients' reduction completes, these go to a new buffer */
+            if (b->req) {
+                pt_comm_wait(d->comm, b->req);
+                pt_dp_done(d, b);
+            }
+            b->started = 0;
+            for (int u = b->u0; u <= b->u1; u++) d->unit_final[u] = 0;
+        }
+        if (backward == 1) d->unit_open[unit]++;
         for (int i = 0; !b->gbuf && d->live_g >= PT_DP_MAX_GBUFS && i < d->n_buckets; i++)
             if (d->b[i].req) {
                 pt_comm_wait(d->comm, d->b[i].req);
@@ -302,6 +326,7 @@ static void pt_dp_release(void *user, int unit, int use, int backward) {
             b->pbuf = NULL;
         }
     }
+    if ((use & PT_USE_GRADS) && backward == 1 && d->unit_open[unit] > 0) d->unit_open[unit]--;
     if ((use & PT_USE_GRADS) && d->armed) {
         d->unit_final[unit] = 1;
         d->released += d->unit_hi[unit] - d->unit_lo[unit];
@@ -345,6 +370,7 @@ static void pt_dp_units(pt_dp *d, size_t lo, size_t hi) {
     d->unit_lo = pt_calloc((size_t)n_units, sizeof *d->unit_lo);
     d->unit_hi = pt_calloc((size_t)n_units, sizeof *d->unit_hi);
     d->unit_final = pt_calloc((size_t)n_units, 1);
+    d->unit_open = pt_calloc((size_t)n_units, sizeof *d->unit_open);
     d->unit_bucket = pt_calloc((size_t)n_units, sizeof *d->unit_bucket);
     for (int u = 0; u < n_units; u++) d->unit_lo[u] = (size_t)-1;
     for (int i = 0; i < model->table.n; i++) {
@@ -387,14 +413,26 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
         PT_ASSERT((hi - lo) % unit == 0);
         if (want < unit) want = unit;
         want = want / unit * unit;
+        if (N == 1 && hi > lo) /* a group of one reduces and gathers nothing: its slice is the
+                                * region, one range as without the instance */
+            want = hi - lo;
         d->b = pt_calloc((hi - lo + want - 1) / want + 1, sizeof *d->b);
         for (size_t h = hi; h > lo;) {
             size_t l = h - lo > want ? h - want : lo;
             pt_dp_add_bucket(d, l, h);
             h = l;
         }
+        /* ZeRO-1: where each bucket's slice sits among the rank's masters (bf16: pshard) */
+        for (int i = d->n_buckets - 1; i >= 0 && !plain; i--) {
+            d->b[i].sh_off = d->n_shard;
+            d->n_shard += d->b[i].shard;
+            if (d->b[i].shard * (size_t)N > d->gather_elems) d->gather_elems = d->b[i].shard * (size_t)N;
+        }
     } else {
         d->b = pt_calloc((size_t)n_units, sizeof *d->b);
+        /* a tied embedding under a pipeline: its bucket holds it alone, as the last stage's
+         * copy's does, so that the two reduced slices can be summed (pt_dp_sum_unit) */
+        int solo0 = model->cfg.tied_embeddings && model->par.n_chunks > 0;
         /* whole units from the end: merged up to the bucket size with ZeRO-2, one each with 3;
          * units with nothing in the range (the head of a tied model; in a region, the units of
          * the other region) have no bucket */
@@ -407,6 +445,7 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
             int u_first = u;
             for (int v = u - 1; zero == 2 && v >= 0; v--) {
                 if (d->unit_hi[v] == 0) continue;
+                if (v == 0 && solo0) break;
                 if (d->unit_hi[u] - d->unit_lo[v] > want) break;
                 u_first = v;
             }
@@ -421,14 +460,21 @@ static pt_status pt_dp_setup(pt_dp *d, pt_comm *comm, pt_model *model, int zero,
             d->n_shard += b->shard;
             if (b->shard * (size_t)N > d->buf_elems) d->buf_elems = b->shard * (size_t)N;
         }
+        d->gather_elems = d->buf_elems;
         pt_backend *be = model->be;
         d->gshard = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(float));
-        if (zero == 3) {
-            d->pshard = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(float));
-            be->zero(be, d->pshard, (d->n_shard ? d->n_shard : 1) * sizeof(float));
-            if (model->prec == PT_PREC_BF16) /* the model computes with gathered bf16 copies */
-                d->pshard16 = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(pt_bf16));
-        }
+        if (zero == 3 && model->prec == PT_PREC_BF16) /* the model computes with gathered bf16
+                                                        * copies */
+            d->pshard16 = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(pt_bf16));
+    }
+    /* the parameters this rank owns: ZeRO-3's, and a bf16 model's fp32 masters under ZeRO-1/2
+     * (Megatron's distributed optimizer: the owner updates them and rounds them to bf16, and the
+     * bf16 weights are what the group gathers); zeros past the table */
+    d->masters = (zero == 1 || zero == 2) && !plain && model->prec == PT_PREC_BF16;
+    if (zero == 3 || d->masters) {
+        pt_backend *be = model->be;
+        d->pshard = be->alloc(be, (d->n_shard ? d->n_shard : 1) * sizeof(float));
+        be->zero(be, d->pshard, (d->n_shard ? d->n_shard : 1) * sizeof(float));
     }
     /* every bucket's reduction and (ZeRO-3) gather may be pending at once: twice their requests made
      * now, so that no step allocates */
@@ -474,12 +520,13 @@ void pt_dp_free(pt_dp *d) {
     free(d->unit_lo);
     free(d->unit_hi);
     free(d->unit_final);
+    free(d->unit_open);
     free(d->unit_bucket);
     memset(d, 0, sizeof *d);
 }
 
 pt_owned_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
-    if (d->zero == 0 || (d->zero == 1 && d->comm->size == 1)) {
+    if (d->zero == 0 || (d->zero == 1 && d->comm->size == 1 && !d->masters)) {
         pt_owned_range *r = pt_calloc(1, sizeof *r);
         int region = d->zero > 0 && d->region_hi; /* ZeRO-0 regions: the optimizer has it all */
         r->lo = region ? d->region_lo : 0;
@@ -495,12 +542,16 @@ pt_owned_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
         r[k].lo = pt_own_lo(d, b);
         if (d->zero == 1) {
             r[k].hi = r[k].lo + b->shard; /* model buffers, padded: may run past the table */
+            if (d->masters) {
+                r[k].param = d->pshard + b->sh_off;
+                r[k].grad = d->model->grads + r[k].lo;
+            }
         } else {
             size_t len = pt_own_len(d, b);
             if (len == 0) continue;
             r[k].hi = r[k].lo + len;
             r[k].grad = d->gshard + b->sh_off;
-            r[k].param = d->zero == 3 ? d->pshard + b->sh_off : d->model->params + r[k].lo;
+            r[k].param = d->pshard ? d->pshard + b->sh_off : d->model->params + r[k].lo;
         }
         k++;
     }
@@ -508,26 +559,51 @@ pt_owned_range *pt_dp_owned_ranges(const pt_dp *d, int *n) {
     return r;
 }
 
+/* Sharded masters: the model's bf16 copy of the region from the host's fp32 values (rounded as
+ * the backend's to_bf16 rounds), each rank all of it, so that setting needs no collective. */
+static void pt_dp_set_copy16(pt_dp *d, const float *host) {
+    size_t lo = d->region_lo, n = d->region_hi - lo, total = d->model->table.total;
+    pt_bf16 *h16 = pt_calloc(n ? n : 1, sizeof *h16); /* padding: zeros */
+    for (size_t i = 0; i < n && lo + i < total; i++) h16[i] = pt_bf16_round(host[lo + i]);
+    d->model->be->upload(d->model->be, d->model->params16 + lo, h16, n * sizeof *h16);
+    free(h16);
+}
+
 void pt_dp_set_params(pt_dp *d, const float *host) {
     pt_backend *be = d->model->be;
     pt_dp_params_ready(d); /* (a gather still writing them) */
-    if (d->zero < 3) {
+    if (!d->pshard) {
         be->upload(be, d->model->params, host, d->model->table.total * sizeof(float));
         return;
     }
     for (int i = 0; i < d->n_buckets; i++) {
         const pt_dp_bucket *b = &d->b[i];
-        size_t len = pt_own_len(d, b);
+        size_t len = pt_own_held(d, b);
         if (len) be->upload(be, d->pshard + b->sh_off, host + pt_own_lo(d, b), len * sizeof(float));
     }
+    if (d->masters) pt_dp_set_copy16(d, host);
     pt_dp_sync_shard16(d);
 }
 
 void pt_dp_get_params(pt_dp *d, float *host) {
     pt_backend *be = d->model->be;
     pt_dp_params_ready(d);
-    if (d->zero < 3) {
+    if (!d->pshard) {
         be->download(be, host, d->model->params, d->model->table.total * sizeof(float));
+        return;
+    }
+    if (d->masters) { /* the fp32 masters, each bucket's slices gathered in host memory */
+        float *buf = pt_malloc((d->gather_elems ? d->gather_elems : 1) * sizeof(float));
+        size_t total = d->model->table.total;
+        for (int i = 0; i < d->n_buckets; i++) {
+            const pt_dp_bucket *b = &d->b[i];
+            be->download(be, buf + (size_t)d->comm->rank * b->shard, d->pshard + b->sh_off,
+                         b->shard * sizeof(float));
+            pt_allgather(d->comm, NULL, buf, b->shard, PT_DTYPE_F32);
+            if (b->lo < total)
+                memcpy(host + b->lo, buf, ((b->hi < total ? b->hi : total) - b->lo) * sizeof(float));
+        }
+        free(buf);
         return;
     }
     float *buf = pt_pool_get(d, &d->live_p, &d->peak_p);
@@ -563,8 +639,9 @@ void pt_dp_end_backward(pt_dp *d) {
     d->fin = 0;
     pt_dp_params_ready(d); /* (none left: the passes acquired every unit) */
     if (!d->armed) return;
-    for (int i = 0; i < d->n_buckets; i++)
-        if (!d->b[i].started) pt_dp_start(d, &d->b[i]);
+    for (int i = 0; i < d->n_buckets; i++) /* (zero ≥ 2: those with gradients since their last
+                                            * reduction) */
+        if (!d->b[i].started && (d->zero < 2 || d->b[i].gbuf)) pt_dp_start(d, &d->b[i]);
     if (d->zero == 0) pt_dp_second_phase(d, 1);
 }
 
@@ -599,12 +676,41 @@ void pt_dp_end_micro(pt_dp *d, int last) {
     }
 }
 
+/* The same for sharded masters (a bf16 model): the rank's updated masters rounded to bf16, and
+ * the bf16 weights gathered (half the bytes of fp32 values). ZeRO-1 in place in the model's bf16
+ * copy; ZeRO-2 through a pooled buffer's first half. Over a group of one, only the rounding. */
+static void pt_dp_gather_bucket16(pt_dp *d, pt_dp_bucket *b) {
+    pt_backend *be = d->model->be;
+    pt_bf16 *p16 = d->model->params16;
+    const float *own = d->pshard + b->sh_off;
+    if (d->comm->size == 1) {
+        be->to_bf16(be, p16 + b->lo, own, pt_own_len(d, b));
+        return;
+    }
+    if (d->zero == 1) {
+        be->to_bf16(be, p16 + pt_own_lo(d, b), own, b->shard);
+        b->preq = d->comm->iallgather(d->comm, NULL, p16 + b->lo, b->shard, PT_DTYPE_BF16);
+    } else {
+        for (int i = d->n_buckets - 1; i >= 0 && d->gathers_pending >= 2; i--)
+            pt_dp_gather_wait(d, &d->b[i]); /* (started in this order) */
+        b->pbuf = pt_pool_get(d, &d->live_p, &d->peak_p);
+        pt_bf16 *g = (pt_bf16 *)(void *)b->pbuf;
+        be->to_bf16(be, g + (size_t)d->comm->rank * b->shard, own, b->shard);
+        b->preq = d->comm->iallgather(d->comm, NULL, g, b->shard, PT_DTYPE_BF16);
+    }
+    d->gathers_pending++;
+}
+
 /* The gather of bucket b (ZeRO-1/2), once this rank's slice of it is updated. ZeRO-1 in place:
  * each rank's slice already sits at its place in the bucket. ZeRO-2: buckets are not padded in
  * the model's buffer, so through a pooled buffer, two in flight (the older one completed first). */
 static void pt_dp_gather_bucket(pt_dp *d, pt_dp_bucket *b) {
     float *p = d->model->params;
     PT_ASSERT(!b->preq);
+    if (d->masters) {
+        pt_dp_gather_bucket16(d, b);
+        return;
+    }
     if (d->zero == 1) {
         b->preq = d->comm->iallgather(d->comm, NULL, p + b->lo, b->shard, PT_DTYPE_F32);
     } else {
@@ -622,7 +728,7 @@ static void pt_dp_gather_bucket(pt_dp *d, pt_dp_bucket *b) {
 }
 
 void pt_dp_params_updated(pt_dp *d, size_t upto) {
-    if ((d->zero != 1 && d->zero != 2) || d->comm->size == 1) return;
+    if ((d->zero != 1 && d->zero != 2) || (d->comm->size == 1 && !d->masters)) return;
     /* the buckets in ascending offsets, as the optimizer's ranges; a bucket where this rank owns
      * nothing goes with the next */
     for (; d->gather_next >= 0; d->gather_next--) {
@@ -644,6 +750,13 @@ void pt_dp_params_ready(pt_dp *d) {
     for (int i = d->n_buckets - 1; i >= 0 && d->gathers_pending; i--) pt_dp_gather_wait(d, &d->b[i]);
 }
 
+void pt_dp_sum_unit(const pt_dp *d, int unit, pt_comm *group) {
+    int ub = d->unit_bucket ? d->unit_bucket[unit] : -1;
+    if (d->zero < 2 || ub < 0) return;
+    const pt_dp_bucket *b = &d->b[ub];
+    pt_allreduce_sum(group, d->gshard + b->sh_off, b->shard, PT_DTYPE_F32);
+}
+
 pt_status pt_dp_reduce_bf16(pt_dp *d) {
     if (d->zero == 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.grad_reduce = bf16 does not support ZeRO-3 yet");
@@ -661,9 +774,15 @@ pt_dp_memory pt_dp_memory_bytes(const pt_dp *d, size_t optim_elems) {
     pt_dp_memory m = {0};
     size_t full = d->model->alloc_total * sizeof(float), shard = d->n_shard * sizeof(float);
     size_t buf = d->buf_elems * sizeof(float);
-    m.params = d->zero == 3 ? shard : full; /* (fp32; a bf16 model's copy: the trainer's count) */
+    m.params = d->zero == 3 ? shard : full;
     m.grads = d->zero >= 2 ? shard : full;
     m.optim = 2 * optim_elems * sizeof(float);
+    if (d->model->prec == PT_PREC_BF16) { /* the bf16 copy the model computes with (ZeRO-3's
+                                           * shard of it), the fp32 masters (sharded with ZeRO
+                                           * 1–3) with the optimizer's state */
+        m.params /= 2;
+        m.optim += d->pshard ? shard : full;
+    }
     m.params_transient = (size_t)d->peak_p * buf;
     m.grads_transient = (size_t)d->peak_g * buf + d->g16_elems * sizeof(pt_bf16);
     return m;

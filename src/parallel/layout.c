@@ -117,10 +117,11 @@ static pt_status layout_check_pp(const pt_layout_spec *s, const pt_degrees *d, i
                          "interleaved", v);
     if (interleaved && v < 2)
         return pt_errorf(PT_ERR_CONFIG, "the interleaved schedule needs parallel.pp_virtual >= 2");
-    if (zero >= 2)
-        return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-2/3 "
-                         "reduce (and gather) every micro-batch, m times the traffic under a "
-                         "pipeline; use ZeRO-0 or 1 (docs/parallelism.md)", zero);
+    if (zero >= 3)
+        return pt_errorf(PT_ERR_CONFIG, "parallel.pp > 1 with parallel.zero = %d: ZeRO-3 gathers "
+                         "every unit's parameters for each micro-batch's forward and backward, 2m "
+                         "times its parameter traffic under a pipeline of m micro-batches; use "
+                         "ZeRO-0, 1 or 2 (docs/parallelism.md)", zero);
     if ((int64_t)pp * v > PT_LAYOUT_MAX_STAGES)
         return pt_errorf(PT_ERR_CONFIG, "pipeline: too many stages (%lld)", (long long)pp * v);
     if (v > PT_MAX_CHUNKS)
@@ -244,8 +245,9 @@ pt_status pt_layout_init_data(pt_layout *l, pt_model *m, double bucket_mb, int o
         /* the dense tensors reduced over the data ranks, the experts (last in the table) over the
          * ranks that hold the same experts, each region by its own instance */
         PT_TRY(pt_dp_init_region(&l->dp, l->dpc, m, l->zero, 0, l->dense, bucket_mb, overlap));
-        if (l->mesh->edp->size > 1 || l->zero >= 2) /* (ZeRO-2/3 keep the experts' state in its
-                                                      * shards, even alone) */
+        /* (ZeRO-2/3, and ZeRO-1 with a bf16 model's sharded masters, keep the experts' state in
+         * its shards, even alone) */
+        if (l->mesh->edp->size > 1 || l->zero >= 2 || (l->zero == 1 && m->prec == PT_PREC_BF16))
             PT_TRY(pt_dp_init_region(&l->dpe, l->mesh->edp, m, l->zero, l->dense, l->alloc,
                                      bucket_mb, overlap));
     } else {
@@ -333,6 +335,10 @@ void pt_layout_sum_loss(const pt_layout *l, double *loss) {
 void pt_layout_sum_tied(const pt_layout *l, pt_model *m) {
     if (!m->cfg.tied_embeddings || !l->mesh || l->mesh->emb->size <= 1) return;
     if (l->sched == PT_SCHED_DUALPIPEV) return; /* the V's first rank holds both ends: no copy */
+    if (l->dpc && l->dp.zero >= 2) { /* ZeRO-2: the reduced shards of the two copies */
+        pt_dp_sum_unit(&l->dp, 0, l->mesh->emb);
+        return;
+    }
     for (int i = 0; i < m->table.n; i++) {
         const pt_param *p = &m->table.p[i];
         if (p->kind == PT_KIND_EMBED)
@@ -375,7 +381,7 @@ int pt_layout_writes(const pt_layout *l) {
 void pt_layout_set_params(pt_layout *l, pt_model *m, const float *local) {
     if (l->dpc) {
         pt_dp_set_params(&l->dp, local);
-        if (l->dpe.model && l->dpe.zero == 3) pt_dp_set_params(&l->dpe, local);
+        if (l->dpe.model && l->dpe.pshard) pt_dp_set_params(&l->dpe, local);
     } else {
         m->be->upload(m->be, m->params, local, m->table.total * sizeof(float));
     }
@@ -384,7 +390,7 @@ void pt_layout_set_params(pt_layout *l, pt_model *m, const float *local) {
 void pt_layout_get_params(pt_layout *l, pt_model *m, float *local) {
     if (l->dpc) {
         pt_dp_get_params(&l->dp, local);
-        if (l->dpe.model && l->dpe.zero == 3) pt_dp_get_params(&l->dpe, local);
+        if (l->dpe.model && l->dpe.pshard) pt_dp_get_params(&l->dpe, local);
     } else {
         m->be->download(m->be, local, m->params, m->table.total * sizeof(float));
     }
@@ -393,16 +399,20 @@ void pt_layout_get_params(pt_layout *l, pt_model *m, float *local) {
 pt_dp_memory pt_layout_memory(const pt_layout *l, const pt_model *m, size_t optim_elems) {
     if (l->dpc) {
         pt_dp_memory r = pt_dp_memory_bytes(&l->dp, optim_elems);
-        if (l->dpe.model && l->dpe.zero >= 2) { /* the experts' shards and pooled buffers */
+        if (l->dpe.model && (l->dpe.zero >= 2 || l->dpe.pshard)) { /* the experts' shards and
+                                                                     * pooled buffers */
             pt_dp_memory e = pt_dp_memory_bytes(&l->dpe, 0);
-            r.grads += e.grads;
+            if (l->dpe.zero >= 2) r.grads += e.grads;
             if (l->dpe.zero == 3) r.params += e.params;
+            if (l->dpe.pshard && m->prec == PT_PREC_BF16) r.optim += e.optim; /* its masters */
             r.params_transient += e.params_transient;
             r.grads_transient += e.grads_transient;
         }
         return r;
     }
     size_t full = m->alloc_total * sizeof(float);
+    if (m->prec == PT_PREC_BF16) /* the bf16 copy; the fp32 masters with the moments */
+        return (pt_dp_memory){full / 2, full, 2 * optim_elems * sizeof(float) + full, 0, 0};
     return (pt_dp_memory){full, full, 2 * optim_elems * sizeof(float), 0, 0};
 }
 

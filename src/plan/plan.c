@@ -559,8 +559,8 @@ static double pt_plan_zero_buffers(const pt_config *c, int zero, const double *u
 }
 
 /* The model state of one rank: parameters, gradients, AdamW moments (fp32; bf16: the model's
- * copy in bf16, the fp32 masters with the optimizer), ZeRO by stage over the data-parallel
- * group (dense: dp × cp ranks; experts: dp × cp / ep). */
+ * copy in bf16, the fp32 masters with the optimizer, sharded with the moments under ZeRO-1/2/3),
+ * ZeRO by stage over the data-parallel group (dense: dp × cp ranks; experts: dp × cp / ep). */
 static void pt_plan_state(const pt_plan_ctx *x, const pt_plan_lay *y, double dense, double expert,
                           const double *units, const double *eunits, int n_units,
                           pt_plan_memory *mem) {
@@ -574,8 +574,9 @@ static void pt_plan_state(const pt_plan_ctx *x, const pt_plan_lay *y, double den
     mem->optim = 2 * (z >= 1 ? shard : full);
     mem->transient = pt_plan_zero_buffers(x->c, z, units, n_units, red) +
                      (y->ep > 1 ? pt_plan_zero_buffers(x->c, z, eunits, n_units, edp) : 0);
+    mem->masters = x->M.bf16 ? (z >= 1 ? shard : full) : 0;
     if (x->M.bf16) {
-        mem->optim += mem->params;
+        mem->optim += mem->masters;
         mem->params /= 2;
     }
 }
@@ -781,7 +782,7 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
             worst = tot, worst_cost = cost;
         }
         if (r == 0) { /* the optimizer: each owned parameter's AdamW update, memory-bound */
-            double owned = (mem->optim - (M->bf16 ? 2 * mem->params : 0)) / 8;
+            double owned = (mem->optim - mem->masters) / 8;
             out->optimizer = pt_plan_membound(hw, owned * (M->bf16 ? 30 : 28));
         }
     }

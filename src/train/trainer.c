@@ -308,8 +308,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     const pt_model_parallel *par = &lay->par;
     int zero = lay->zero, ep = par->ep > 1 ? par->ep : 1, pp = lay->pp, cp = lay->cp;
     pt_sched_kind sched = lay->sched;
-    PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, lay->alloc, pt_dp_model_flags(zero), par));
     int bf16 = !strcmp(cfg->training.precision, "bf16");
+    PT_TRY(pt_model_init_ex(&t->model, &cfg->model, t->be, lay->alloc, pt_dp_model_flags(zero, bf16),
+                            par));
     PT_TRY(pt_model_set_precision(&t->model, bf16 ? PT_PREC_BF16 : PT_PREC_FP32));
     if (bf16 && !t->be->bf16_native)
         pt_log_warn("training.precision = bf16 on a CPU without native bf16 dot products (oneDNN "
@@ -459,14 +460,9 @@ size_t pt_trainer_act_bytes(const pt_trainer *t) {
 }
 
 pt_dp_memory pt_trainer_memory(const pt_trainer *t) {
-    pt_dp_memory m = pt_layout_memory(&t->lay, &t->model, t->opt.n);
-    if (t->model.prec == PT_PREC_BF16) { /* the fp32 masters (whole or ZeRO-3's shard) count
-                                          * with the optimizer's state, the parameters the model
-                                          * computes with are their bf16 copy */
-        m.optim += m.params;
-        m.params /= 2;
-    }
-    return m;
+    /* (a bf16 model: its bf16 copy as the parameters, the fp32 masters, whole or sharded by
+     * ZeRO, with the optimizer's state) */
+    return pt_layout_memory(&t->lay, &t->model, t->opt.n);
 }
 
 /* The owned ranges clipped to the table, in the optimizer's order. */
@@ -629,8 +625,8 @@ static double pt_trainer_reduce(pt_trainer *t) {
 
 /* The update, range by range in ascending offsets: once a bucket's slice is updated its
  * all-gather starts (ZeRO-1/2), overlapping the next ranges' updates; ZeRO-1's gathers complete
- * in the next forward, as each unit is acquired (fp32; a bf16 model's copy is made from all the
- * parameters now). */
+ * in the next forward, as each unit is acquired (a bf16 model's sharded masters: the gathers move
+ * its bf16 copy; whole masters, ZeRO-0: the copy is made from all of them now). */
 static void pt_trainer_update(pt_trainer *t, float lr, float clip) {
     pt_dp *ds[2];
     int n = pt_trainer_dps(t, ds);
@@ -640,7 +636,7 @@ static void pt_trainer_update(pt_trainer *t, float lr, float clip) {
         if (t->cfg.model.bias_rate > 0) pt_trainer_bias_update(t, r);
         for (int i = 0; i < n; i++) pt_dp_params_updated(ds[i], t->opt.ranges[r].hi);
     }
-    for (int i = 0; i < n; i++) pt_dp_gather_params(ds[i], t->model.prec == PT_PREC_BF16);
+    for (int i = 0; i < n; i++) pt_dp_gather_params(ds[i], t->model.params16 && t->model.params);
     pt_model_sync_weights(&t->model); /* bf16: the copy the next step computes with */
 }
 
@@ -755,9 +751,14 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         if (t->lay.dpc) pt_dp_begin_micro(&t->lay.dp, 0);
         if (t->lay.dpe.model) pt_dp_begin_micro(&t->lay.dpe, 0);
         loss_sum = pt_pipe_step(&t->pipe, t->d_inputs, t->d_targets, t->d_pos, loss_scale);
+        if (lay->zero >= 2) { /* the reductions the micro-batches' backward passes started (and
+                               * what they left), completed: the shards hold the step's sums */
+            if (t->lay.dpc) pt_dp_end_micro(&t->lay.dp, 1);
+            if (t->lay.dpe.model) pt_dp_end_micro(&t->lay.dpe, 1);
+        }
         pt_layout_sum_tied(lay, &t->model); /* a tied embedding's copy's gradient too */
-        if (t->lay.dpc) pt_dp_begin_micro(&t->lay.dp, 1);
-        if (t->lay.dpe.model) pt_dp_begin_micro(&t->lay.dpe, 1);
+        if (t->lay.dpc && lay->zero < 2) pt_dp_begin_micro(&t->lay.dp, 1);
+        if (t->lay.dpe.model && lay->zero < 2) pt_dp_begin_micro(&t->lay.dpe, 1);
     }
     for (int k = 0; k < n_micro && !t->pipe.model; k++) {
         size_t at = (size_t)k * mb * Tl;
