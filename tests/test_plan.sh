@@ -14,7 +14,9 @@
 #     one, one process: the difference of their peak RSS (the process's own libraries cancel)
 #     against the difference of the plan plus the host's copy of the initial weights, within 10%.
 #   - the memory of bf16, selective and full recomputation and the head split against the run's
-#     accounting (the fp32 5D matrix's: test_5d.sh).
+#     accounting (the fp32 5D matrix's: test_5d.sh);
+#   - Llama 3 405B's two published layouts with the paper's recipe and the variants that fit:
+#     each largest rank as docs/plan.md's table gives it.
 set -u
 source "$(dirname "$0")/parallel_common.sh" "$1"
 src="$PT_SOURCE_DIR"
@@ -219,6 +221,30 @@ print(f"peak RSS {rss('small') / 1048576:.1f} -> {rss('bigm') / 1048576:.1f} MiB
 d_state = planned("bigm") - planned("small")
 sys.exit(0 if abs(d_rss / d_plan - 1) <= 0.10 and abs(d_state / d_acct - 1) <= 0.02 else 1)
 PY
+
+# Llama 3 405B as Meta trained it (docs/plan.md's table): each variant's largest rank as the table
+# gives it (GB, within 0.01), and whether it fits 80 GB
+L=7,8,8,8,8,8,8,8,8,8,8,8,8,8,8,7
+c8=(--config "$src/configs/plan/llama405b_8192h100.ini" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=1024)
+c128=(--config "$src/configs/plan/llama405b_131072h100.ini" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=2048)
+llama405() { # WANT_GB ARGS...: the plan's largest rank against the table's figure
+  local want="$1"; shift
+  plan "$@" --json 2>&1 | "$PY" -c "
+import json, sys
+d = json.loads(sys.stdin.readline()); got = d['memory_bytes_max'] / 1e9
+print('Llama 3 405B, %s: %.2f GB (docs/plan.md: %s)' % (sys.argv[2], got, sys.argv[1]))
+sys.exit(0 if abs(got - float(sys.argv[1])) <= 0.01 else 1)" "$want" "$(basename "$2") ${*:5}" && ok ||
+    bad "405B: $(basename "$2") ${*:5} does not plan at $want GB"
+}
+llama405 124.25 "${c8[@]}"
+llama405 130.43 "${c8[@]}" --parallel.zero=1
+llama405 96.92 "${c8[@]}" --training.recompute=selective
+llama405 76.82 "${c8[@]}" --training.recompute=full --training.recompute_layers=2
+llama405 28.85 "${c8[@]}" --training.recompute=full
+llama405 82.54 "${c8[@]}" --parallel.pp_schedule=1f1b --parallel.pp_virtual=1 --parallel.pp_layers=$L
+llama405 65.51 "${c8[@]}" --parallel.pp_schedule=1f1b --parallel.pp_virtual=1 --parallel.pp_layers=$L --training.recompute=selective
+llama405 88.22 "${c128[@]}"
+llama405 74.37 "${c128[@]}" --training.recompute=selective
 
 echo "test_plan: $pass passed, $fail failed"
 [ $fail -eq 0 ]

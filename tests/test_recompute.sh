@@ -67,7 +67,9 @@ arrays = dict(x=R*C, rstd1=R, xn1=N*C, qkv=N*qkv, att=N*q, lse=B*H*T, xmid=R*C, 
               gu=2*N*F, h=N*F)
 keep = dict(none=set(arrays), selective=set(arrays) - {"att", "lse", "h"}, full={"x"})
 HR = min(512, N)  # rows of the fused head + loss
-rest = R*C + R + N*C + N*C + HR*V + HR + R*C + N*C + N*qkv + N*q + 2*N*F + N*F + 2*C + 2*KV*hd*C
+# the set's own (output, its gradient, the final norm's rstd, its rows of xf's gradient) and the
+# backward's scratch (xf and its whole gradient, the head's chunk of logits, the input gradients)
+rest = (R*C + R*C + R + R*C) + (N*C + N*C + HR*V + HR + N*C + N*qkv + N*q + 2*N*F + N*F + 2*C + 2*KV*hd*C)
 ok = True
 for mode in keep:
     layers = L * sum(arrays[a] for a in keep[mode])

@@ -92,13 +92,15 @@ def predicted(t, sp):
     # rstd2, qkv, att, lse, gu, h
     layer = (r16(R * C) * 4 + r16(R) * 2 + r16(N * qkv) + r16(N * q)
              + r16(B * (H // t) * T) + r16(N * 2 * f) + r16(N * f))
-    # the set's own: the output and its gradient, the final norm's rstd, xf and its gradient
-    own = r16(R * C) * 2 + r16(R) + r16(N * C) * 2
+    # the set's own: the output and its gradient, the final norm's rstd, its rows of xf's gradient
+    own = r16(R * C) * 3 + r16(R)
     # the backward's scratch, once per rank: the head's chunk of logits, dxn, dqkv, datt, dgu,
-    # dh, the gathered gradient and input (sp), the norms' and a kv head's weight gradients
+    # dh, the gathered gradient and input (sp), the norms' and a kv head's weight gradients, xf
+    # and its whole gradient (the head's)
     hr = min(512, N)
     scratch = (r16(hr * v) + r16(hr) + r16(N * C) + r16(N * qkv) + r16(N * q) + r16(N * 2 * f)
-               + r16(N * f) + (2 * r16(N * C) if sp and t > 1 else 0) + r16(2 * C) + r16(2 * kv * C))
+               + r16(N * f) + (2 * r16(N * C) if sp and t > 1 else 0) + r16(2 * C) + r16(2 * kv * C)
+               + 2 * r16(N * C))
     return 4 * (L * layer + own + scratch)
 rows = []
 for name, t, sp in (("ref", 1, False), ("tp2_sp_false", 2, False), ("tp2_sp_true", 2, True),

@@ -308,14 +308,12 @@ typedef struct {
     float *rope_cos, *rope_sin; /* (max_seq_len, head_dim/2) device memory */
     pt_model_hooks hooks;
     /* mixture of experts: the balancing losses' weight (1 / sequences of the global batch, set by
-     * the trainer) and their sums since the trainer last cleared them (objective units) */
-    double aux_scale, aux_loss, z_loss;
-    double *expert_load; /* (n_layers, n_experts): token-slots routed to each expert (counter) */
+     * the trainer) */
+    double aux_scale;
     /* the global balancing scope: the f this step's loss uses, and this rank's token-slots
      * chosen (before any capacity drop) per layer and expert since pt_model_aux_counts_clear,
      * both (n_layers, n_experts) */
     double *aux_f, *aux_count;
-    int64_t a2a_sent, a2a_recv; /* expert parallelism: rows dispatched to / from other ranks (counter) */
     int recompute, recompute_layers; /* pt_recompute, pt_model_set_recompute */
     /* mixed precision (pt_model_set_precision, docs/precision.md): with PT_PREC_BF16 the model
      * computes with w16, a bf16 copy of params (its pointers address pt_bf16 elements), and stores
@@ -400,6 +398,18 @@ size_t pt_acts_bytes(const pt_acts *a);
  * use the same). restart: rope positions count from the document's start (position −
  * doc_start) rather than the sequence's. */
 void pt_acts_set_documents(pt_acts *a, const int32_t *doc_start, int restart);
+/* What training forwards measure of their mixture-of-experts layers, summed into the caller's
+ * struct: the balancing losses (objective units), each layer's token-slots per expert
+ * (expert_load: (n_layers, n_experts), the caller's array), the rows expert parallelism sent to
+ * and received from other ranks. */
+typedef struct {
+    double aux_loss, z_loss;
+    double *expert_load;
+    int64_t a2a_sent, a2a_recv;
+} pt_moe_stats;
+/* The training forwards (pt_model_forward) on `a` from now on add their MoE statistics to stats
+ * (NULL: nowhere); evaluation forwards and recomputation in backward never count. */
+void pt_acts_set_stats(pt_acts *a, pt_moe_stats *stats);
 /* Reuses activations for a smaller (B, T) (B·T and T within what they were sized for). */
 void pt_acts_set_shape(pt_acts *a, int B, int T);
 

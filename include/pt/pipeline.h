@@ -82,6 +82,7 @@ typedef struct {
     size_t *set_bytes;    /* one set's bytes, per chunk (recorded when the first is made) */
     size_t setup_bytes;   /* the sets made at set-up: those the schedule holds at once */
     const int32_t *docs;  /* documents (pt_pipe_set_documents) or NULL */
+    pt_moe_stats *stats;  /* where the forwards' MoE statistics go (the owner's; NULL: none) */
     int docs_restart;
     /* the head split over the pipeline ranks (model->par.head_split): its workspace, and on the
      * last rank the other ranks' parts of xf's gradient as received (pp − 1 of (R, C)) */

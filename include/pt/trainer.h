@@ -28,7 +28,7 @@ typedef struct {
     pt_mix data;                   /* data.train, or the sources of data.sources */
     pt_data val;                   /* data.val, the held-out shards (n_shards 0: none) */
     int64_t eval_batches;          /* global batches of data.val per evaluation */
-    double *eval_load;             /* the step's expert load, kept across an evaluation */
+    pt_moe_stats stats;            /* the step's MoE statistics (its training forwards') */
     pt_layout lay;                 /* the layout: groups, data parallelism, parallel tables */
     pt_mesh *mesh;                 /* = lay.mesh: NULL when MPI is not initialised (one process) */
     pt_pipe pipe;                  /* pipeline parallelism (pipe.model NULL without) */

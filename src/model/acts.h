@@ -38,8 +38,11 @@ struct pt_acts {
     pt_layer_acts *layers;
     void *xout;       /* (N,C) output of the last layer (activation elements) */
     float *rstdf;     /* (N) */
-    void *xf;         /* (N,C) final-norm output (activation elements) */
-    float *dxf;       /* (N,C) gradient of xf, from the fused head + loss */
+    void *xf;         /* (N,C) final-norm output (activation elements): the scratch's, or with
+                       * the head split over the pipeline the set's own (its HEAD comes later) */
+    float *dxf;       /* (N,C) gradient of xf from the fused head + loss: likewise */
+    float *dxr;       /* (R,C) this rank's rows of it summed over tp, kept for the backward (the
+                       * set's own; dxf itself when the head is split) */
     float *logits;    /* (CHUNK, V) scratch for the fused head */
     float *losses;    /* (CHUNK) */
     float *dx;        /* (R,C) gradient of the residual stream (a chunk's boundary: its own) */
@@ -75,6 +78,8 @@ struct pt_acts {
     float *ones;      /* (B·T) ones: a bias is added and its gradient summed by GEMMs with them */
     void *xg;         /* (N,C) sp: a linear's sharded input gathered (activation elements) */
     int has_targets;
+    pt_moe_stats *stats; /* pt_acts_set_stats: where a training forward's MoE statistics go */
+    pt_moe_stats *counting; /* during a forward: stats, or NULL (evaluation, decoding) */
     pt_kv_cache *kv;  /* decoding (pt_model_decode): the cache attention reads and appends to */
     void *block;      /* the one allocation everything above points into */
 };
@@ -88,6 +93,8 @@ struct pt_model_scratch {
     float *dxn, *dqkv, *datt, *dgu, *dh, *dfull, *dnorm, *dkv, *sA, *sB, *wn, *ones, *logits,
         *losses;
     void *g16, *xg;
+    void *xf;     /* (N,C) the final norm's output and its gradient (fp32), on the rank holding */
+    float *dxf;   /* the head (not split): the fused head and loss use them in the forward */
     void *block;
     int N, HR;
     int users;
@@ -95,12 +102,11 @@ struct pt_model_scratch {
 };
 
 /* The recomputation workspace: one layer's arrays that layers do not keep (sized for the first
- * activations made), the output of a recomputed layer, and a recomputed MoE layer's routing. */
+ * activations made), the output of a recomputed layer, and a recomputed MoE layer's buffers. */
 struct pt_model_ws {
     pt_layer_acts la;
     struct pt_moe_acts *moe;
     void *xnext;  /* (R,C) activation elements */
-    double *load; /* (E) host: a recomputed routing's counts, not counted again */
     void *block;
     int B, T, zb;
     int users; /* the activations that point into it: the last one freed frees it */

@@ -46,6 +46,18 @@ static void pt_linear_rows_fn(void *user, int r0, int r1) {
     if (g->bias) pt_add_bias(m, g->a, out, g->bias, r1 - r0, g->n, g->n);
 }
 
+void pt_linear_fwd(pt_model *m, const pt_linear *L, const void *x, float *y, int n, float beta) {
+    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, L->n, L->K, x, L->K, L->w, L->K, beta, y, L->n);
+}
+
+void pt_linear_dgrad(pt_model *m, const pt_linear *L, const void *dy, float *dx, int n, float beta) {
+    pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, L->K, L->n, dy, L->n, L->w, L->K, beta, dx, L->K);
+}
+
+void pt_linear_dw(pt_model *m, const pt_linear *L, const void *dy, const void *x, int n) {
+    pt_mm(m, PT_TRANS, PT_NO_TRANS, L->n, L->K, n, dy, L->n, x, L->K, 1.0f, L->dw, L->K);
+}
+
 const void *pt_linear_col_forward(pt_model *m, pt_acts *a, const pt_linear *L, const void *x,
                                   float *y, int N) {
     int C = m->cfg.dim;
@@ -73,7 +85,7 @@ void pt_linear_row_forward(pt_model *m, pt_acts *a, const pt_linear *L, void *xo
     if (!pt_is_bf16(m)) { /* fp32: on one rank the GEMM accumulates straight into the residual */
         be->copy(be, xout, xin, RC * sizeof(float));
         if (!m->par.tp_ops) {
-            pt_mm(m, PT_NO_TRANS, PT_TRANS, N, C, K, x, K, L->w, K, 1.0f, xout, C);
+            pt_linear_fwd(m, L, x, xout, N, 1.0f);
             if (L->b) pt_add_bias(m, a, xout, L->b, R, C, C);
             return;
         }
@@ -150,7 +162,7 @@ static void pt_linear_wgrad(pt_model *m, pt_acts *a, const pt_linear *L, const v
         tp->kv_sum(tp->ctx, a->dkv, (size_t)(n - s) * K);
         be->add(be, L->dw + (size_t)s * K, a->dkv, (size_t)(n - s) * K);
     } else {
-        pt_mm(m, PT_TRANS, PT_NO_TRANS, n, K, N, op, n, x, K, 1.0f, L->dw, K);
+        pt_linear_dw(m, L, op, x, N);
     }
     if (L->db && s < n) {
         pt_bias_grad(m, a, L->db, dy32, N, s, n, 1.0f);
@@ -167,7 +179,7 @@ void pt_linear_col_backward(pt_model *m, pt_acts *a, const pt_linear *L, const f
     int K = L->K, n = L->n;
     const void *op = pt_gop(m, a, dy, (size_t)N * n);
     const void *xg = keep ? NULL : pt_regather(m, a, x, N, 1);
-    pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, N, K, n, op, n, L->w, K, 0.0f, dx, K);
+    pt_linear_dgrad(m, L, op, dx, N, 0.0f);
     if (!keep) pt_regather_end(m);
     pt_tp_reduce_begin(m, dx, N, K); /* while the weight gradients compute */
     if (keep) {

@@ -1,7 +1,7 @@
 /* linear.h: the linear layer, written once (see linear.c): the C form of Megatron-LM's
- * ColumnParallelLinear and RowParallelLinear. Attention and the MLP are sequences of these calls;
- * the tensor-parallel mappings (sequence parallelism's gathers and reduce-scatters, or the
- * all-reduces) and their overlap with the GEMMs live inside them. */
+ * ColumnParallelLinear and RowParallelLinear. Attention, the MLP, the experts' MLPs and the head
+ * are sequences of these calls; the tensor-parallel mappings (sequence parallelism's gathers and
+ * reduce-scatters, or the all-reduces) and their overlap with the GEMMs live inside them. */
 #ifndef PT_MODEL_LINEAR_H
 #define PT_MODEL_LINEAR_H
 
@@ -18,6 +18,15 @@ typedef struct {
     float *dw, *db;
     int K, n, shared;
 } pt_linear;
+
+/* The three GEMMs of a linear over rows it holds whole, without a tensor-parallel mapping (an
+ * expert's linears, the head's, a decoding step's), everything packed:
+ *   y (n, L->n, fp32) = x (n, L->K) · Wᵀ + beta·y;
+ *   dx (n, L->K, fp32) = dy (n, L->n) · W + beta·dx, dy a GEMM operand of the model's precision;
+ *   dW (L->n, L->K) += dyᵀ · x. */
+void pt_linear_fwd(pt_model *m, const pt_linear *L, const void *x, float *y, int n, float beta);
+void pt_linear_dgrad(pt_model *m, const pt_linear *L, const void *dy, float *dx, int n, float beta);
+void pt_linear_dw(pt_model *m, const pt_linear *L, const void *dy, const void *x, int n);
 
 /* Column-parallel forward. x (R,K): this rank's rows of the input, kept for backward; with
  * sequence parallelism gathered into the scratch a->xg while y (N,n, fp32) = x·Wᵀ + b is

@@ -513,7 +513,6 @@ pt_status pt_model_init_ex(pt_model *m, const pt_model_config *cfg, pt_backend *
     pt_param_table_build_local(&m->table, cfg, &m->par);
     pt_param_table_build(&m->gtable, cfg);
     if (cfg->n_experts > 0) {
-        m->expert_load = pt_calloc((size_t)cfg->n_layers * cfg->n_experts, sizeof *m->expert_load);
         pt_moe_model_init(m);
     }
     m->alloc_total = alloc_total > m->table.total ? alloc_total : m->table.total;
@@ -577,7 +576,6 @@ void pt_model_free(pt_model *m) {
     if (m->params16) m->be->free(m->be, m->params16);
     pt_param_table_free(&m->table);
     pt_param_table_free(&m->gtable);
-    free(m->expert_load);
     pt_moe_model_free(m);
     PT_ASSERTF(!m->ws, "activations outlive their model");
     memset(m, 0, sizeof *m);
@@ -735,7 +733,6 @@ static void pt_ws_create(pt_model *m, int B, int T, int zb) {
     size_t used = pt_ws_layout(m, ws, B, T, zb, NULL);
     ws->block = m->be->alloc(m->be, used ? used : 1);
     ws->bytes = pt_ws_layout(m, ws, B, T, zb, ws->block);
-    ws->load = pt_calloc((size_t)(m->cfg.n_experts ? m->cfg.n_experts : 1), sizeof *ws->load);
     ws->B = B, ws->T = T, ws->zb = zb;
 }
 
@@ -777,7 +774,9 @@ static size_t pt_scratch_layout(const pt_model *m, struct pt_model_scratch *s, i
     s->wn = pt_take(&p, &used, bf ? (C > qkv ? C : qkv) * f : 0);
     s->ones = pt_take(&p, &used, pt_model_qkv_bias(c) ? N * f : 0);
     s->xg = pt_take(&p, &used, sp ? N * C * E : 0);
-    if (!HR) s->logits = s->losses = NULL;
+    s->xf = pt_take(&p, &used, HR ? N * C * E : 0);
+    s->dxf = pt_take(&p, &used, HR ? N * C * f : 0);
+    if (!HR) s->logits = s->losses = NULL, s->xf = NULL, s->dxf = NULL;
     if (!sp) s->dfull = NULL, s->xg = NULL;
     if (!bf) s->sA = s->sB = s->wn = NULL, s->g16 = NULL;
     if (!pt_model_qkv_bias(c)) s->ones = NULL;
@@ -841,10 +840,13 @@ static size_t pt_set_layout(const pt_model *m, pt_acts *a, int B, int T, int k, 
     }
     a->xout = pt_take(&p, &used, R * C * E);
     a->dx = pt_take(&p, &used, R * C * f);
+    int split = last && m->par.head_split; /* the set keeps xf and its gradient for its HEAD */
     a->rstdf = pt_take(&p, &used, last ? R * f : 0);
-    a->xf = pt_take(&p, &used, last ? N * C * E : 0);
-    a->dxf = pt_take(&p, &used, last ? N * C * f : 0);
-    if (!last) a->rstdf = NULL, a->xf = NULL, a->dxf = NULL;
+    a->xf = pt_take(&p, &used, split ? N * C * E : 0);
+    a->dxf = pt_take(&p, &used, split ? N * C * f : 0);
+    a->dxr = split ? a->dxf : pt_take(&p, &used, last ? R * C * f : 0);
+    if (!last) a->rstdf = NULL, a->dxr = NULL;
+    if (!split) a->xf = NULL, a->dxf = NULL;
     return used;
 }
 
@@ -914,6 +916,7 @@ pt_acts *pt_acts_create_chunk(const pt_model *mc, int B, int T, int k, int zb) {
     a->dh = scr->dh, a->dfull = scr->dfull, a->dnorm = scr->dnorm, a->dkv = scr->dkv;
     a->sA = scr->sA, a->sB = scr->sB, a->g16 = scr->g16, a->wn = scr->wn, a->ones = scr->ones;
     a->xg = scr->xg;
+    if (HR) a->xf = scr->xf, a->dxf = scr->dxf;
     a->pos = pt_calloc((size_t)T, sizeof *a->pos);
     a->d_pos = m->be->alloc(m->be, (size_t)T * sizeof(int32_t));
     a->d_rows = m->be->alloc(m->be, N * sizeof(int32_t));
@@ -938,7 +941,6 @@ void pt_acts_free(const pt_model *m, pt_acts *a) {
     if (ws && --ws->users == 0) {
         m->be->free(m->be, ws->block);
         pt_moe_acts_free(m, ws->moe);
-        free(ws->load);
         free(ws);
         ((pt_model *)m)->ws = NULL;
     }
@@ -963,6 +965,8 @@ void pt_acts_set_documents(pt_acts *a, const int32_t *doc_start, int restart) {
     a->docs = doc_start;
     a->docs_restart = restart;
 }
+
+void pt_acts_set_stats(pt_acts *a, pt_moe_stats *stats) { a->stats = stats; }
 
 void pt_acts_set_shape(pt_acts *a, int B, int T) {
     PT_ASSERTF(B >= 1 && T >= 1 && (int64_t)B * T <= (int64_t)a->cap_B * a->cap_T && T <= a->cap_T,
@@ -1099,12 +1103,11 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
                     * add in fp32 (rounded once into a bf16 xnext) */
         float *y = a->dxn;
         int direct = !m->par.tp_ops && !pt_is_bf16(m);
-        double aux = m->aux_loss, z = m->z_loss;
         size_t RC = (size_t)R * C;
         if (direct) be->copy(be, xnext, la->xmid, RC * sizeof(float));
         if (!direct) be->zero(be, y, (size_t)N * C * sizeof(float));
         pt_moe_forward(m, la->moe, w, xn2, direct ? xnext : y, a->B, a->T,
-                       recompute ? m->ws->load : m->expert_load + (size_t)l * c->n_experts, l,
+                       recompute ? NULL : a->counting, l,
                        recompute);
         if (!direct) {
             pt_tp_reduce(m, y, N, C);
@@ -1114,10 +1117,8 @@ static void pt_layer_forward(pt_model *m, pt_acts *a, int l, void *xnext, int re
             be->add(be, xo, y, RC);
             pt_store(m, xnext, xo, RC);
         }
-        if (recompute)
-            m->aux_loss = aux, m->z_loss = z;
-        else
-            pt_moe_a2a_rows(m, la->moe, &m->a2a_sent, &m->a2a_recv);
+        if (!recompute && a->counting)
+            pt_moe_a2a_rows(m, la->moe, &a->counting->a2a_sent, &a->counting->a2a_recv);
         return;
     }
     /* gu -> h (N,F) */
@@ -1232,13 +1233,19 @@ static pt_head_io pt_acts_head_io(pt_acts *a) {
  * to *loss (and the valid targets to *valid), and in place of the logits the gradient of
  * loss_scale · Σ losses. Under tensor parallelism (or the head split over the pipeline) V is this
  * rank's vocabulary block: the loss combines the blocks' statistics. */
+/* The head as a linear (V rows of this rank's vocabulary, C columns). */
+static pt_linear pt_head_linear(const pt_model *m) {
+    int C = m->cfg.dim, V = pt_head_V(m);
+    return (pt_linear){pt_wc(m)->head, NULL, m->g.head, NULL, C, V, V};
+}
+
 static void pt_head_loss(pt_model *m, const pt_head_io *io, const int32_t *targets, int r0, int n,
                          float loss_scale, double *loss, int64_t *valid) {
     pt_backend *be = m->be;
     int C = m->cfg.dim, V = pt_head_V(m);
     const pt_tp_ops *tp = pt_head_ops(m);
-    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, V, C, pt_at(m, io->xf, (size_t)r0 * C), C, pt_wc(m)->head,
-          C, 0.0f, io->logits, V);
+    pt_linear L = pt_head_linear(m);
+    pt_linear_fwd(m, &L, pt_at(m, io->xf, (size_t)r0 * C), io->logits, n, 0.0f);
     if (tp) {
         tp->xent(tp->ctx, io->logits, targets + r0, n, loss_scale, io->h_losses);
     } else {
@@ -1263,18 +1270,17 @@ static double pt_head_train(pt_model *m, const pt_head_io *io, const int32_t *ta
     double loss = 0.0;
     int64_t valid = 0;
     pt_acquire(m, head, PT_USE_PARAMS | PT_USE_GRADS, 0);
-    const void *wh = pt_wc(m)->head;
+    pt_linear L = pt_head_linear(m); /* after the acquire: ZeRO-3 points the views there */
     for (int r0 = 0; r0 < N; r0 += HR) {
         int n = N - r0 < HR ? N - r0 : HR;
         pt_head_loss(m, io, targets, r0, n, loss_scale, &loss, &valid);
         const void *dl = io->logits;
         if (pt_is_bf16(m)) m->be->to_bf16(m->be, io->g16, io->logits, (size_t)n * V), dl = io->g16;
-        pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, V, dl, V, wh, C, 0.0f, io->dxf + (size_t)r0 * C, C);
+        pt_linear_dgrad(m, &L, dl, io->dxf + (size_t)r0 * C, n, 0.0f);
         /* dxf whole: summed over the tp ranks (with sequence parallelism, this rank's rows, at
          * the start) while the last block's head gradient computes */
         if (r0 + n == N) pt_tp_reduce_begin(m, io->dxf, N, C);
-        pt_mm(m, PT_TRANS, PT_NO_TRANS, V, C, n, dl, V, pt_at(m, io->xf, (size_t)r0 * C), C, 1.0f,
-              m->g.head, C);
+        pt_linear_dw(m, &L, dl, pt_at(m, io->xf, (size_t)r0 * C), n);
         pt_poll(m);
     }
     pt_tp_reduce_end(m);
@@ -1301,14 +1307,20 @@ static double pt_head_eval(pt_model *m, const pt_head_io *io, const int32_t *tar
 
 double pt_model_forward(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
                         const int32_t *pos, float loss_scale, int64_t *n_valid) {
+    a->counting = a->stats;
     pt_forward_trunk(m, a, tokens, pos);
+    a->counting = NULL;
     a->has_targets = targets != NULL;
     if (n_valid) *n_valid = 0;
     /* not the last chunk: the output is in a->xout; the head split: xf goes to the pipeline */
     if (!targets || !a->last || m->par.head_split) return 0.0;
     pt_head_io io = pt_acts_head_io(a);
-    return pt_head_train(m, &io, targets, a->B * a->T, loss_scale, n_valid);
-    /* the final norm's parameters stay for its backward */
+    double loss = pt_head_train(m, &io, targets, a->B * a->T, loss_scale, n_valid);
+    /* xf's gradient (this rank's rows) out of the scratch, kept for the backward; the final
+     * norm's parameters stay for it too */
+    m->be->copy(m->be, a->dxr, a->dxf,
+                (size_t)pt_res_rows(m, a->B * a->T) * m->cfg.dim * sizeof(float));
+    return loss;
 }
 
 double pt_model_eval_loss(pt_model *m, pt_acts *a, const int32_t *tokens, const int32_t *targets,
@@ -1527,7 +1539,7 @@ void pt_model_backward_part(pt_model *m, pt_acts *a, const int32_t *tokens, int 
         be->zero(be, a->dx, (size_t)R * C * sizeof(float));
         pt_acquire(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
         float *dwf = pt_norm_dw(m, a, m->g.final_norm, 0);
-        pt_norm_backward(m, a, dwf, a->dxf, a->xout, pt_wc(m)->final_norm, a->rstdf, R);
+        pt_norm_backward(m, a, dwf, a->dxr, a->xout, pt_wc(m)->final_norm, a->rstdf, R);
         pt_norm_dw_reduce(m, a, &m->g.final_norm, 1);
         pt_release(m, c->n_layers + 1, PT_USE_PARAMS | PT_USE_GRADS, 1);
     } /* else: the gradient of the chunk's output is in a->dx already */
@@ -1559,8 +1571,8 @@ void pt_model_logits(pt_model *m, pt_acts *a, const int32_t *tokens, const int32
     pt_acquire(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
     for (int r0 = 0; r0 < N; r0 += a->head_rows) {
         int n = N - r0 < a->head_rows ? N - r0 : a->head_rows;
-        pt_mm(m, PT_NO_TRANS, PT_TRANS, n, V, C, pt_at(m, a->xf, (size_t)r0 * C), C,
-              pt_wc(m)->head, C, 0.0f, a->logits, V);
+        pt_linear L = pt_head_linear(m);
+        pt_linear_fwd(m, &L, pt_at(m, a->xf, (size_t)r0 * C), a->logits, n, 0.0f);
         be->download(be, host_logits + (size_t)r0 * V, a->logits, (size_t)n * V * sizeof(float));
     }
     pt_release(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
@@ -1587,8 +1599,8 @@ pt_status pt_model_decode(pt_model *m, pt_acts *a, pt_kv_cache *kv, const int32_
     /* the head on the last row only: logits (1,V) = xf[T-1] (1,C) · Headᵀ */
     pt_release(m, c->n_layers + 1, PT_USE_PARAMS, 0);
     pt_acquire(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
-    pt_mm(m, PT_NO_TRANS, PT_TRANS, 1, V, C, pt_at(m, a->xf, (size_t)(T - 1) * C), C,
-          pt_wc(m)->head, C, 0.0f, a->logits, V);
+    pt_linear L = pt_head_linear(m);
+    pt_linear_fwd(m, &L, pt_at(m, a->xf, (size_t)(T - 1) * C), a->logits, 1, 0.0f);
     be->download(be, host_logits, a->logits, (size_t)V * sizeof(float));
     pt_release(m, pt_model_head_unit(m), PT_USE_PARAMS, 0);
     return PT_OK;

@@ -39,8 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/linear.h"
 #include "model/moe.h"
-#include "model/prec.h"
 
 struct pt_moe_acts {
     int N, k, E, Fe;
@@ -268,7 +268,8 @@ static void pt_swiglu_mlp_forward(pt_model *m, const pt_moe_acts *a, const void 
     pt_backend *be = m->be;
     int C = m->cfg.dim, bf16 = pt_is_bf16(m);
     float *g = bf16 ? gu32 : gu, *hh = bf16 ? h32 : h;
-    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, 2 * F, C, x, C, w13, C, 0.0f, g, 2 * F);
+    pt_linear L13 = {w13, NULL, NULL, NULL, C, 2 * F, 2 * F}, L2 = {w2, NULL, NULL, NULL, F, C, C};
+    pt_linear_fwd(m, &L13, x, g, n, 0.0f);
     if (bf16) {
         be->to_bf16(be, gu, g, (size_t)n * 2 * F);
         be->from_bf16(be, g, gu, (size_t)n * 2 * F);
@@ -276,7 +277,7 @@ static void pt_swiglu_mlp_forward(pt_model *m, const pt_moe_acts *a, const void 
     pt_moe_poll(m, a);
     be->swiglu_forward(be, hh, g, n, F);
     if (bf16) be->to_bf16(be, h, hh, (size_t)n * F);
-    pt_mm(m, PT_NO_TRANS, PT_TRANS, n, C, F, h, F, w2, F, beta, y, C);
+    pt_linear_fwd(m, &L2, h, y, n, beta);
 }
 
 /* Its backward from dy (n,C, the model's precision): weight gradients into g13 and g2 (NULL: left
@@ -290,9 +291,10 @@ static void pt_swiglu_mlp_backward(pt_model *m, const pt_moe_acts *a, const void
                                    int n, float *dh, float *dgu) {
     pt_backend *be = m->be;
     int C = m->cfg.dim, bf16 = pt_is_bf16(m);
-    if (g2) pt_mm(m, PT_TRANS, PT_NO_TRANS, C, F, n, dy, C, h, F, 1.0f, g2, F);
+    pt_linear L13 = {w13, NULL, g13, NULL, C, 2 * F, 2 * F}, L2 = {w2, NULL, g2, NULL, F, C, C};
+    if (g2) pt_linear_dw(m, &L2, dy, h, n);
     pt_moe_poll(m, a);
-    pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, F, C, dy, C, w2, F, 0.0f, dh, F);
+    pt_linear_dgrad(m, &L2, dy, dh, n, 0.0f);
     pt_moe_poll(m, a);
     if (bf16) be->from_bf16(be, dgu, gu, (size_t)n * 2 * F);
     be->swiglu_backward(be, dgu, dh, bf16 ? dgu : gu, n, F);
@@ -301,9 +303,9 @@ static void pt_swiglu_mlp_backward(pt_model *m, const pt_moe_acts *a, const void
         be->to_bf16(be, gu, dgu, (size_t)n * 2 * F);
         op = gu;
     }
-    if (g13) pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * F, C, n, op, 2 * F, x, C, 1.0f, g13, C);
+    if (g13) pt_linear_dw(m, &L13, op, x, n);
     pt_moe_poll(m, a);
-    pt_mm(m, PT_NO_TRANS, PT_NO_TRANS, n, C, 2 * F, op, 2 * F, w13, C, beta, dx, C);
+    pt_linear_dgrad(m, &L13, op, dx, n, beta);
 }
 
 /* Expert j of this rank's: its w13 (2Fe,C) and the w2 (C,Fe) after it, in the view's precision
@@ -411,7 +413,7 @@ void pt_model_aux_f_update(pt_model *m) {
 }
 
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const void *xn,
-                      float *out, int B, int T, double *load, int layer, int recompute) {
+                      float *out, int B, int T, pt_moe_stats *st, int layer, int recompute) {
     pt_backend *be = m->be;
     const pt_model_config *c = &m->cfg;
     int N = a->N, E = a->E, k = a->k, Fe = a->Fe, C = c->dim;
@@ -434,7 +436,7 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
     }
     pt_route(a, a->hlog, cap, bias);
     int S = a->off[E]; /* the token-slots kept */
-    for (int e = 0; e < E; e++) load[e] += a->off[e + 1] - a->off[e];
+    for (int e = 0; e < E && st; e++) st->expert_load[(size_t)layer * E + e] += a->off[e + 1] - a->off[e];
     float *sw = a->sw;
     for (int i = 0; i < S; i++) sw[i] = a->w[(size_t)a->slot_tok[i] * k + a->slot_j[i]];
     be->upload(be, a->d_tok, a->slot_tok, (size_t)S * sizeof(int32_t));
@@ -494,8 +496,10 @@ double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const
     for (int i = 0; i < B * E; i++) aux += cnt[i] * psum[i] / Tt;
     for (int t = 0; t < B * T; t++) z += (double)a->zlse[t] * a->zlse[t] / Tt;
     /* every context rank has the sequence's aux: each reports its share of it */
-    m->aux_loss += c->aux_loss_coef * E * aux * m->aux_scale / cp;
-    m->z_loss += c->z_loss_coef * z * m->aux_scale;
+    if (st) {
+        st->aux_loss += c->aux_loss_coef * E * aux * m->aux_scale / cp;
+        st->z_loss += c->z_loss_coef * z * m->aux_scale;
+    }
     return 0;
 }
 
@@ -601,9 +605,9 @@ void pt_moe_backward_weight(pt_model *m, pt_moe_acts *a, const pt_layer_view *g)
          * operand), in fp32 dgu does */
         const void *op = pt_is_bf16(m) ? pt_at(m, a->gu, (size_t)o * 2 * Fe)
                                        : (const void *)(a->dgu + (size_t)o * 2 * Fe);
-        pt_mm(m, PT_TRANS, PT_NO_TRANS, C, Fe, n, pt_at(m, a->dy, (size_t)o * C), C,
-              pt_at(m, a->h, (size_t)o * Fe), Fe, 1.0f, g13 + (size_t)2 * Fe * C, Fe);
-        pt_mm(m, PT_TRANS, PT_NO_TRANS, 2 * Fe, C, n, op, 2 * Fe, pt_at(m, a->xg, (size_t)o * C), C,
-              1.0f, g13, C);
+        pt_linear L13 = {NULL, NULL, g13, NULL, C, 2 * Fe, 2 * Fe};
+        pt_linear L2 = {NULL, NULL, g13 + (size_t)2 * Fe * C, NULL, Fe, C, C};
+        pt_linear_dw(m, &L2, pt_at(m, a->dy, (size_t)o * C), pt_at(m, a->h, (size_t)o * Fe), n);
+        pt_linear_dw(m, &L13, op, pt_at(m, a->xg, (size_t)o * C), n);
     }
 }

@@ -19,10 +19,11 @@ void pt_moe_model_init(pt_model *m);
 void pt_moe_model_free(pt_model *m);
 /* out (N,C, fp32) += the experts' (and shared experts') output for the normed input xn (N,C, the
  * model's precision) of B sequences of T tokens of layer `layer`; adds the layer's balancing
- * losses (over m->cfg.aux_scope) to m->aux_loss and m->z_loss and each expert's token-slots to
- * load (E); the global scope's counts to m->aux_count unless this is a recomputation. */
+ * losses (over m->cfg.aux_scope) and each expert's token-slots to st (NULL: not counted:
+ * evaluation, recomputation); the global scope's counts to m->aux_count unless this is a
+ * recomputation. */
 double pt_moe_forward(pt_model *m, pt_moe_acts *a, const pt_layer_view *w, const void *xn,
-                      float *out, int B, int T, double *load, int layer, int recompute);
+                      float *out, int B, int T, pt_moe_stats *st, int layer, int recompute);
 /* dxn (N,C, fp32) += the input gradient for dout (N,C, fp32; dout_op: the same as a GEMM operand
  * of the model's precision, dout itself in fp32); the router's, experts' and shared experts'
  * weight gradients accumulate into g, the balancing losses' included. */

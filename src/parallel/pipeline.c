@@ -485,6 +485,7 @@ double pt_pipe_step(pt_pipe *p, const int32_t *tokens, const int32_t *targets, c
             pt_pipe_wait(p, &s->req[0]);
             pt_acts_set_documents(s->a, p->docs ? p->docs + (size_t)x->micro * rows : NULL,
                                   p->docs_restart);
+            pt_acts_set_stats(s->a, p->stats);
             t0 = pt_now();
             loss += pt_model_forward(m, s->a, tok, tgt, pos, loss_scale, NULL);
             p->busy_s += pt_now() - t0;

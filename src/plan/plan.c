@@ -41,13 +41,11 @@ typedef struct {
     /* global dimensions */
     double C, H, KV, hd, F, Vg, L, Ex, k, Fe, Fs, s, b;
     int moe_every, moe_first, n_layers, n_experts, tied, qkv_bias, attn_bias;
+    pt_model_config cfg; /* the model (a GPT block: multi-head, n_kv_heads = n_heads) */
 } pt_plan_model;
 
-static int pt_plan_is_moe(const pt_config *c, int l) {
-    const pt_model_config *m = &c->model;
-    return m->n_experts > 0 && l >= m->moe_first_dense &&
-           (l - m->moe_first_dense) % (m->moe_every > 0 ? m->moe_every : 1) == 0;
-}
+/* Whether layer l is a mixture-of-experts layer: the model's own rule. */
+static int pt_plan_is_moe(const pt_config *c, int l) { return pt_layer_is_moe(&c->model, l); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* the local dimensions of a rank (tp) */
@@ -56,41 +54,61 @@ typedef struct {
     double H, KV, q, kv, F, Fe, V; /* heads, kv heads, widths, MLP, expert MLP, vocabulary rows */
 } pt_plan_local;
 
+/* The model's own local dimensions (pt_model_local_dims), as doubles. */
 static pt_plan_local pt_plan_local_dims(const pt_plan_model *M, int tp) {
-    pt_plan_local d;
-    d.H = M->H / tp;
-    /* kv heads: split when tp divides them, else one per rank (replicated) */
-    d.KV = fmod(M->KV, tp) == 0 ? M->KV / tp : 1;
-    d.q = d.H * M->hd;
-    d.kv = d.KV * M->hd;
-    d.F = floor(M->F / tp);
-    d.Fe = floor(M->Fe / tp);
-    d.V = ceil(M->Vg / tp); /* padded to a multiple of tp */
+    pt_local_dims l = pt_model_local_dims(&M->cfg, tp, 0);
+    pt_plan_local d = {l.H, l.KV, (double)l.H * M->hd, (double)l.KV * M->hd, l.F, l.Fe, l.V};
     return d;
 }
 
-/* Parameters of layer l on a rank (tp split; experts: this rank's n_experts/ep), and of which
- * experts' (they reduce over the expert-data-parallel group). */
+/* A Llama layer's parameters on a rank as the trainer's own parameter table has them (tp split;
+ * experts: this rank's n_experts/ep), per layer: dense and experts'; remembered for the search,
+ * which meets the same model and split again and again. */
+typedef struct {
+    pt_model_config m;
+    int tp, ep;
+    double *dense, *expert; /* (n_layers) */
+} pt_plan_params_entry;
+static pt_plan_params_entry pt_params_cache[8];
+static int pt_params_next;
+
+static const pt_plan_params_entry *pt_plan_table_params(const pt_model_config *m, int tp, int ep) {
+    for (int i = 0; i < 8; i++) {
+        pt_plan_params_entry *e = &pt_params_cache[i];
+        if (e->dense && e->tp == tp && e->ep == ep && !memcmp(&e->m, m, sizeof *m)) return e;
+    }
+    pt_plan_params_entry *e = &pt_params_cache[pt_params_next++ % 8];
+    free(e->dense), free(e->expert);
+    *e = (pt_plan_params_entry){*m, tp, ep, calloc((size_t)m->n_layers, sizeof(double)),
+                                calloc((size_t)m->n_layers, sizeof(double))};
+    pt_model_parallel par = {.tp = tp, .ep = ep};
+    pt_param_table t;
+    pt_param_table_build_local(&t, m, &par);
+    for (int i = 0; i < t.n; i++) {
+        const pt_param *p = &t.p[i];
+        if (p->layer < 0) continue;
+        int ex = p->kind == PT_KIND_EXPERT_W1 || p->kind == PT_KIND_EXPERT_W3 || p->kind == PT_KIND_EXPERT_W2;
+        (ex ? e->expert : e->dense)[p->layer] += (double)p->numel;
+    }
+    pt_param_table_free(&t);
+    return e;
+}
+
+/* Parameters of layer l on a rank, and of which experts' (they reduce over the
+ * expert-data-parallel group): the parameter table's (a GPT block, which pentatron does not
+ * train, by its formula). */
 static void pt_plan_layer_params(const pt_plan_model *M, const pt_config *c, int l, int tp, int ep,
                                  double *dense, double *expert) {
-    pt_plan_local d = pt_plan_local_dims(M, tp);
-    double C = M->C, p = 0, e = 0;
-    if (M->gpt) {
-        /* qkv (with biases), o (bias), two LayerNorms (weight, bias), the 4h MLP (biases) */
-        p = C * 3 * d.q + 3 * d.q + d.q * C + C + 4 * C + C * d.F + d.F + d.F * C + C;
-    } else {
-        p = C * (d.q + 2 * d.kv) + d.q * C + 2 * C;
-        if (M->qkv_bias || M->attn_bias) p += d.q + 2 * d.kv + (M->attn_bias ? C : 0);
-        if (pt_plan_is_moe(c, l)) {
-            p += M->Ex * C;                           /* router (replicated) */
-            p += M->Fs / M->Fe * 3 * C * d.Fe;        /* shared experts */
-            e = (M->Ex / ep) * 3 * C * d.Fe;          /* this rank's experts */
-        } else {
-            p += 3 * C * d.F;
-        }
+    if (!M->gpt) {
+        const pt_plan_params_entry *e = pt_plan_table_params(&c->model, tp, ep);
+        *dense = e->dense[l], *expert = e->expert[l];
+        return;
     }
-    *dense = p;
-    *expert = e;
+    pt_plan_local d = pt_plan_local_dims(M, tp);
+    double C = M->C;
+    /* qkv (with biases), o (bias), two LayerNorms (weight, bias), the 4h MLP (biases) */
+    *dense = C * 3 * d.q + 3 * d.q + d.q * C + C + 4 * C + C * d.F + d.F + d.F * C + C;
+    *expert = 0;
 }
 
 /* Model FLOPs of one token's forward through layer l (whole model, no split): the GEMMs and the
@@ -336,6 +354,8 @@ static pt_status pt_plan_model_of(const pt_config *c, pt_plan_model *M) {
     M->C = m->dim;
     M->H = m->n_heads;
     M->KV = M->gpt ? m->n_heads : m->n_kv_heads;
+    M->cfg = *m;
+    M->cfg.n_kv_heads = (int)M->KV;
     M->hd = m->head_dim > 0 ? m->head_dim : (double)m->dim / m->n_heads;
     M->F = m->ffn_dim;
     M->Vg = m->vocab_size;

@@ -397,9 +397,11 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
 
     t->bias_host = pt_calloc((size_t)(cfg->model.n_experts > 0 ? cfg->model.n_experts : 1),
                              sizeof *t->bias_host);
-    if (t->model.expert_load)
-        t->eval_load = pt_calloc((size_t)cfg->model.n_layers * cfg->model.n_experts,
-                                 sizeof *t->eval_load);
+    if (cfg->model.n_experts > 0)
+        t->stats.expert_load = pt_calloc((size_t)cfg->model.n_layers * cfg->model.n_experts,
+                                         sizeof *t->stats.expert_load);
+    if (t->acts) pt_acts_set_stats(t->acts, &t->stats);
+    if (t->pipe.model) t->pipe.stats = &t->stats;
     /* a GPU's peak needs products far larger than the CPU's measurement: its backend measured
      * its own at set-up */
     double gpu_peak = pt_cuda_peak_tflops(t->be, t->model.prec == PT_PREC_BF16) * 1e12;
@@ -553,7 +555,7 @@ void pt_trainer_free(pt_trainer *t) {
     free(t->l_docs), free(t->h_docs);
     free(t->l_inputs);
     free(t->bias_host);
-    free(t->eval_load);
+    free(t->stats.expert_load);
     free(t->l_targets);
     free(t->h_inputs);
     free(t->h_targets);
@@ -580,7 +582,7 @@ static void pt_trainer_bias_update(pt_trainer *t, int r) {
         size_t lo = p->offset > rg->lo ? p->offset : rg->lo;
         size_t hi = p->offset + p->numel < rg->hi ? p->offset + p->numel : rg->hi;
         if (p->kind != PT_KIND_ROUTER_BIAS || hi <= lo) continue;
-        const double *ld = t->model.expert_load + (size_t)p->layer * mc->n_experts;
+        const double *ld = t->stats.expert_load + (size_t)p->layer * mc->n_experts;
         double mean = 0;
         for (int e = 0; e < mc->n_experts; e++) mean += ld[e] / mc->n_experts;
         float *at = rg->param + (lo - rg->lo);
@@ -741,10 +743,10 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     double loss_sum = 0;
     t->model.aux_scale = 1.0 / G; /* the balancing losses: a mean over the batch's sequences */
     pt_model_aux_counts_clear(&t->model); /* the global scope's token-slots of this step */
-    t->model.aux_loss = t->model.z_loss = 0;
-    t->model.a2a_sent = t->model.a2a_recv = 0;
-    size_t n_load = t->model.expert_load ? (size_t)cfg->model.n_layers * cfg->model.n_experts : 0;
-    if (n_load) memset(t->model.expert_load, 0, n_load * sizeof(double));
+    t->stats.aux_loss = t->stats.z_loss = 0;
+    t->stats.a2a_sent = t->stats.a2a_recv = 0;
+    size_t n_load = t->stats.expert_load ? (size_t)cfg->model.n_layers * cfg->model.n_experts : 0;
+    if (n_load) memset(t->stats.expert_load, 0, n_load * sizeof(double));
     pt_trainer_upload_rows(t);
     if (t->pipe.model) {
         /* the schedule runs every micro-batch; the data-parallel reduction follows it */
@@ -781,8 +783,8 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
     double sumsq = pt_trainer_reduce(t);
     pt_trace_span("gradient reduction", t_red, pt_now(), NULL, 0, NULL, 0);
     if (pt_trainer_injected(t)) sumsq = NAN; /* a test's divergence: every rank's norm is NaN */
-    double aux[2] = {t->model.aux_loss, t->model.z_loss};
-    pt_layout_sum_step(lay, &loss_sum, &sumsq, aux, t->model.expert_load, n_load);
+    double aux[2] = {t->stats.aux_loss, t->stats.z_loss};
+    pt_layout_sum_step(lay, &loss_sum, &sumsq, aux, t->stats.expert_load, n_load);
     if (cfg->model.aux_scope == PT_AUX_GLOBAL && n_load) { /* the next step's f */
         pt_layout_sum_counts(lay, t->model.aux_count, n_load);
         pt_model_aux_f_update(&t->model);
@@ -843,9 +845,9 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_stats *s) {
         t->pp_timed += t->step > 2;
     }
     s->tokens_per_s = (double)s->tokens / s->seconds;
-    s->expert_load = t->model.expert_load;
+    s->expert_load = t->stats.expert_load;
     s->ep = t->model.par.ep > 1;
-    s->ep_rows[0] = t->model.a2a_sent, s->ep_rows[1] = t->model.a2a_recv;
+    s->ep_rows[0] = t->stats.a2a_sent, s->ep_rows[1] = t->stats.a2a_recv;
     s->evaluated = 0; /* pt_trainer_run evaluates after the step */
     s->allocs = pt_alloc_count() - allocs0;
     if (s->allocs > 0 && s->step > 1) /* set-up allocates; a step never should (core.h) */
@@ -869,11 +871,6 @@ pt_status pt_trainer_eval(pt_trainer *t, double *val_loss) {
     int G = cfg->training.global_batch, mb = cfg->training.micro_batch, T = cfg->training.seq_len;
     int n_micro = G / t->lay.dp_size / mb, Tl = t->lay.T_local;
     int64_t allocs0 = pt_alloc_count();
-    /* the step's counters, which the metrics still read: the forward passes add to them */
-    size_t n_load = m->expert_load ? (size_t)cfg->model.n_layers * cfg->model.n_experts : 0;
-    if (n_load) memcpy(t->eval_load, m->expert_load, n_load * sizeof *t->eval_load);
-    double aux = m->aux_loss, z = m->z_loss;
-    int64_t sent = m->a2a_sent, recv = m->a2a_recv;
     double loss = 0;
     int64_t n_valid = 0;
     for (int64_t b = 0; b < t->eval_batches; b++) {
@@ -890,8 +887,6 @@ pt_status pt_trainer_eval(pt_trainer *t, double *val_loss) {
     }
     pt_layout_sum_loss(&t->lay, &loss);
     t->be->synchronize(t->be);
-    if (n_load) memcpy(m->expert_load, t->eval_load, n_load * sizeof *t->eval_load);
-    m->aux_loss = aux, m->z_loss = z, m->a2a_sent = sent, m->a2a_recv = recv;
     *val_loss = n_valid > 0 ? loss / (double)n_valid : 0.0;
     int64_t allocs = pt_alloc_count() - allocs0;
     if (allocs > 0) /* everything it uses was made at set-up */
