@@ -77,7 +77,9 @@ def predicted(c, T=4096, B=1, C=32, L=2, V=97, F=48, H=4, KV=2, hd=8):
     layer = (r16(N * C) * 2 + r16(N) * 2 + r16(N * C) * 2 + r16(N * qkv) + r16(N * q)
              + r16(B * H * (T // c)) + r16(N * 2 * F) + r16(N * F))
     hr = min(512, N)
-    rest = (r16(N * C) * 2 + r16(N) + r16(N * C) * 3 + r16(hr * V) + r16(hr) + r16(N * qkv) + r16(N * q)
+    # the set's own (output, its gradient, the final norm's rstd, its rows of xf's gradient) and
+    # the backward's scratch (xf, its whole gradient, dxn, the head's chunk, the input gradients)
+    rest = (r16(N * C) * 3 + r16(N) + r16(N * C) * 3 + r16(hr * V) + r16(hr) + r16(N * qkv) + r16(N * q)
             + r16(N * 2 * F) + r16(N * F) + r16(2 * C) + r16(2 * kv * C))
     if c > 1: rest += 4 * r16(N * 2 * kv) + r16(N * q) + r16(B * H * (T // c))
     return 4 * (L * layer + rest)

@@ -85,10 +85,19 @@ for name, m in (("pp2_1f1b_m8", 8), ("pp4_afab_m8", 8)):
     want = m * N * C * 4  # one activation per micro-batch to stage 1 (plus the tiny loss/norm sums)
     print("%s: first-stage pp bytes per step %d, activations m·N·C·4 = %d (%.2f%%)" % (name, got, want, 100.0 * (got - want) / want))
     if abs(got - want) > 0.01 * want: errs.append(name + " bytes")
+# the backward's scratch, once per rank outside the sets (docs/memory.md; the first stage holds no
+# head): dxn, dqkv, datt, dgu, dh, the norms' and a kv head's weight gradients, fp32, each array
+# padded to 64 bytes (16 floats)
+H, KV, hd, F = 4, 2, 8, 48
+q, qkv = H * hd, (H + 2 * KV) * hd
+r16 = lambda n: (n + 15) // 16 * 16
+scratch = 4 * (r16(N * C) + r16(N * qkv) + r16(N * q) + r16(N * 2 * F) + r16(N * F) + r16(2 * C)
+               + r16(2 * KV * hd * C))
 for p in (2, 4):
-    afab = step2("pp%d_afab_m8" % p)["mem"]["activations"]
-    f1b = step2("pp%d_1f1b_m8" % p)["mem"]["activations"]
-    print("pp %d, m 8: first stage holds %d bytes under afab, %d under 1f1b: ratio %.2f, in-flight 8 / %d" % (p, afab, f1b, afab / f1b, p))
+    afab = step2("pp%d_afab_m8" % p)["mem"]["activations"] - scratch
+    f1b = step2("pp%d_1f1b_m8" % p)["mem"]["activations"] - scratch
+    print("pp %d, m 8: first stage holds %d bytes of sets under afab, %d under 1f1b (and %d of "
+          "scratch): ratio %.2f, in-flight 8 / %d" % (p, afab, f1b, scratch, afab / f1b, p))
     if afab * p != f1b * 8: errs.append("pp %d peak activations" % p)
 if errs: print(errs); sys.exit(1)
 PY

@@ -1,4 +1,5 @@
-/* llama.c: the Llama decoder's forward and backward (fp32), written as explicit op pairs.
+/* llama.c: the Llama decoder's forward and backward (fp32 or bf16), written as explicit op
+ * pairs; its four linears are linear.c's calls, its activations laid out here (acts.h).
  *
  * One micro-batch of B sequences of T tokens is N = B·T rows. Per layer:
  *   x (N,C) -> xn1 = rmsnorm(x) -> qkv = xn1·Wqkvᵀ (N, q+2kv) -> rope(q,k) -> att = attention
@@ -8,7 +9,10 @@
  * through the head's backward, so that the (N, V) logits are never held whole.
  *
  * Saved for backward per layer: the layer input x, rstd of both norms, xn1, qkv (after rope),
- * att, lse, the residual after attention, xn2, gu and h. The attention never stores T×T scores.
+ * att, lse, the residual after attention, xn2, gu and h (sequence parallelism: x, xn1, the
+ * residual and xn2 only this rank's rows); what a recompute mode drops lives in one workspace, and
+ * what no micro-batch keeps from its forward to its backward in one scratch, both once per rank
+ * (docs/memory.md). The attention never stores T×T scores.
  */
 #include <math.h>
 #include <stdlib.h>
