@@ -46,8 +46,9 @@ B4  symbol-cycles   *                               : no two files call each oth
 '
 
 # Sources a build's configuration may leave out (PT_CUDA): the CUDA backend's .cu files without
-# the toolkit, absent.c (the refusal that stands in for them) with it.
-OPTIONAL='src/backend/cuda/*.cu src/backend/cuda/absent.c'
+# the toolkit, absent.c (the refusal that stands in for them) with it; likewise the NCCL comm
+# backend (comm_nccl.c with NCCL's header, comm_nccl_absent.c without).
+OPTIONAL='src/backend/cuda/*.cu src/backend/cuda/absent.c src/comm/comm_nccl.c src/comm/comm_nccl_absent.c'
 
 bin="${1:-}"
 if [ -z "$bin" ]; then

@@ -4,8 +4,17 @@
 # calls and communication, so any code that reads or writes it directly dies of SIGSEGV.
 #   - the guarded single-process reference, and dp2·pp2·cp2·tp2 with ep 2, zero bubble and ZeRO-1
 #     (test_5d's moe_5d_ep2_zb_z1), guarded, reproducing it;
-#   - two 8-rank layouts guarded for the other data-parallel paths (ZeRO-3 with tp, sp, ep and cp;
-#     ZeRO-0 over dp × cp with a pipeline), each reproducing the reference;
+#   - two 8-rank layouts for the other data-parallel paths (ZeRO-3 with tp, sp, ep and cp; ZeRO-0
+#     over dp × cp with a pipeline), each reproducing the reference, guarded and staged: with
+#     PT_BACKEND_GUARD_LINK=1 the guarded backend offers a device link, its memory is then device
+#     memory to the comm layer, which moves it over MPI through host copies (comm.backend = mpi
+#     over device memory, src/comm/comm_stage.c: how ranks share a GPU). A staged group takes no
+#     guard hold for MPI, so a path that hands device memory to MPI unstaged dies too, and a
+#     result not copied back shows in the numbers;
+#   - bf16 with bf16 gradient sums (MPI's bf16 reduction on the staged copies), dp2·pp2·tp2
+#     interleaved, ZeRO-2, staged: its losses and step-1 gradients bitwise those of the same layout
+#     guarded unstaged (staging changes no arithmetic); the log says which path device memory
+#     takes; comm.backend = nccl on CPUs is refused with one message;
 #   - the same 16-rank layout without the guard reproduces it too, with bitwise the losses of the guarded
 #     run (the guard changes no arithmetic), and only the guarded runs say the guard is on.
 set -u
@@ -38,20 +47,33 @@ PT_BACKEND_GUARD=1 check 16 guarded_moe_5d_ep2_zb_z1 mref "${moe[@]}" "${full[@]
 explain guarded_moe_5d_ep2_zb_z1
 echo "guarded 16 ranks: $((SECONDS - t0)) s"
 # and the data-parallel paths the layout above does not take: ZeRO-0 (its all-gather half) over
-# dp × cp with a pipeline, ZeRO-3 with experts, tp and sp
+# dp × cp with a pipeline, ZeRO-3 with experts, tp and sp; staged (device memory over MPI)
 t0=$SECONDS
-PT_BACKEND_GUARD=1 check 8 guarded_moe_dp2_cp2_tp2_ep2_sp_z3 mref "${moe[@]}" $P.dp=2 $P.cp=2 $P.tp=2 \
-  $P.ep=2 $P.sp=true $P.zero=3 --training.micro_batch=2
+staged="comm: device memory over MPI through page-locked host copies"
+PT_BACKEND_GUARD=1 PT_BACKEND_GUARD_LINK=1 check 8 guarded_moe_dp2_cp2_tp2_ep2_sp_z3 mref "${moe[@]}" \
+  $P.dp=2 $P.cp=2 $P.tp=2 $P.ep=2 $P.sp=true $P.zero=3 --training.micro_batch=2
 explain guarded_moe_dp2_cp2_tp2_ep2_sp_z3
-PT_BACKEND_GUARD=1 check 8 guarded_moe_dp2_pp2_cp2_afab_z0 mref "${moe[@]}" $P.dp=2 $P.pp=2 $P.cp=2 \
-  $P.pp_schedule=afab $P.zero=0 --training.micro_batch=2
+PT_BACKEND_GUARD=1 PT_BACKEND_GUARD_LINK=1 check 8 guarded_moe_dp2_pp2_cp2_afab_z0 mref "${moe[@]}" \
+  $P.dp=2 $P.pp=2 $P.cp=2 $P.pp_schedule=afab $P.zero=0 --training.micro_batch=2
 explain guarded_moe_dp2_pp2_cp2_afab_z0
-echo "guarded 8 ranks (ZeRO-3, ZeRO-0): $((SECONDS - t0)) s"
+echo "guarded staged 8 ranks (ZeRO-3, ZeRO-0): $((SECONDS - t0)) s"
+t0=$SECONDS
+b16=(--model.n_layers=4 --training.precision=bf16 $P.grad_reduce=bf16 $P.dp=2 $P.pp=2 $P.tp=2
+     $P.pp_schedule=interleaved $P.pp_virtual=2 $P.zero=2 --training.micro_batch=1)
+PT_BACKEND_GUARD=1 PT_BACKEND_GUARD_LINK=1 run 8 staged_bf16 "${b16[@]}" ||
+  { bad "staged bf16 run failed: $(tail -3 "$tmp/staged_bf16.log")"; explain staged_bf16; }
+PT_BACKEND_GUARD=1 run 8 guarded_bf16 "${b16[@]}" || bad "guarded bf16 run failed: $(tail -3 "$tmp/guarded_bf16.log")"
+echo "bf16 staged and unstaged, 8 ranks: $((SECONDS - t0)) s"
+for name in guarded_moe_dp2_cp2_tp2_ep2_sp_z3 guarded_moe_dp2_pp2_cp2_afab_z0 staged_bf16; do
+  grep -qF "$staged" "$tmp/$name.log" && ok || bad "$name: the log does not say device memory is staged"
+done
+grep -qF "$staged" "$tmp/guarded_bf16.log" && bad "the unstaged run says it stages" || ok
+expect_fail 2 "comm.backend = nccl needs training.device = cuda" --comm.backend=nccl
 t0=$SECONDS
 PT_BACKEND_GUARD= check 16 plain_moe_5d_ep2_zb_z1 mref "${moe[@]}" "${full[@]}" $P.ep=2
 echo "plain 16 ranks: $((SECONDS - t0)) s"
 
-for name in mref guarded_moe_5d_ep2_zb_z1 guarded_moe_dp2_cp2_tp2_ep2_sp_z3 guarded_moe_dp2_pp2_cp2_afab_z0; do
+for name in mref guarded_moe_5d_ep2_zb_z1 guarded_moe_dp2_cp2_tp2_ep2_sp_z3 guarded_moe_dp2_pp2_cp2_afab_z0 staged_bf16 guarded_bf16; do
   grep -qF "$banner" "$tmp/$name.log" 2>/dev/null && ok || bad "$name: the guard was not on"
 done
 grep -qF "$banner" "$tmp/plain_moe_5d_ep2_zb_z1.log" 2>/dev/null &&
@@ -63,6 +85,9 @@ if [ -s "$tmp/guarded_moe_5d_ep2_zb_z1.jsonl" ] && [ -s "$tmp/plain_moe_5d_ep2_z
 else
   bad "the guarded and plain runs' losses differ (or a run is missing)"
 fi
+if [ -s "$tmp/staged_bf16.jsonl" ] && [ "$(losses "$tmp/staged_bf16.jsonl")" = "$(losses "$tmp/guarded_bf16.jsonl")" ] &&
+   cmp -s "$tmp/staged_bf16.st" "$tmp/guarded_bf16.st"; then ok
+else bad "bf16: the staged run's losses or step-1 gradients are not bitwise the unstaged run's"; fi
 
 echo "test_guard_5d: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

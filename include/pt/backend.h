@@ -79,6 +79,41 @@ typedef struct {
 
 typedef enum { PT_NO_TRANS = 0, PT_TRANS = 1 } pt_trans;
 
+/* What the communication layer needs from a backend whose memory is not the host's (the CUDA
+ * backend's; the CPU backend has none, and its guarded test form offers one on request: see
+ * pt_backend_guard). The comm layer hands such memory to the network in one of two ways
+ * (include/pt/comm.h, pt_comm_set_device): staged through host memory for MPI, or directly to
+ * NCCL on streams of its own ordered against the backend's by events. Nothing else outside the
+ * backend uses this table. Streams and events are opaque (cudaStream_t, cudaEvent_t). */
+typedef struct pt_device_link {
+    void *ctx;
+    int device;   /* the device's ordinal (NCCL's communicators are made on it) */
+    void *stream; /* the backend's compute stream: every kernel and copy of the backend */
+    /* 1 when p lies in memory this backend allocated */
+    int (*owns)(void *ctx, const void *p);
+    /* page-locked host memory for staging (set-up and the first steps only), and back */
+    void *(*host_alloc)(void *ctx, size_t bytes);
+    void (*host_free)(void *ctx, void *p);
+    /* device → host after everything queued on the compute stream so far: returns once the
+     * bytes are on the host */
+    void (*to_host)(void *ctx, void *host, const void *dev, size_t bytes);
+    /* host → device, ordered before everything queued on the compute stream after it: returns
+     * once the host buffer may be reused */
+    void (*to_device)(void *ctx, void *dev, const void *host, size_t bytes);
+    /* streams and events (the NCCL backend's): a new stream (non-blocking with respect to the
+     * default stream), a new event (no timing), record ev on stream, 1 once everything before
+     * ev's record has run (0 while not), make stream wait for ev, and free them */
+    void *(*stream_new)(void *ctx);
+    void (*stream_free)(void *ctx, void *stream);
+    void *(*event_new)(void *ctx);
+    void (*event_free)(void *ctx, void *ev);
+    void (*event_record)(void *ctx, void *ev, void *stream);
+    int (*event_query)(void *ctx, void *ev);
+    void (*stream_wait)(void *ctx, void *stream, void *ev);
+    /* device → device on stream (queued) */
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes, void *stream);
+} pt_device_link;
+
 struct pt_backend {
     const char *name;
     void *ctx;
@@ -87,6 +122,9 @@ struct pt_backend {
      * avx512_core_bf16 or above); 0 when they are emulated in fp32 (same results up to summation
      * order, slower), e.g. without AVX512-BF16 or under DNNL_MAX_CPU_ISA=AVX512_CORE. */
     int bf16_native;
+    /* NULL when the backend's memory is host memory (the comm layer hands it to the network as
+     * it is); else how the comm layer reaches it (pt_device_link above) */
+    const pt_device_link *link;
 
     /* memory */
     void *(*alloc)(pt_backend *be, size_t bytes);   /* zeroed, aligned */
@@ -232,6 +270,10 @@ pt_backend *pt_backend_cpu_create(int n_threads, pt_gemm_lib lib);
  * allocated on the device after that. Returns NULL with pt_last_error() set when pentatron was
  * built without CUDA, no device can be used, or the arena cannot be had. */
 pt_backend *pt_backend_cuda_create(int local_rank);
+/* The same for a process that shares its GPU with others: `sharers` processes use the device
+ * (ranks on one host beyond the device count, as tests run many ranks on one GPU), and the arena
+ * takes 1/sharers of the device's memory less the reserve of each. */
+pt_backend *pt_backend_cuda_create_shared(int local_rank, int sharers);
 /* The devices this process can use: 0 when built without CUDA, without a driver, or none. */
 int pt_cuda_device_count(void);
 /* PT_OK when a CUDA backend can be made here; else PT_ERR_CONFIG with the reason (built without
@@ -244,6 +286,8 @@ double pt_cuda_datasheet_tflops(pt_backend *be);
 /* The most device memory a CUDA backend has held at once (its arena's high-water mark: what the
  * run needed, where the GPU's own figure shows the whole arena); 0 for others. */
 int64_t pt_cuda_memory_peak(pt_backend *be);
+/* The device's memory in bytes (cudaDeviceProp.totalGlobalMem) of a CUDA backend; 0 for others. */
+int64_t pt_cuda_device_memory(pt_backend *be);
 /* cudaMalloc calls of this process's CUDA backends so far: one arena each, then none (the tests
  * hold steps to that). */
 int64_t pt_cuda_malloc_count(void);
@@ -265,6 +309,11 @@ pt_backend *pt_backend_guard(pt_backend *inner);
  * pt_backend_cpu_create calls it for every backend it makes, since cmocka resets the handler
  * around each test. */
 void pt_backend_guard_report(const char *log_path);
+/* With PT_BACKEND_GUARD_LINK=1 (a test facility) a guarded backend also offers a device link
+ * (be->link): its guarded memory is then "device memory" to the comm layer, copied to and from the
+ * host under a hold, and the link's streams and events complete at once (the CPU backend runs
+ * every call to its end). The comm layer's staging (comm.backend = mpi over device memory) is
+ * tested on CPUs that way: any path that gives guarded memory to MPI, or reads it, dies. */
 
 #ifdef __cplusplus
 }

@@ -52,6 +52,9 @@ struct pt_comm {
     int rank, size;
     void *handle;  /* the backend's communicator, opaque outside the backend */
     void *hier;    /* hierarchical collectives' state (src/comm/comm_hier.c); NULL: flat */
+    /* device memory's path (src/comm/comm_stage.c, comm_nccl.c; pt_comm_device_attach); NULL:
+     * every buffer is host memory */
+    void *dev;
     pt_comm_stats stats;
     double timeout_s;
     int flight; /* its index in the flight recorder's groups + 1 (pt/flight.h); 0: not recorded */
@@ -88,6 +91,9 @@ struct pt_comm {
     pt_comm *(*dup)(pt_comm *c, const char *name);
     /* Frees c, its backend communicator and every request of its pool. */
     void (*free)(pt_comm *c);
+    /* Optional (NULL: none): ends c's pending operations at once, for a wait that timed out
+     * (NCCL's ncclCommAbort), before the job is ended naming the group and the operation. */
+    void (*abort)(pt_comm *c);
 };
 
 size_t pt_dtype_size(pt_dtype dt);
@@ -133,6 +139,36 @@ int pt_comm_hier_stats(const pt_comm *c, pt_comm_stats *host, pt_comm_stats *hos
 /* Adds every counter of `from` into `to`. */
 void pt_comm_stats_add(pt_comm_stats *to, const pt_comm_stats *from);
 const char *pt_comm_op_name(pt_comm_op op);
+
+/* Device memory. A backend whose memory is not the host's (include/pt/backend.h,
+ * pt_device_link) has its buffers reach the network in one of two ways, chosen once per process
+ * before the groups are made (comm.backend):
+ *   PT_COMM_STAGED: MPI over host copies (src/comm/comm_stage.c): an operation on device memory
+ *     copies its input to page-locked host buffers of the group's own (grown to the largest
+ *     operation in the first steps, then reused), runs on MPI there, and copies its result back
+ *     when a test finds it done. This is how several ranks share one GPU (NCCL refuses two
+ *     ranks of a communicator on one device), and how MPI reaches GPUs where it is not
+ *     CUDA-aware.
+ *   PT_COMM_NCCL: NCCL (src/comm/comm_nccl.c): one NCCL communicator per group (the world's
+ *     made from a unique id broadcast over MPI, every other split from its parent's as the group
+ *     is), each with a stream of its own that waits for the compute stream's work by an event,
+ *     and an event per request that the backend's test queries. Host memory (counts, scalars)
+ *     still goes over MPI.
+ * pt_comm_set_device records the choice (PT_COMM_HOST: none, the default); pt_comm_device_attach
+ * applies it to a group (the world, at set-up: every group split or duplicated from it then has
+ * it too). */
+struct pt_device_link;
+typedef enum { PT_COMM_HOST = 0, PT_COMM_STAGED, PT_COMM_NCCL } pt_comm_device_mode;
+pt_status pt_comm_set_device(const struct pt_device_link *link, pt_comm_device_mode mode);
+pt_comm_device_mode pt_comm_device_mode_get(void);
+pt_status pt_comm_device_attach(pt_comm *c);
+/* The staging's and NCCL's set-ups on one group (from pt_comm_device_attach, and on each split
+ * and dup of a group that has them). */
+pt_status pt_comm_stage_setup(pt_comm *c, const struct pt_device_link *link);
+pt_status pt_comm_nccl_setup(pt_comm *c, const struct pt_device_link *link);
+/* 1 when NCCL can be used by this build (compiled with the CUDA toolkit's nccl.h) and process
+ * (libnccl.so.2 loads); else 0 with the reason in pt_last_error(). */
+int pt_comm_nccl_available(void);
 
 /* The distributed runtime: the processes of the job and their world (MPI's launcher and
  * MPI_COMM_WORLD, src/comm/comm_mpi.c). */

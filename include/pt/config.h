@@ -52,6 +52,10 @@ typedef struct {
     } training;
 
     struct {
+        char backend[8]; /* auto | mpi | nccl: how device memory reaches the network */
+    } comm;
+
+    struct {
         float lr, beta1, beta2, eps, weight_decay, grad_clip;
         char schedule[16]; /* constant | cosine | linear | wsd */
         int64_t warmup_steps;

@@ -120,7 +120,7 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
  * across and one message (p2p) by size, skew the ranks' skew over equal GEMMs. how (PT_HW_N_KEYS pointers, filled; may be NULL) says
  * per key how its figure was found (static strings, valid until the next call). Every rank gets
  * the same figures. */
-pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char **how);
+pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, int cuda, const char **how);
 /* `pentatron plan --measure --out FILE [--threads N] [--precision fp32|bf16]` (argv from
  * "--measure" on): starts the comm runtime, measures, rank 0 writes FILE and prints a summary.
  * Exit status: 0 done, 1 failed, 2 bad arguments. */

@@ -51,7 +51,11 @@ static pt_comm_req *pt_comm_req_make(pt_comm *c, pt_comm_op op, uint64_t bytes, 
     r->next_idle = NULL;
     r->op = op;
     r->layered = 0;
-    r->held = pt_guard_covers(a) || pt_guard_covers(b);
+    r->stage = NULL;
+    r->on_device = 0;
+    /* a group over device memory (c->dev) never hands it to the network itself: its staging
+     * does, or NCCL; so no hold, and a path that would is caught by the guard */
+    r->held = !c->dev && (pt_guard_covers(a) || pt_guard_covers(b));
     if (r->held) pt_guard_hold();
     c->stats.calls[op]++;
     c->stats.bytes[op] += bytes;
@@ -118,6 +122,7 @@ void pt_comm_wait(pt_comm *c, pt_comm_req *r) {
                          "(parallel.timeout_s): a peer died, hangs or skipped the collective; "
                          "asking the ranks which", pt_comm_op_name(op), c->name, c->rank, c->size,
                          c->timeout_s);
+            if (c->abort) c->abort(c);
             pt_flight_hang(c, 1);
         }
         if (pt_flight_asked()) pt_flight_hang(c, 0); /* another rank's wait timed out */

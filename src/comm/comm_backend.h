@@ -16,6 +16,9 @@ struct pt_comm_req {
     uint64_t bytes; /* what it moves (for the trace) */
     uint64_t flight_id, flight_seq; /* its flight record (pt/flight.h) and number in the group */
     int flight_peer; /* send/recv: the peer's world rank */
+    void *stage;     /* staged through host memory: its staging (comm_stage.c); else NULL */
+    int on_device;   /* posted on NCCL (comm_nccl.c): done when dev_event has happened */
+    void *dev_event; /* the request's device event, made once and kept with the request */
 };
 
 /* An idle request of c's pool, for an operation op moving `bytes` (counted in c->stats now). The
@@ -32,5 +35,31 @@ pt_comm_req *pt_comm_req_take_p2p(pt_comm *c, pt_comm_op op, uint64_t bytes, con
 void pt_comm_req_done(pt_comm *c, pt_comm_req *r);
 /* Frees every request of c's pool, idle or not (from c->free). */
 void pt_comm_req_free_all(pt_comm *c);
+
+/* The entries of a group's table that a layer over it (comm_stage.c, comm_nccl.c) replaces, as
+ * it found them: the layer calls them for what it passes on. */
+typedef struct {
+    pt_comm_req *(*iallreduce)(pt_comm *c, void *buf, size_t count, pt_dtype dt);
+    pt_comm_req *(*ireduce_scatter)(pt_comm *c, const void *send, void *recv, size_t recv_count,
+                                    pt_dtype dt);
+    pt_comm_req *(*iallgather)(pt_comm *c, const void *send, void *recv, size_t send_count,
+                               pt_dtype dt);
+    pt_comm_req *(*ialltoallv)(pt_comm *c, const void *send, const int64_t *send_counts,
+                               void *recv, const int64_t *recv_counts, pt_dtype dt);
+    pt_comm_req *(*isend)(pt_comm *c, const void *buf, size_t count, pt_dtype dt, int peer, int tag);
+    pt_comm_req *(*irecv)(pt_comm *c, void *buf, size_t count, pt_dtype dt, int peer, int tag);
+    pt_comm_req *(*ibcast)(pt_comm *c, void *buf, size_t count, pt_dtype dt, int root);
+    int (*test)(pt_comm *c, pt_comm_req *r);
+    void (*progress)(pt_comm *c);
+    pt_comm *(*split)(pt_comm *c, int color, int key, const char *name);
+    pt_comm *(*dup)(pt_comm *c, const char *name);
+    void (*free)(pt_comm *c);
+} pt_comm_entries;
+
+static inline pt_comm_entries pt_comm_entries_of(const pt_comm *c) {
+    return (pt_comm_entries){c->iallreduce, c->ireduce_scatter, c->iallgather, c->ialltoallv,
+                             c->isend, c->irecv, c->ibcast, c->test, c->progress, c->split,
+                             c->dup, c->free};
+}
 
 #endif

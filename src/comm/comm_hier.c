@@ -339,7 +339,9 @@ static pt_status pt_hier_mode(int *mode) {
 pt_status pt_comm_hier_setup(pt_comm *c) {
     int mode;
     PT_TRY(pt_hier_mode(&mode));
-    if (c->hier || c->size < 2) return PT_OK;
+    /* a group over device memory stays flat: the stages rearrange the buffer's blocks in host
+     * memory (and NCCL has its own topology) */
+    if (c->hier || c->dev || c->size < 2) return PT_OK;
     /* every member's host, by group rank (the same on every member: the decision is common) */
     int me, local, N = c->size;
     pt_comm_host(&me, &local);

@@ -69,10 +69,16 @@ static void pt_mesh_roster(const pt_mesh *m);
 pt_status pt_mesh_init(pt_mesh *m, const pt_degrees *deg, double timeout_s) {
     memset(m, 0, sizeof *m);
     pt_comm *world = pt_comm_world(timeout_s);
+    /* device memory's path (comm.backend), inherited by every group split from the world */
+    pt_status st = pt_comm_device_attach(world);
+    if (st != PT_OK) {
+        world->free(world);
+        return st;
+    }
     m->world_rank = world->rank;
     m->world_size = world->size;
     m->deg = *deg;
-    pt_status st = pt_degrees_resolve(&m->deg, m->world_size);
+    st = pt_degrees_resolve(&m->deg, m->world_size);
     if (st != PT_OK) {
         world->free(world);
         return st;

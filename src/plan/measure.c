@@ -470,7 +470,24 @@ static void pt_cpu_model(char *out, size_t cap) {
     fclose(f);
 }
 
-pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char **how) {
+/* A device's memory bandwidth: copies of 1 GiB within device memory (each byte read and written),
+ * bytes moved per second, best of 9 after one untimed copy. */
+static double pt_measure_device_copy(pt_backend *be) {
+    const size_t n = (size_t)1 << 30;
+    char *a = be->alloc(be, n), *b = be->alloc(be, n);
+    double t[9];
+    for (int r = 0; r < 10; r++) {
+        be->synchronize(be);
+        double t0 = pt_now();
+        be->copy(be, r % 2 ? a : b, r % 2 ? b : a, n);
+        be->synchronize(be);
+        if (r > 0) t[r - 1] = pt_now() - t0;
+    }
+    be->free(be, a), be->free(be, b);
+    return 2.0 * (double)n / pt_best(t, 9);
+}
+
+pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, int cuda, const char **how) {
     memset(hw, 0, sizeof *hw);
     memset(pt_how, 0, sizeof pt_how);
     pt_comm *w = pt_comm_world(300.0);
@@ -506,8 +523,16 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
              "the cgroup's limit less its use) / the ranks on the host; mean of %d rank%s", world,
              world == 1 ? "" : "s");
 
-    /* the GEMM peak and shapes, every rank at once */
-    pt_backend *be = pt_backend_cpu_create(threads, PT_GEMM_ONEDNN);
+    /* the GEMM peak and shapes, every rank at once: on the CPU, or on each rank's GPU (local
+     * rank mod the device count, shared where the host has more ranks than GPUs) */
+    pt_backend *be = NULL;
+    if (cuda) {
+        int count = pt_cuda_device_count();
+        int sharers = count > 0 ? (pt_comm_local_size() + count - 1) / count : 1;
+        be = pt_backend_cuda_create_shared(me[1], sharers);
+    } else {
+        be = pt_backend_cpu_create(threads, PT_GEMM_ONEDNN);
+    }
     if (!be) {
         pt_comm_runtime_abort(1); /* a rank's own failure: end the job, leave no rank waiting */
         return PT_ERR_RUNTIME;
@@ -559,17 +584,31 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
              "over 512 rows of 8192 logits, best of 5; mean of %d rank%s at once", world,
              world == 1 ? "" : "s");
     be->free(be, g.a), be->free(be, g.b), be->free(be, g.c), be->free(be, g.a16), be->free(be, g.b16);
-    be->destroy(be);
 
-    /* memory bandwidth, every rank at once (a device's share of its host's) */
+    /* memory bandwidth, every rank at once (a device's share of its host's); on a GPU its own
+     * memory, its size for the memory per rank */
     pt_barrier(w);
-    double bw = pt_measure_triad(threads);
+    double bw = cuda ? pt_measure_device_copy(be) : pt_measure_triad(threads);
     pt_world_mean(w, &bw, 1);
     hw->memory_bw = bw;
-    snprintf(pt_how[K_MEMBW], sizeof pt_how[K_MEMBW],
-             "STREAM triad a = b + s·c, 3 × 128 MiB of doubles, 24 bytes an element, best of "
-             "9, %d thread%s a rank; mean of %d rank%s at once", threads, tn, world,
-             world == 1 ? "" : "s");
+    if (cuda) {
+        double dm = (double)pt_cuda_device_memory(be);
+        pt_world_mean(w, &dm, 1);
+        hw->memory_bytes = dm;
+        snprintf(pt_how[K_MEM], sizeof pt_how[K_MEM], "the GPU's memory (cudaDeviceProp), mean "
+                 "of %d rank%s", world, world == 1 ? "" : "s");
+        snprintf(pt_how[K_MEMBW], sizeof pt_how[K_MEMBW], "device-to-device copies of 1 GiB "
+                 "(2 bytes moved a byte), best of 9; mean of %d rank%s at once", world,
+                 world == 1 ? "" : "s");
+    } else {
+        snprintf(pt_how[K_MEMBW], sizeof pt_how[K_MEMBW],
+                 "STREAM triad a = b + s·c, 3 × 128 MiB of doubles, 24 bytes an element, best "
+                 "of 9, %d thread%s a rank; mean of %d rank%s at once", threads, tn, world,
+                 world == 1 ? "" : "s");
+    }
+    char device[160] = "";
+    if (cuda) snprintf(device, sizeof device, "%s", be->describe(be));
+    be->destroy(be);
 
     /* the links: one pair at a time, the other ranks waiting */
     float *buf = pt_calloc((size_t)32 << 20, 1); /* two messages of 16 MiB */
@@ -656,9 +695,13 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
                  "the slowest rank's seconds, median of 5; p2p: a message, half a ping-pong");
     free(buf);
 
-    char host[64] = "?", cpu[128];
+    char host[64] = "?", cpu[160];
     gethostname(host, sizeof host - 1);
     pt_cpu_model(cpu, sizeof cpu);
+    if (cuda) { /* the GPU names the machine: "cuda backend, GPU 0: NAME (sm_..." */
+        const char *at = strstr(device, ": "), *end = at ? strstr(at, " (") : NULL;
+        if (at && end) snprintf(cpu, sizeof cpu, "%.*s", (int)(end - at - 2), at + 2);
+    }
     /* rank 0's host and CPU name the machine */
     char name[512];
     snprintf(name, sizeof name, "%s, %s, %d×%d ranks, %d thread%s, %s", host, cpu, nodes, dpn,
@@ -691,6 +734,7 @@ pt_status pt_hardware_measure(pt_hardware *hw, int bf16, int threads, const char
 static void pt_measure_usage(FILE *f) {
     fprintf(f,
             "usage: pentatron plan --measure --out FILE [--threads N] [--precision fp32|bf16]\n"
+            "                                [--device cpu|cuda]\n"
             "\n"
             "Measures this machine and writes a hardware file for `pentatron plan` (docs/plan.md,\n"
             "\"The hardware file\"): the GEMM peak and a grid of GEMM shapes, memory bandwidth\n"
@@ -701,6 +745,8 @@ static void pt_measure_usage(FILE *f) {
             "  --out FILE         the hardware file to write (rank 0)\n"
             "  --threads N        threads per rank (default: the host's cores / its ranks)\n"
             "  --precision P      fp32 (sgemm, the default) or bf16 (bf16 GEMM, fp32 sums)\n"
+            "  --device D         cpu (the default) or cuda: the GEMMs, attention, cross-entropy,\n"
+            "                     memory size and bandwidth of each rank's GPU\n"
             "Takes ~20 s. Exit status: 0 done, 1 failed, 2 bad arguments.\n");
 }
 
@@ -718,7 +764,7 @@ static const char *pt_opt(int argc, char **argv, int *i, const char *opt, int *m
 }
 
 int pt_plan_measure_cmd(int argc, char **argv) {
-    const char *out = NULL, *precision = "fp32";
+    const char *out = NULL, *precision = "fp32", *device = "cpu";
     int threads = 0, missing = 0;
     const char *bad = NULL;
     for (int i = 0; i < argc && !bad && !missing; i++) {
@@ -730,6 +776,7 @@ int pt_plan_measure_cmd(int argc, char **argv) {
         if (!strcmp(argv[i], "--measure")) continue;
         if ((v = pt_opt(argc, argv, &i, "--out", &missing))) out = v;
         else if ((v = pt_opt(argc, argv, &i, "--precision", &missing))) precision = v;
+        else if ((v = pt_opt(argc, argv, &i, "--device", &missing))) device = v;
         else if ((v = pt_opt(argc, argv, &i, "--threads", &missing))) {
             char *end;
             long t = strtol(v, &end, 10);
@@ -747,6 +794,8 @@ int pt_plan_measure_cmd(int argc, char **argv) {
     else if (!out) snprintf(msg, sizeof msg, "--out FILE is required (the hardware file to write)");
     else if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
         snprintf(msg, sizeof msg, "--precision: expected fp32 or bf16, got \"%s\"", precision);
+    else if (strcmp(device, "cpu") && strcmp(device, "cuda"))
+        snprintf(msg, sizeof msg, "--device: expected cpu or cuda, got \"%s\"", device);
     /* every rank parses the same arguments: rank 0 says what is wrong, all exit 2 */
     int rank = 0, world = 1;
     if (pt_comm_runtime_init(&rank, &world) != PT_OK) {
@@ -787,7 +836,13 @@ int pt_plan_measure_cmd(int argc, char **argv) {
     const char *how[PT_HW_N_KEYS];
     int bf16 = !strcmp(precision, "bf16");
     double t0 = pt_now();
-    pt_status st = pt_hardware_measure(&hw, bf16, threads, how);
+    int cuda = !strcmp(device, "cuda");
+    if (cuda && pt_cuda_check_usable() != PT_OK) { /* the same on every rank of a host */
+        pt_log_error("plan --measure: %s", pt_last_error());
+        pt_comm_runtime_finalize();
+        return 2;
+    }
+    pt_status st = pt_hardware_measure(&hw, bf16, threads, cuda, how);
     if (st == PT_OK && rank == 0) {
         st = pt_hardware_write(&hw, out, how);
         pt_hardware back; /* what was written reads back */

@@ -155,6 +155,11 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "bytes a rank may use; the trainer refuses to start, printing its need by category, "
          "when it needs more (0 = this host's available memory, cgroup limit included, divided "
          "by the ranks on it; either lowered to the address space left under ulimit -v)"),
+    PT_K("comm.backend", PT_CFG_STR, comm.backend, "auto", "auto|mpi|nccl",
+         "how the ranks communicate device memory (training.device = cuda): nccl (NCCL, one GPU "
+         "per rank), or mpi (MPI over host copies: several ranks may share a GPU); auto = nccl "
+         "when training.device = cuda and every rank of a host has a GPU of its own, else mpi. "
+         "Host memory always goes over MPI (docs/gpu.md)"),
     PT_K("optimizer.lr", PT_CFG_FLOAT, optimizer.lr, "3e-4", NULL, "peak learning rate"),
     PT_K("optimizer.beta1", PT_CFG_FLOAT, optimizer.beta1, "0.9", NULL, "AdamW beta1"),
     PT_K("optimizer.beta2", PT_CFG_FLOAT, optimizer.beta2, "0.95", NULL, "AdamW beta2"),

@@ -231,6 +231,51 @@ static int pt_trainer_key_buffers(const pt_config *cfg, int ranks, pt_mem_buffer
     return n;
 }
 
+/* comm.backend: how the backend's device memory reaches the network (include/pt/comm.h,
+ * pt_comm_set_device), the same choice on every rank. nccl needs every rank's GPU its own (NCCL
+ * refuses two ranks of a communicator on one device); auto takes nccl where that holds on every
+ * host and NCCL loads, else MPI over host copies. A backend of host memory has nothing to choose. */
+static pt_status pt_trainer_comm_device(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    if (!t->be->link) return PT_OK;
+    int shared = 0, host, local;
+    pt_comm_host(&host, &local);
+    if (!strcmp(cfg->training.device, "cuda"))
+        shared = pt_comm_local_size() > pt_cuda_device_count();
+    int nccl_here = !strcmp(cfg->training.device, "cuda") && pt_comm_nccl_available();
+    /* what every rank sees: any shared GPU, any rank without NCCL */
+    int32_t mine[2] = {shared, !nccl_here}, all[2] = {shared, !nccl_here};
+    if (pt_comm_distributed()) {
+        pt_comm *w = pt_comm_world(cfg->parallel.timeout_s);
+        pt_allreduce_sum(w, mine, 2, PT_DTYPE_I32);
+        all[0] = mine[0], all[1] = mine[1];
+        w->free(w);
+    }
+    pt_comm_device_mode mode = PT_COMM_STAGED;
+    if (!strcmp(cfg->comm.backend, "nccl")) {
+        if (all[0])
+            return pt_errorf(PT_ERR_CONFIG, "comm.backend = nccl: %d rank%s share a GPU with "
+                             "another rank (this host: %d ranks, %d GPUs); NCCL refuses two ranks "
+                             "of a communicator on one device: one rank per GPU, or comm.backend "
+                             "= mpi", all[0], all[0] > 1 ? "s" : "", pt_comm_local_size(),
+                             pt_cuda_device_count());
+        if (all[1]) {
+            if (nccl_here) pt_errorf(PT_ERR_CONFIG, "comm.backend = nccl: NCCL cannot be loaded "
+                                     "on %d of the ranks", all[1]);
+            return PT_ERR_CONFIG;
+        }
+        mode = PT_COMM_NCCL;
+    } else if (!strcmp(cfg->comm.backend, "auto") && !all[0] && !all[1]) {
+        mode = PT_COMM_NCCL;
+    }
+    if (local == 0 && host == 0)
+        pt_log_info("comm: device memory over %s", mode == PT_COMM_NCCL
+                        ? "NCCL (a stream per group, ordered by events)"
+                        : "MPI through page-locked host copies (comm.backend = mpi, or ranks "
+                          "sharing a GPU)");
+    return pt_comm_set_device(t->be->link, mode);
+}
+
 pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg_in;
@@ -269,21 +314,22 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                                  cfg->training.seq_len, ranks, bufs, n_bufs, limit, limit_what));
 
     if (!strcmp(cfg->training.device, "cuda")) {
-        /* one process, one GPU: layouts over several GPUs need a comm backend that moves device
-         * memory (NCCL), which pentatron does not have yet */
-        if (ranks > 1)
-            return pt_errorf(PT_ERR_CONFIG, "training.device = cuda runs one process on one GPU "
-                             "for now: this job has %d ranks (layouts over several GPUs need the "
-                             "NCCL comm backend, not yet written; docs/gpu.md)", ranks);
         PT_TRY(pt_cuda_check_usable());
-        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-        t->be = pt_backend_cuda_create(local ? atoi(local) : 0);
+        int host, local, local_size = pt_comm_local_size(), count = pt_cuda_device_count();
+        pt_comm_host(&host, &local);
+        /* the ranks of this host on this rank's device (local rank mod the device count) */
+        int sharers = local_size / count + (local % count < local_size % count);
+        t->be = pt_backend_cuda_create_shared(local, sharers);
     } else {
+        if (!strcmp(cfg->comm.backend, "nccl"))
+            return pt_errorf(PT_ERR_CONFIG, "comm.backend = nccl needs training.device = cuda "
+                             "(NCCL moves GPU memory; on CPUs the ranks communicate over MPI)");
         pt_gemm_lib lib = !strcmp(cfg->training.gemm, "openblas") ? PT_GEMM_OPENBLAS
                                                                   : PT_GEMM_ONEDNN;
         t->be = pt_backend_cpu_create(cfg->training.threads, lib);
     }
     if (!t->be) return PT_ERR_RUNTIME;
+    PT_TRY(pt_trainer_comm_device(t));
 
     /* the layout: groups, this rank's share of the model and of the batch, parallel tables */
     pt_layout_spec spec = pt_config_layout_spec(cfg);

@@ -37,8 +37,8 @@
 #include "pt/backend.h"
 
 /* Every function slot of pt_backend is wrapped below: a slot added to backend.h must be too.
- * (name, ctx, then n_threads and bf16_native sharing a word) */
-_Static_assert(sizeof(pt_backend) == 3 * sizeof(void *) + 34 * sizeof(void (*)(void)),
+ * (name, ctx, then n_threads and bf16_native sharing a word, link) */
+_Static_assert(sizeof(pt_backend) == 4 * sizeof(void *) + 34 * sizeof(void (*)(void)),
                "pt_backend gained or lost a slot: wrap it in src/backend/cpu/guard.c");
 
 #define PT_GUARD_RESERVE ((size_t)16 << 30) /* address space per guarded backend */
@@ -64,6 +64,7 @@ typedef struct pt_guard_region {
 typedef struct {
     pt_backend *inner;
     pt_guard_region *region;
+    pt_device_link link; /* offered with PT_BACKEND_GUARD_LINK=1 */
     char desc[512];
 } pt_guard_ctx;
 
@@ -468,6 +469,40 @@ static void g_destroy(pt_backend *be) {
     free(be);
 }
 
+/* The device link of a guarded backend (PT_BACKEND_GUARD_LINK=1, include/pt/backend.h): its
+ * memory is "device memory" to the comm layer, copied under a hold; the CPU backend runs every
+ * call to its end, so there is nothing to order: a stream and an event are tokens, an event has
+ * always happened. */
+static int gl_owns(void *ctx, const void *p) {
+    (void)ctx;
+    return pt_guard_covers(p);
+}
+static void *gl_host_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    return pt_malloc(bytes ? bytes : 1);
+}
+static void gl_host_free(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+static void gl_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    pt_guard_hold();
+    memcpy(dst, src, bytes);
+    pt_guard_release();
+}
+static void gl_copy_on(void *ctx, void *dst, const void *src, size_t bytes, void *stream) {
+    (void)stream;
+    gl_copy(ctx, dst, src, bytes);
+}
+static void *gl_token(void *ctx) { return ctx; }
+static void gl_token_free(void *ctx, void *t) { (void)ctx, (void)t; }
+static void gl_record(void *ctx, void *ev, void *stream) { (void)ctx, (void)ev, (void)stream; }
+static int gl_query(void *ctx, void *ev) {
+    (void)ctx, (void)ev;
+    return 1;
+}
+
 pt_backend *pt_backend_guard(pt_backend *inner) {
     if (!inner) return NULL;
     void *base = mmap(NULL, PT_GUARD_RESERVE, PROT_NONE,
@@ -491,6 +526,14 @@ pt_backend *pt_backend_guard(pt_backend *inner) {
     pt_guard_ctx *g = pt_calloc(1, sizeof *g);
     g->inner = inner;
     g->region = r;
+    g->link = (pt_device_link){.ctx = g, .stream = g, .owns = gl_owns,
+                               .host_alloc = gl_host_alloc, .host_free = gl_host_free,
+                               .to_host = gl_copy, .to_device = gl_copy, .stream_new = gl_token,
+                               .stream_free = gl_token_free, .event_new = gl_token,
+                               .event_free = gl_token_free, .event_record = gl_record,
+                               .event_query = gl_query, .stream_wait = gl_record,
+                               .copy = gl_copy_on};
+    const char *want_link = getenv("PT_BACKEND_GUARD_LINK");
     pt_backend *be = pt_calloc(1, sizeof *be);
     *be = (pt_backend){
         .name = inner->name,
@@ -532,5 +575,6 @@ pt_backend *pt_backend_guard(pt_backend *inner) {
         .describe = g_describe,
         .destroy = g_destroy,
     };
+    if (want_link && atoi(want_link) > 0) be->link = &g->link;
     return be;
 }

@@ -10,6 +10,10 @@ pt_backend *pt_backend_cuda_create(int local_rank) {
               "on the PATH or CUDAToolkit_ROOT set)");
     return NULL;
 }
+pt_backend *pt_backend_cuda_create_shared(int local_rank, int sharers) {
+    (void)sharers;
+    return pt_backend_cuda_create(local_rank);
+}
 int pt_cuda_device_count(void) { return 0; }
 pt_status pt_cuda_check_usable(void) {
     pt_backend_cuda_create(0); /* its message */
@@ -18,6 +22,10 @@ pt_status pt_cuda_check_usable(void) {
 int64_t pt_cuda_malloc_count(void) { return 0; }
 double pt_cuda_peak_tflops(pt_backend *be, int bf16) {
     (void)be, (void)bf16;
+    return 0;
+}
+int64_t pt_cuda_device_memory(pt_backend *be) {
+    (void)be;
     return 0;
 }
 int64_t pt_cuda_memory_peak(pt_backend *be) {

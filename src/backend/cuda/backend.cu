@@ -84,6 +84,80 @@ static void cuda_synchronize(pt_backend *be) {
     PT_CUDA_CHECK(cudaStreamSynchronize(pt_cuda_stream(be)));
 }
 
+/* The device link (include/pt/backend.h): how the comm layer reaches the arena's memory. */
+static int link_owns(void *c, const void *p) {
+    pt_cuda_ctx *ctx = (pt_cuda_ctx *)c;
+    const char *q = (const char *)p;
+    if (!ctx->direct) return q >= ctx->arena_base && q < ctx->arena_base + ctx->arena.size;
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice;
+}
+static void *link_host_alloc(void *c, size_t bytes) {
+    (void)c;
+    void *p = NULL;
+    PT_CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+    return p;
+}
+static void link_host_free(void *c, void *p) {
+    (void)c;
+    if (p) PT_CUDA_CHECK(cudaFreeHost(p));
+}
+static void link_to_host(void *c, void *host, const void *dev, size_t bytes) {
+    pt_cuda_ctx *ctx = (pt_cuda_ctx *)c;
+    PT_CUDA_CHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+    PT_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+}
+static void link_to_device(void *c, void *dev, const void *host, size_t bytes) {
+    pt_cuda_ctx *ctx = (pt_cuda_ctx *)c;
+    PT_CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    /* the staging buffer is reused once this returns */
+    PT_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+}
+static void *link_stream_new(void *c) {
+    (void)c;
+    cudaStream_t s;
+    PT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return (void *)s;
+}
+static void link_stream_free(void *c, void *s) {
+    (void)c;
+    PT_CUDA_CHECK(cudaStreamDestroy((cudaStream_t)s));
+}
+static void *link_event_new(void *c) {
+    (void)c;
+    cudaEvent_t e;
+    PT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return (void *)e;
+}
+static void link_event_free(void *c, void *e) {
+    (void)c;
+    PT_CUDA_CHECK(cudaEventDestroy((cudaEvent_t)e));
+}
+static void link_event_record(void *c, void *e, void *s) {
+    (void)c;
+    PT_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s));
+}
+static int link_event_query(void *c, void *e) {
+    (void)c;
+    cudaError_t r = cudaEventQuery((cudaEvent_t)e);
+    if (r == cudaErrorNotReady) return 0;
+    PT_CUDA_CHECK(r);
+    return 1;
+}
+static void link_stream_wait(void *c, void *s, void *e) {
+    (void)c;
+    PT_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0));
+}
+static void link_copy(void *c, void *dst, const void *src, size_t bytes, void *s) {
+    (void)c;
+    if (bytes && dst != src)
+        PT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)s));
+}
+
 /* The datasheet's dense bf16 peak of the cards we know, for MFU against the vendor's figure. */
 static double datasheet_bf16_tflops(const cudaDeviceProp *p) {
     if (strstr(p->name, "H100") || strstr(p->name, "H200") || strstr(p->name, "H800") ||
@@ -139,6 +213,10 @@ static pt_backend *fail(pt_backend *be, const char *what, cudaError_t e) {
 }
 
 extern "C" pt_backend *pt_backend_cuda_create(int local_rank) {
+    return pt_backend_cuda_create_shared(local_rank, 1);
+}
+
+extern "C" pt_backend *pt_backend_cuda_create_shared(int local_rank, int sharers) {
     int count = pt_cuda_device_count();
     if (count <= 0) {
         pt_errorf(PT_ERR_RUNTIME, "training.device = cuda: no CUDA device can be used here "
@@ -167,6 +245,7 @@ extern "C" pt_backend *pt_backend_cuda_create(int local_rank) {
     if ((e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)) != cudaSuccess)
         return fail(be, "cudaStreamCreate", e);
 
+    ctx->sharers = sharers < 1 ? 1 : sharers;
     if (pt_cuda_memory_init(be) != PT_OK) {
         cuda_destroy(be);
         return NULL;
@@ -217,6 +296,13 @@ extern "C" pt_backend *pt_backend_cuda_create(int local_rank) {
     be->sumsq = pt_cuda_sumsq;
     be->adamw = pt_cuda_adamw;
     be->describe = cuda_describe;
+    const pt_device_link link = {ctx, ctx->device, (void *)ctx->stream, link_owns,
+                                 link_host_alloc, link_host_free, link_to_host, link_to_device,
+                                 link_stream_new, link_stream_free, link_event_new,
+                                 link_event_free, link_event_record, link_event_query,
+                                 link_stream_wait, link_copy};
+    ctx->link = link;
+    be->link = &ctx->link;
     if (pt_cuda_gemm_create(be) != PT_OK) {
         cuda_destroy(be);
         return NULL;

@@ -46,6 +46,8 @@ typedef struct {
     size_t dw_bytes;
     pt_cuda_gemm_state *gemm;  /* cuBLASLt handle, workspace and plan cache (gemm.cu) */
     double peak_tflops_bf16, peak_tflops_fp32; /* measured at start (gemm.cu) */
+    int sharers;               /* processes using this device (the arena takes 1/sharers) */
+    pt_device_link link;       /* be->link: how the comm layer reaches the arena */
     char desc[1024];
 } pt_cuda_ctx;
 

@@ -61,6 +61,14 @@ extern "C" pt_status pt_cuda_memory_init(pt_backend *be) {
         return pt_errorf(PT_ERR_RUNTIME, "CUDA backend: cudaMemGetInfo: %s",
                          cudaGetErrorString(e));
     size_t want = free_b > 2 * RESERVE_BYTES ? free_b - RESERVE_BYTES : free_b / 2;
+    /* several processes on one device (more ranks on a host than GPUs): each its share of the
+     * whole device less a reserve each, whoever starts first */
+    if (ctx->sharers > 1) {
+        size_t reserves = (size_t)ctx->sharers * RESERVE_BYTES;
+        size_t share = total_b > 2 * reserves ? (total_b - reserves) / ctx->sharers
+                                              : total_b / (2 * (size_t)ctx->sharers);
+        if (share < want) want = share;
+    }
     const char *mb = getenv("PT_CUDA_ARENA_MB"), *direct = getenv("PT_CUDA_DIRECT_ALLOC");
     if (mb && atoll(mb) > 0) want = (size_t)atoll(mb) << 20;
     ctx->direct = direct && atoi(direct) > 0;
@@ -90,6 +98,11 @@ extern "C" void pt_cuda_memory_destroy(pt_backend *be) {
 extern "C" int64_t pt_cuda_memory_peak(pt_backend *be) {
     if (!be || strcmp(be->name, "cuda") != 0) return 0;
     return (int64_t)pt_cuda_ctx_of(be)->arena.peak;
+}
+
+extern "C" int64_t pt_cuda_device_memory(pt_backend *be) {
+    if (!be || strcmp(be->name, "cuda") != 0) return 0;
+    return (int64_t)pt_cuda_ctx_of(be)->prop.totalGlobalMem;
 }
 
 /* For the tests: cudaMalloc calls so far (the arena's, one per backend). */
