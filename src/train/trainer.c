@@ -276,8 +276,11 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                              "for now: this job has %d ranks (layouts over several GPUs need the "
                              "NCCL comm backend, not yet written; docs/gpu.md)", ranks);
         PT_TRY(pt_cuda_check_usable());
-        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-        t->be = pt_backend_cuda_create(local ? atoi(local) : 0);
+        /* the GPU: this rank's place among its host's ranks, as MPI finds them (the launcher's
+         * variables differ: srun --mpi=pmix sets no OMPI_COMM_WORLD_LOCAL_RANK) */
+        int host, local;
+        pt_comm_host(&host, &local);
+        t->be = pt_backend_cuda_create(local);
     } else {
         pt_gemm_lib lib = !strcmp(cfg->training.gemm, "openblas") ? PT_GEMM_OPENBLAS
                                                                   : PT_GEMM_ONEDNN;
