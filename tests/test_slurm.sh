@@ -10,6 +10,7 @@
 #     tasks per node in Slurm's block order (rank r on node r / tasks-per-node), and the mesh's
 #     placement line says tp within a host, dp across; the negative control: the same records
 #     checked against the cyclic order (rank r on node r mod nodes) must fail;
+#   - docs/guide.md's job script (section 14) is scripts/slurm_job.sh;
 #   - nothing is left behind: no namespace, no daemon, no process of the jobs.
 # The cluster: munged and slurmctld on host 0, a slurmd on each host (its own NodeName, -N, spool
 # and TmpFS), everything (key, configuration, state, logs) in the test's temporary directory; the
@@ -36,6 +37,14 @@ for t in slurmctld slurmd sbatch srun scontrol munged mungekey; do
 done
 trap '[ "$BASHPID" = "$pt_main_shell" ] && { "$C" down; rm -rf "$tmp"; }' EXIT
 trap 'exit 143' TERM INT HUP
+
+# the job script the guide shows (section 14) is the file submitted here
+"$PY" - "$PT_SOURCE_DIR/docs/guide.md" "$JOB" << 'PY' && ok || bad "docs/guide.md's job script is not scripts/slurm_job.sh"
+import re, sys
+guide, script = (open(p).read() for p in sys.argv[1:])
+shown = [b for b in re.findall(r"```sh\n(.*?)```", guide, re.S) if b.startswith("#!/bin/bash\n# slurm_job.sh")]
+sys.exit(0 if shown == [script] else 1)
+PY
 
 # the reference meanwhile (one process, one core of two)
 run 1 ref --training.micro_batch=8 & ref_job=$!
