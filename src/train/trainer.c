@@ -315,9 +315,11 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
 
     if (!strcmp(cfg->training.device, "cuda")) {
         PT_TRY(pt_cuda_check_usable());
+        /* the GPU: this rank's place among its host's ranks, as MPI finds them (the launcher's
+         * variables differ: srun --mpi=pmix sets no OMPI_COMM_WORLD_LOCAL_RANK), mod the device
+         * count; the ranks of this host on that device share its memory */
         int host, local, local_size = pt_comm_local_size(), count = pt_cuda_device_count();
         pt_comm_host(&host, &local);
-        /* the ranks of this host on this rank's device (local rank mod the device count) */
         int sharers = local_size / count + (local % count < local_size % count);
         t->be = pt_backend_cuda_create_shared(local, sharers);
     } else {
