@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
 # gpu_check.sh [--dry-run] [--out DIR] [--debs DIR] [--build DIR] [--jobs N] [--budget S]
-# The GPU check of issue 31, one script for a machine with one H100 or H200 (CUDA 13 + nvcc, CMake,
-# Python with PyTorch on CUDA, none of our Debian packages, no network), prepared and dry-run here.
+# The GPU check (issues 31 and 33), one script for a machine with one H100 or H200 (CUDA 13 + nvcc,
+# CMake, Python with PyTorch on CUDA and NCCL in the nvidia-nccl package, none of our Debian
+# packages, no network), prepared and dry-run here.
 #   env        logs the machine: nvidia-smi, nvcc, the compiler, CMake, ninja, Python and torch
 #   unpack     checks the carried .debs (.gpu-debs/MANIFEST: names, sizes, sha256; fetched by
 #              scripts/gpu_debs.sh) and unpacks them with dpkg-deb -x, or a small Python ar+tar
 #              reader where dpkg-deb is missing, into a prefix under /tmp; rewrites the .pc files
 #              and sets PKG_CONFIG_LIBDIR (only the prefix), CMAKE_PREFIX_PATH, LD_LIBRARY_PATH,
 #              PATH (mpicc, mpirun) and OPAL_PREFIX/PMIX_INSTALL_PREFIX (OpenMPI relocated)
-#   configure  CMake with -DPT_CUDA=ON (ninja when present)
+#   configure  CMake with -DPT_CUDA=ON (ninja when present); NCCL's header from the toolkit or the
+#              nvidia-nccl Python package (PT_NCCL_INCLUDE), its library on LD_LIBRARY_PATH
 #   build      pentatron, the tests, bench_gemm
 #   tests      ctest -R 'test_gpu_|test_cuda_host_' (not test_gpu_model): the slots against the CPU
+#              (test_gpu_nccl among them: the NCCL comm backend on one rank, every operation)
 #   model      tests/test_gpu_model.sh through ctest: training on the GPU against the CPU backend
+#   nccl_abort test_gpu_nccl with PT_GPU_NCCL_HANG=1: a receive nobody sends, whose wait times out,
+#              aborts the communicator (ncclCommAbort) and ends the job naming the group
+#   layouts    tests/gpu_layouts.sh: the 5D matrix's layouts on 4 and 8 ranks sharing the GPU
+#              (comm.backend = mpi) against the one-process GPU run, the CPU matrix's tolerances;
+#              over NCCL too where the machine has a GPU a rank (dry run: the list on CPUs)
+#   measure    pentatron plan --measure --device cuda --precision bf16: the hardware file
+#              (OUT/gpu_measured.ini; dry run: the refusal without a device)
 #   bench      bench/gpu_bench.sh: the 1B Llama and a small MoE against PyTorch eager/compile,
 #              attention against SDPA, GEMMs against torch.matmul
+#   plan       the planner's step for the bench's 1B model on OUT/gpu_measured.ini against the step
+#              pentatron measured in the bench (tokens a step / tokens per second)
 #   memcheck   compute-sanitizer --tool memcheck over the slot test at small sizes
 #   racecheck  compute-sanitizer --tool racecheck, the same
 # Every step is time-boxed (timeout) and the script goes on after a failure; the whole run keeps
-# within --budget seconds (default 460, under the 8 minutes asked). Writes to --out (default $OUT,
+# within --budget seconds (default 470, under the 8 minutes asked). Writes to --out (default $OUT,
 # else /tmp/gpu_check_out): gpu_check.json (every step: status, seconds, key figures),
 # gpu_check.md (the table) and gpu_check_logs.tar.gz (every log), and bench.json when the bench
 # ran. Exit 0 when no step failed (skipped steps do not fail), 1 otherwise.
@@ -36,7 +48,7 @@ set -u
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 self="$root/scripts/gpu_check.sh"
 dry=0; out="${OUT:-/tmp/gpu_check_out}"; debs="$root/.gpu-debs"; build="$root/build-gpucheck"
-jobs="$(nproc 2>/dev/null || echo 4)"; budget=460
+jobs="$(nproc 2>/dev/null || echo 4)"; budget=470
 args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -265,11 +277,21 @@ if [ -z "${GPU_CHECK_INNER:-}" ] && [ $dry = 1 ] && [ "$(id -u)" = 0 ] && comman
 fi
 [ -n "${GPU_CHECK_INNER:-}" ] && say "inside the isolated namespace: $(cat "$logs/isolation.log" 2>/dev/null)"
 
+# NCCL: the toolkit's header and library, else the nvidia-nccl Python package's (its include/ and
+# lib/); libnccl.so.2 is opened at run time from the loader's path
+nccl_dir="$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.nccl"); print(list(s.submodule_search_locations)[0] if s else "")' 2>/dev/null)"
+nccl_args=()
+if [ ! -f /usr/local/cuda/include/nccl.h ] && [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
+  nccl_args=(-DPT_NCCL_INCLUDE="$nccl_dir/include")
+fi
+[ -n "$nccl_dir" ] && [ -d "$nccl_dir/lib" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir/lib"
+[ -z "${GPU_CHECK_INNER:-}" ] && say "NCCL: header ${nccl_args[*]:-from the toolkit}, python package ${nccl_dir:-none}"
+
 # ---------------------------------------------------------------------------- configure, build
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake_args=(-S "$root" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DPT_CUDA=ON
             -DPKG_CONFIG_EXECUTABLE="$pfx/bin/pkg-config" -DMPI_C_COMPILER="$pfx/bin/mpicc"
-            -DMPIEXEC_EXECUTABLE="$pfx/bin/mpiexec")
+            -DMPIEXEC_EXECUTABLE="$pfx/bin/mpiexec" "${nccl_args[@]}")
 [ -n "${GPU_CHECK_CUDA_ARCHS:-}" ] && cmake_args+=(-DCMAKE_CUDA_ARCHITECTURES="$GPU_CHECK_CUDA_ARCHS")
 if [ "$(status_of unpack)" = ok ]; then
   [ -n "${GPU_CHECK_KEEP_BUILD:-}" ] || rm -rf "$build"
@@ -331,12 +353,53 @@ else
   skip tests "not built"; skip model "not built"
 fi
 
+# --------------------------------------------------------------------- NCCL, layouts, measure
+nccl_abort() { # the unmatched receive: exit non-zero within seconds, the abort and the group named
+  local o rc
+  o="$(PT_GPU_NCCL_HANG=1 timeout 40 "$GPU_CHECK_BUILD/tests/test_gpu_nccl" 2>&1)"; rc=$?
+  echo "$o"
+  [ $rc -eq 77 ] && return 77
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'ncclCommAbort' <<<"$o" && grep -q 'over group "world"' <<<"$o"
+}
+export -f nccl_abort
+if [ $built = 1 ] && [ $have_gpu = 1 ]; then
+  run_step nccl_abort 45 bash -c nccl_abort
+  run_step layouts 130 bash "$root/tests/gpu_layouts.sh" "$build/pentatron" cuda
+  run_step measure 60 "$build/pentatron" plan --measure --device cuda --precision bf16 --out "$out/gpu_measured.ini"
+elif [ $built = 1 ]; then
+  skip nccl_abort "skipped: no GPU"
+  # the layouts' script itself, on CPUs (two layouts of 4 ranks)
+  run_step layouts 90 bash "$root/tests/gpu_layouts.sh" "$build/pentatron" cpu 2
+  run_step measure 30 "$build/pentatron" plan --measure --device cuda --out "$work/gpu_measured.ini"
+  [ "$(status_of measure)" = failed ] && grep -q 'no CUDA device' "$logs/measure.log" &&
+    record measure ok "$(cut -f3 "$steps/measure.tsv")" "refused as it must without a device"
+else
+  skip nccl_abort "not built"; skip layouts "not built"; skip measure "not built"
+fi
+
 # -------------------------------------------------------------------------------------- bench
 if [ $built = 1 ] && [ $have_gpu = 1 ]; then
   # shellcheck disable=SC2086
-  run_step bench 170 bash "$root/bench/gpu_bench.sh" --bin "$build/pentatron" --gemm-bin "$build/bench_gemm" \
-      --out "$work/bench" --budget 160 ${GPU_CHECK_BENCH_ARGS:-}
+  run_step bench 140 bash "$root/bench/gpu_bench.sh" --bin "$build/pentatron" --gemm-bin "$build/bench_gemm" \
+      --out "$work/bench" --budget 130 ${GPU_CHECK_BENCH_ARGS:-}
   [ -f "$work/bench/bench.json" ] && cp "$work/bench/bench.json" "$out/bench.json"
+  if [ -f "$out/gpu_measured.ini" ] && [ -f "$work/bench/bench.json" ]; then
+    run_step plan 30 python3 - "$build/pentatron" "$out/gpu_measured.ini" "$work/bench/bench.json" <<'PY'
+import json, subprocess, sys
+pt, hw, bench = sys.argv[1:4]
+# the bench's 1B Llama (bench/gpu_bench.sh): batch 4 × 2048 tokens, bf16, one GPU
+args = ["--model.vocab_size=128256", "--model.dim=2048", "--model.n_layers=16", "--model.n_heads=32",
+        "--model.n_kv_heads=8", "--model.ffn_dim=8192", "--model.tied_embeddings=true",
+        "--training.seq_len=2048", "--model.max_seq_len=2048", "--training.global_batch=4",
+        "--training.micro_batch=4", "--training.precision=bf16"]
+p = json.loads(subprocess.run([pt, "plan", *args, "--hardware", hw, "--json"], check=True,
+                              capture_output=True, text=True).stdout)
+tok_s = json.load(open(bench))["runs"]["pt_dense"]["tokens_per_s"]
+measured = 4 * 2048 / tok_s
+print("PLAN planned step %.4f s, measured %.4f s, error %+.1f%%" % (p["step_seconds"], measured,
+      100 * (p["step_seconds"] / measured - 1)))
+PY
+  fi
 elif [ $built = 1 ]; then
   # without a GPU the bench checks its own set-up and must say it skips (exit 77)
   run_step bench 60 bash "$root/bench/gpu_bench.sh" --bin "$build/pentatron" --gemm-bin "$build/bench_gemm" \
@@ -429,6 +492,8 @@ for name in open(os.path.join(work, "order")).read().split():
             s["status"] = "skipped"  # ctest exits 0 when every test skipped: say so
             s["note"] = "skipped: every test exited 77 (%s)" % ("no GPU" if not gpu else "no usable device")
         f["lines"] = [l for l in log.splitlines() if re.match(r"\s*(CASE|BF16|REPEAT|RECOMPUTE|TORCH|SKIP)", l)][:60]
+    if name in ("layouts", "plan", "nccl_abort", "measure"):
+        f["lines"] = [l for l in log.splitlines() if re.match(r"\s*(LAYOUT|PLAN|NCCL|gpu_layouts|measured|  GEMM|  memory|  attention|.*ncclCommAbort|.*over group)", l)][:60]
     if name == "bench":
         b = os.path.join(work, "bench", "bench.json")
         if os.path.exists(b):
@@ -441,7 +506,7 @@ for name in open(os.path.join(work, "order")).read().split():
         if m: f["hazards"] = int(m.group(1))
     steps.append(s)
 failed = [s["step"] for s in steps if s["status"] in ("failed", "timeout")]
-doc = {"check": "pentatron GPU check (issue 31)", "dry_run": dry, "gpu": gpu,
+doc = {"check": "pentatron GPU check (issues 31, 33)", "dry_run": dry, "gpu": gpu,
        "budget_s": budget, "steps": steps, "failed": failed,
        "verdict": "fail" if failed else ("dry run: GPU steps skipped" if not gpu else "pass")}
 json.dump(doc, open(os.path.join(out, "gpu_check.json"), "w"), indent=1)
@@ -481,7 +546,7 @@ cp "$work"/*.junit.xml "$logs/" 2>/dev/null
 find "$logs/bench" -name '*.bin' -delete 2>/dev/null
 report > "$logs/report.log" 2>&1; rc=$?
 if [ ! -s "$out/gpu_check.json" ]; then  # no Python: a bare JSON from the step records
-  { echo '{"check": "pentatron GPU check (issue 31)", "report_error": true, "steps": ['
+  { echo '{"check": "pentatron GPU check (issues 31, 33)", "report_error": true, "steps": ['
     sep=""; while read -r n; do IFS=$'\t' read -r a b c d < "$steps/$n.tsv"
       printf '%s{"step": "%s", "status": "%s", "seconds": %s, "note": "%s"}' "$sep" "$a" "$b" "$c" "$(echo "$d" | tr -d '"\\')"; sep=$',\n'
     done < "$work/order"; echo ']}'; } > "$out/gpu_check.json"
