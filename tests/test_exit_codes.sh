@@ -31,12 +31,14 @@ for np in 1 2; do
   code 2 "$tmp/nope/config.json" "${l[@]}" "$bin" train "${tiny[@]}" "${extra[@]}" --model.init_from="$tmp/nope"
 done
 
-# training.device = cuda: more than one rank is refused everywhere (one process, one GPU, until
-# a comm backend moves device memory); one rank without a usable GPU is refused too
-code 2 "runs one process on one GPU" "${np2[@]}" "$bin" train "${tiny[@]}" "${dp2[@]}" --training.device=cuda
+# training.device = cuda without a usable GPU: refused on one rank and on every rank of two (any
+# number of ranks is a layout on GPUs now); comm.backend = nccl on CPUs, and an unknown backend
 if ! nvidia-smi -L >/dev/null 2>&1; then
   code 2 "training.device = cuda" "$bin" train "${tiny[@]}" --training.device=cuda
+  code 2 "training.device = cuda: no CUDA device" "${np2[@]}" "$bin" train "${tiny[@]}" "${dp2[@]}" --training.device=cuda
 fi
+code 2 "comm.backend = nccl needs training.device = cuda" "${np2[@]}" "$bin" train "${tiny[@]}" "${dp2[@]}" --comm.backend=nccl
+code 2 "comm.backend" "$bin" train "${tiny[@]}" --comm.backend=gloo
 code 2 "training.device" "$bin" train "${tiny[@]}" --training.device=tpu
 
 # the other commands: bad arguments or input
