@@ -17,11 +17,16 @@
  *          check passed, printing "nccl_host: N checks passed";
  *   hang   world rank 1 skips an all-reduce: rank 0's wait times out (parallel timeout 2 s) and
  *          aborts its communicator (ncclCommAbort) before the job ends naming the group;
- *   async  NCCL reports an asynchronous error: the job ends naming the group and the operation. */
+ *   async  NCCL reports an asynchronous error: the job ends naming the group and the operation;
+ *   train ARGS...  `pentatron train ARGS` with every group over the NCCL backend and these
+ *          stand-ins, the guarded CPU backend's memory (PT_BACKEND_GUARD=1) being the "device
+ *          memory" (its accesses under a hold): the model's own posting order of sends and
+ *          receives, matched in order as NCCL matches them, and its waits on in-order streams. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "comm/comm_nccl.h"
 #include "pt/backend.h"
 #include "pt/comm.h"
@@ -72,22 +77,33 @@ static void stream_advance(fstream *s) {
         fop *op = &s->ops[s->done % QUEUE];
         if (op->mc) {
             if (!op->mc->test(op->mc, op->r)) return;
-        } else if (op->src) {
-            memmove(op->dst, op->src, op->bytes);
         } else {
-            memset(op->dst, 0xff, op->bytes); /* what NCCL leaves undefined: NaNs */
+            pt_guard_hold(); /* train mode: the guarded backend's memory */
+            if (op->src)
+                memmove(op->dst, op->src, op->bytes);
+            else
+                memset(op->dst, 0xff, op->bytes); /* what NCCL leaves undefined: NaNs */
+            pt_guard_release();
         }
         s->done++;
     }
 }
 
+static int train_mode;
+
 static int l_owns(void *ctx, const void *p) {
     (void)ctx;
+    if (train_mode) return pt_guard_covers(p);
     return (const char *)p >= dev_mem && (const char *)p < dev_mem + DEV_BYTES;
 }
 static void *l_host_alloc(void *ctx, size_t b) { (void)ctx; return malloc(b); }
 static void l_host_free(void *ctx, void *p) { (void)ctx; free(p); }
-static void l_copy_now(void *ctx, void *d, const void *s, size_t b) { (void)ctx; memcpy(d, s, b); }
+static void l_copy_now(void *ctx, void *d, const void *s, size_t b) {
+    (void)ctx;
+    pt_guard_hold();
+    memcpy(d, s, b);
+    pt_guard_release();
+}
 static void *l_stream_new(void *ctx) {
     (void)ctx;
     streams_made++;
@@ -215,7 +231,7 @@ static void f_push(cudaStream_t s, pt_comm *mc, pt_comm_req *r) {
 static ncclResult_t f_all_reduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
     if (op != ncclSum || in_group) return ncclInvalidUsage;
-    if (send != recv) memcpy(recv, send, count * pt_dtype_size(f_type(dt)));
+    if (send != recv) l_copy_now(NULL, recv, send, count * pt_dtype_size(f_type(dt)));
     f_push(s, comm->mc, comm->mc->iallreduce(comm->mc, recv, count, f_type(dt)));
     return ncclSuccess;
 }
@@ -250,7 +266,8 @@ static ncclResult_t f_all_gather(const void *send, void *recv, size_t sc, ncclDa
 static ncclResult_t f_broadcast(const void *send, void *recv, size_t count, ncclDataType_t dt,
                                 int root, ncclComm_t comm, cudaStream_t s) {
     if (in_group) return ncclInvalidUsage;
-    if (send != recv && comm->mc->rank == root) memcpy(recv, send, count * pt_dtype_size(f_type(dt)));
+    if (send != recv && comm->mc->rank == root)
+        l_copy_now(NULL, recv, send, count * pt_dtype_size(f_type(dt)));
     f_push(s, comm->mc, comm->mc->ibcast(comm->mc, recv, count, f_type(dt), root));
     return ncclSuccess;
 }
@@ -451,6 +468,12 @@ static void groups(pt_comm *w) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "ops";
+    if (!strcmp(mode, "train")) { /* the trainer starts the runtime; its groups get NCCL's mode */
+        train_mode = 1;
+        pt_comm_nccl_use(&fake);
+        if (pt_comm_set_device(&link, PT_COMM_NCCL) != PT_OK) return 2;
+        return pt_cmd_train(argc - 2, argv + 2);
+    }
     int world = 1;
     if (pt_comm_runtime_init(&me, &world) != PT_OK) return 2;
     dev_mem = calloc(1, DEV_BYTES);

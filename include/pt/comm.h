@@ -55,6 +55,9 @@ struct pt_comm {
     /* device memory's path (src/comm/comm_stage.c, comm_nccl.c; pt_comm_device_attach); NULL:
      * every buffer is host memory */
     void *dev;
+    /* 1 when sends and receives between two members are matched in the order they are posted,
+     * tags aside (NCCL's point to point); 0: by tag, as MPI matches them */
+    int ordered_p2p;
     pt_comm_stats stats;
     double timeout_s;
     int flight; /* its index in the flight recorder's groups + 1 (pt/flight.h); 0: not recorded */

@@ -404,6 +404,7 @@ static pt_status pt_nccl_attach(pt_comm *c, const pt_device_link *link, ncclComm
     c->dup = nc_dup;
     c->free = nc_free;
     c->abort = nc_abort;
+    c->ordered_p2p = 1;
     return PT_OK;
 }
 

@@ -18,7 +18,11 @@
  * computed in the same order every step (not as they happen to arrive), so that the experts'
  * weight gradients, summed over the blocks, are the same bits every run. PT_EP_OVERLAP=0 keeps the
  * plain exchange: one all-to-all(v) at the start and one at finish, the blocks in the same order,
- * bit for bit the same results (what the overlap is measured against).
+ * bit for bit the same results (what the overlap is measured against). A group whose sends and
+ * receives are matched in the order they are posted between two ranks, not by tag
+ * (pt_comm.ordered_p2p: NCCL), takes the plain exchange too: the overlapped path posts each peer's
+ * result receives before the rows that peer will send first, and their order would pair them
+ * wrongly (and a receive waiting on a stream blocks what follows it).
  *
  * The bytes are the same either way: a rank sends its rows for other ranks' experts (dispatch)
  * and the outputs of the rows it received (combine), all counted under the ep group (as sends,
@@ -277,7 +281,7 @@ pt_ep_ops *pt_ep_create(pt_backend *be, pt_comm *cc, int E, int top_k, float cap
     PT_ASSERTF(!ov || !strcmp(ov, "0") || !strcmp(ov, "1"),
                "PT_EP_OVERLAP = \"%s\": expected 0 (one all-to-all each way) or 1 (overlapped)",
                ov);
-    p->overlap = !ov || !strcmp(ov, "1");
+    p->overlap = (!ov || !strcmp(ov, "1")) && !cc->ordered_p2p;
     /* the most pending at once: each block's four messages; the pool keeps twice that */
     if (p->overlap) pt_comm_reserve(cc, 8 * (cc->size - 1) * p->el + 2);
     p->ops = (pt_ep_ops){.ctx = p,
