@@ -26,10 +26,13 @@
  * \s to Oniguruma's set) and tiktoken, and the test checks that the JS-regex encoders differ.
  *
  * Tests named test_file_* need no node and run again under AddressSanitizer
- * (tests/test_tokenizer_json_asan.sh, PT_TEST_FILTER=test_file_*).
+ * (tests/test_tokenizer_json_asan.sh, PT_TEST_FILTER=test_file_*). CTest runs the three
+ * SentencePiece-style cases, the slowest, as tests of their own (tests/CMakeLists.txt:
+ * test_tokenizer_json_mistral, _llama2, _metaspace; PT_TEST_SKIP keeps them out of this one).
  */
 #include "testutil.h"
 
+#include <fnmatch.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1202,10 +1205,21 @@ static void test_file_bad_uint32_shards(void **state) {
     free(data);
 }
 
+/* Whether name matches one of list's comma-separated globs. */
+static bool matches_any(const char *name, const char *list) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *g = strtok_r(buf, ",", &save); g; g = strtok_r(NULL, ",", &save))
+        if (fnmatch(g, name, 0) == 0) return true;
+    return false;
+}
+
+/* PT_TEST_FILTER keeps the tests that match one of its comma-separated globs, PT_TEST_SKIP drops
+ * those that match one of its: tests/CMakeLists.txt runs the slow reference cases as tests of
+ * their own beside the rest, so that CTest gives each a core. */
 int main(void) {
-    const char *filter = getenv("PT_TEST_FILTER");
-    if (filter && *filter) cmocka_set_test_filter(filter);
-    const struct CMUnitTest tests[] = {
+    const char *filter = getenv("PT_TEST_FILTER"), *skip = getenv("PT_TEST_SKIP");
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_tiny_tokenizer_encodes),
         cmocka_unit_test(test_file_bad_tokenizer_json),
         cmocka_unit_test(test_file_bad_tiktoken),
@@ -1229,5 +1243,15 @@ int main(void) {
         cmocka_unit_test(test_llama2_matches_references),
         cmocka_unit_test(test_metaspace_matches_reference),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
+        if ((!filter || !*filter || matches_any(tests[i].name, filter)) &&
+            !(skip && *skip && matches_any(tests[i].name, skip)))
+            tests[n++] = tests[i];
+    if (n == 0) {
+        fprintf(stderr, "PT_TEST_FILTER = \"%s\", PT_TEST_SKIP = \"%s\": no test left\n",
+                filter ? filter : "", skip ? skip : "");
+        return 1;
+    }
+    return _cmocka_run_group_tests("test_tokenizer_json", tests, n, NULL, NULL);
 }
