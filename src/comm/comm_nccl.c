@@ -2,8 +2,9 @@
  * whose memory is a GPU's (pt_device_link, include/pt/backend.h). It builds on an MPI group of
  * the same members: MPI starts the processes, carries the world's unique id, and still moves what
  * lies in host memory (counts, scalars, the flight recorder's diagnosis); everything in device
- * memory goes over NCCL. NCCL's calls go through a table (comm_nccl.h): libnccl.so.2's, loaded
- * at the first group, or a test's stand-in.
+ * memory goes over NCCL. NCCL's calls go through a table (comm_nccl.h): libnccl.so.2's (from the
+ * loader's path, else the CUDA toolkit's library folder), loaded at the first group, or a test's
+ * stand-in.
  *
  * Groups: the world's NCCL communicator is made from a unique id that world rank 0 draws and
  * broadcasts over MPI (ncclCommInitRank); every other group's is split from its parent's
@@ -56,6 +57,9 @@ static char pt_nccl_why[256];
 
 static int pt_nccl_load(void) {
     void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+#ifdef PT_CUDA_LIBDIR
+    if (!h) h = dlopen(PT_CUDA_LIBDIR "/libnccl.so.2", RTLD_NOW | RTLD_LOCAL); /* the toolkit's */
+#endif
     if (!h) {
         snprintf(pt_nccl_why, sizeof pt_nccl_why, "libnccl.so.2 cannot be loaded (%s): install "
                  "NCCL or put it on LD_LIBRARY_PATH", dlerror());
