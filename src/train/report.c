@@ -71,7 +71,7 @@ void pt_report_print(const pt_mesh *mesh, const pt_report_mark *since, int64_t s
         return;
     }
 
-    const pt_degrees *d = mesh ? &mesh->deg : &(pt_degrees){1, 1, 1, 1, 1};
+    const pt_degrees *d = mesh ? &mesh->deg : &(pt_degrees){1, 1, 1, 1, 1, 0};
     pt_log_info("run report, steps %lld-%lld (%.2f s/step): %d rank%s = dp %d × pp %d × cp %d × "
                 "tp %d, ep %d", (long long)since->step + 1, (long long)now.step, wall / steps, R,
                 R > 1 ? "s" : "", d->dp, d->pp, d->cp, d->tp, d->ep);
