@@ -20,6 +20,10 @@ static const char *pt_group_role(const char *name) {
         {"emb", "tied embedding: gradients"},
         {"kv", "shared kv heads: gradients"},
         {"head", "head split over pp: loss statistics"},
+        {"dps", "HSDP shard: ZeRO collectives"},
+        {"dpr", "HSDP replicas: all-reduce"},
+        {"eds", "HSDP expert shard: ZeRO"},
+        {"edr", "HSDP expert replicas"},
     };
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
         if (!strcmp(name, roles[i].name)) return roles[i].role;
