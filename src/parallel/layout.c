@@ -153,6 +153,11 @@ pt_status pt_layout_check(const pt_layout_spec *s, const pt_degrees *d, const pt
     if (d->ep > 1 && (mc->n_experts == 0 || mc->n_experts % d->ep != 0))
         return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", d->ep,
                          mc->n_experts);
+    if (s->zero > 0 && s->zero_scope > 0) { /* (node: checked by pt_mesh_init, by host) */
+        pt_degrees scoped = *d;
+        scoped.zs = s->zero_scope;
+        PT_TRY(pt_degrees_check_scope(&scoped));
+    }
     int unit = s->cp_zigzag ? 2 * d->cp : d->cp;
     if (d->cp > 1 && s->seq_len % unit != 0)
         return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d (%s): training.seq_len = %d must be a "
