@@ -25,9 +25,13 @@ source "$(dirname "$0")/parallel_common.sh" "$1"
 hw="$tmp/hw.ini"
 printf '[hardware]\nname = "test"\ndevices_per_node = 16\nnodes = 1\npeak_flops = 1e11\nmemory_bytes = 1e10\nmemory_bw = 1e10\nintra_bw = 1e9\nintra_latency = 1e-6\ninter_bw = 1e8\ninter_latency = 1e-5\n' > "$hw"
 eval "$(declare -f check | sed '1s/^check/run_check/')"
-check() { # as parallel_common's, then the plan's memory for the layout
+check() { # as parallel_common's (HSDP layouts: and the gradient norms), then the plan's memory
   local name="$2"
   run_check "$@"
+  if [[ "$name" == *hsdp* ]]; then
+    "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" "$3" "$name" --norms > /dev/null && ok ||
+      bad "$name: gradient norms differ: $("$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" "$3" "$name" --norms | tail -1)"
+  fi
   shift 3
   if "$bin" plan "${tiny[@]}" "$@" --hardware "$hw" --json > "$tmp/$name.plan" 2> "$tmp/$name.plan.err" &&
      "$PY" "$PT_SOURCE_DIR/tests/ref/check_plan_memory.py" "$tmp/$name.log" "$tmp/$name.jsonl" "$tmp/$name.plan" "$name"; then ok

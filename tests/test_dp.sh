@@ -56,7 +56,7 @@ done
 # each (A = 2, N = S; the optimizer state 1/S per rank); the replicate group (dpr) the all-reduce
 # of each rank's reduced shard, 2(R−1)/R·Ψ/S (A = 2/S = 1, N = R)
 if run 4 hsdp_z1 --parallel.dp=4 --parallel.zero=1 --parallel.zero_scope=2 --training.micro_batch=2; then
-  "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" ref hsdp_z1 --bytes 2 0 2 --group dps --zero 1 &&
+  "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" ref hsdp_z1 --bytes 2 0 2 --group dps --zero 1 --norms &&
   "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" ref hsdp_z1 --bytes 1 0 2 --group dpr && ok ||
     bad "hsdp_z1: its bytes or state differ from HSDP's formulas"
 else
