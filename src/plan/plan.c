@@ -693,6 +693,7 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
     memset(out, 0, sizeof *out);
     out->dp = y.dp, out->tp = y.tp, out->pp = y.pp, out->cp = y.cp, out->ep = y.ep;
     out->sp = y.sp, out->zero = y.zero, out->chunks = chunks, out->sched = kind;
+    out->zero_shard = y.zs;
     out->micro_batch = c->training.micro_batch, out->m = m, out->recompute = y.re;
 
     /* the stages' layers (the layout's rule, pipeline.h), the schedule */
@@ -992,8 +993,12 @@ static void pt_plan_fmt_bytes(double b, char *out, size_t cap) {
 
 void pt_plan_print(const pt_plan *p, const pt_config *c, const pt_hardware *hw, FILE *f) {
     static const char *dims[] = {"dp", "tp", "pp", "cp", "ep"};
-    fprintf(f, "layout: dp %d × pp %d × cp %d × tp %d%s, ep %d, ZeRO-%d, %s", p->dp, p->pp, p->cp,
-            p->tp, p->sp ? " (sp)" : "", p->ep, p->zero, pt_schedule_kind_name(p->sched));
+    char hsdp[96] = "";
+    if (p->zero_shard > 0 && p->zero_shard < p->dp)
+        snprintf(hsdp, sizeof hsdp, " (HSDP: shard groups of %d dp ranks, %d replicas)",
+                 p->zero_shard, p->dp / p->zero_shard);
+    fprintf(f, "layout: dp %d × pp %d × cp %d × tp %d%s, ep %d, ZeRO-%d%s, %s", p->dp, p->pp, p->cp,
+            p->tp, p->sp ? " (sp)" : "", p->ep, p->zero, hsdp, pt_schedule_kind_name(p->sched));
     if (p->chunks > 1) fprintf(f, " × %d chunks", p->chunks);
     fprintf(f, ", %d micro-batches of %d, recompute %s, on %s (%d × %d)%s%s\n", p->m, p->micro_batch,
             pt_plan_re_name(p->recompute), hw->name, hw->nodes, hw->devices_per_node,
