@@ -5,7 +5,9 @@
 #     experts; sp on and off; degrees of 3 and 6 on 6 and 12 ranks), each reproducing the single-process run: step-1 gradients per tensor
 #     ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative; among them dp2·pp2·cp2·tp2 with ep 2, zero
 #     bubble and ZeRO-1 on 16 ranks; a model with head_dim ≠ dim / heads and Llama 3 rope
-#     scaling under dp·cp·tp and pp·cp·tp;
+#     scaling under dp·cp·tp and pp·cp·tp; HSDP (parallel.zero_scope: ZeRO within shard groups,
+#     replicated across) in four of them: dp4·tp2 ZeRO-2 over groups of 2, dp2·cp2·tp2 ZeRO-3
+#     over each dp rank's cp pair (zero_scope 1), MoE dp4·ep2·pp2 ZeRO-2, dp4·pp2·tp2 ZeRO-1;
 #   - the same layout run twice: bitwise the same losses and checkpoint (weights and moments);
 #   - resharding: that layout's checkpoint at step 5 continued on 1 rank, and a 1-rank checkpoint
 #     continued on 16, both giving the uninterrupted run's losses; its Hugging Face export equals
@@ -23,9 +25,13 @@ source "$(dirname "$0")/parallel_common.sh" "$1"
 hw="$tmp/hw.ini"
 printf '[hardware]\nname = "test"\ndevices_per_node = 16\nnodes = 1\npeak_flops = 1e11\nmemory_bytes = 1e10\nmemory_bw = 1e10\nintra_bw = 1e9\nintra_latency = 1e-6\ninter_bw = 1e8\ninter_latency = 1e-5\n' > "$hw"
 eval "$(declare -f check | sed '1s/^check/run_check/')"
-check() { # as parallel_common's, then the plan's memory for the layout
+check() { # as parallel_common's (HSDP layouts: and the gradient norms), then the plan's memory
   local name="$2"
   run_check "$@"
+  if [[ "$name" == *hsdp* ]]; then
+    "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" "$3" "$name" --norms > /dev/null && ok ||
+      bad "$name: gradient norms differ: $("$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" "$3" "$name" --norms | tail -1)"
+  fi
   shift 3
   if "$bin" plan "${tiny[@]}" "$@" --hardware "$hw" --json > "$tmp/$name.plan" 2> "$tmp/$name.plan.err" &&
      "$PY" "$PT_SOURCE_DIR/tests/ref/check_plan_memory.py" "$tmp/$name.log" "$tmp/$name.jsonl" "$tmp/$name.plan" "$name"; then ok
@@ -47,8 +53,8 @@ dense 8 dp2_cp2_tp2_sp_z1 $P.dp=2 $P.cp=2 $P.tp=2 $P.sp=true $P.zero=1 --trainin
 dense 8 pp2_cp2_tp2_interleaved $P.pp=2 $P.cp=2 $P.tp=2 $P.pp_schedule=interleaved $P.pp_virtual=2 --training.micro_batch=2
 dense 8 dp2_pp2_cp2_zb_z1 $P.dp=2 $P.pp=2 $P.cp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
 dense 8 dp2_pp2_cp2_afab $P.dp=2 $P.pp=2 $P.cp=2 $P.pp_schedule=afab --training.micro_batch=2
-dense 8 dp4_tp2_z2 $P.dp=4 $P.tp=2 $P.zero=2 --training.micro_batch=1
-dense 8 dp2_cp2_tp2_z3 $P.dp=2 $P.cp=2 $P.tp=2 $P.zero=3 --training.micro_batch=2
+dense 8 dp4_tp2_z2_hsdp2 $P.dp=4 $P.tp=2 $P.zero=2 $P.zero_scope=2 --training.micro_batch=1
+dense 8 dp2_cp2_tp2_z3_hsdp1 $P.dp=2 $P.cp=2 $P.tp=2 $P.zero=3 $P.zero_scope=1 --training.micro_batch=2
 dense 8 cp4_tp2_sp $P.cp=4 $P.tp=2 $P.sp=true --training.micro_batch=8
 dense 8 tp4_pp2_1f1b $P.tp=4 $P.pp=2 $P.pp_schedule=1f1b --training.micro_batch=2
 dense 8 cp2_pp4_zb $P.cp=2 $P.pp=4 $P.pp_schedule=zb --training.micro_batch=2
@@ -69,7 +75,7 @@ check 8 tied_dp2_pp2_tp2_1f1b_z2 tref "${L4[@]}" --model.tied_embeddings=true $P
 check 8 tied_moe_dp2_cp2_pp2_ep4_z1 tmref "${moe[@]}" --model.tied_embeddings=true $P.dp=2 $P.cp=2 $P.pp=2 $P.ep=4 $P.zero=1 --training.micro_batch=1
 # 8 ranks, mixture of experts: ep over dp, spanning dp × cp, with tp (and sp)
 mixed 8 moe_dp4_ep2_pp2_zb_z1 $P.dp=4 $P.ep=2 $P.pp=2 $P.pp_schedule=zb $P.zero=1 --training.micro_batch=1
-mixed 8 moe_dp4_ep2_pp2_afab_z2 $P.dp=4 $P.ep=2 $P.pp=2 $P.pp_schedule=afab $P.zero=2 --training.micro_batch=1
+mixed 8 moe_dp4_ep2_pp2_afab_z2_hsdp2 $P.dp=4 $P.ep=2 $P.pp=2 $P.pp_schedule=afab $P.zero=2 $P.zero_scope=2 --training.micro_batch=1
 mixed 8 moe_dp2_cp2_pp2_ep4 $P.dp=2 $P.cp=2 $P.pp=2 $P.ep=4 --training.micro_batch=1
 mixed 8 moe_dp2_tp2_pp2_ep2_sp $P.dp=2 $P.tp=2 $P.pp=2 $P.ep=2 $P.sp=true --training.micro_batch=2
 mixed 8 moe_dp4_tp2_ep4_z1 $P.dp=4 $P.tp=2 $P.ep=4 $P.zero=1 --training.micro_batch=1
@@ -82,7 +88,7 @@ mixed 16 moe_5d_ep2_zb_z1 "${full[@]}" $P.ep=2
 dense 16 5d_zb_z1_sp "${full[@]}" $P.sp=true
 mixed 16 moe_5d_ep4_interleaved $P.dp=2 $P.pp=2 $P.cp=2 $P.tp=2 $P.ep=4 $P.pp_schedule=interleaved $P.pp_virtual=2 --training.micro_batch=2
 mixed 16 moe_dp4_cp2_pp2_ep2_afab $P.dp=4 $P.cp=2 $P.pp=2 $P.ep=2 $P.pp_schedule=afab --training.micro_batch=1
-dense 16 dp4_pp2_tp2_1f1b_z1 $P.dp=4 $P.pp=2 $P.tp=2 $P.zero=1 $P.pp_schedule=1f1b --training.micro_batch=1
+dense 16 dp4_pp2_tp2_1f1b_z1_hsdp2 $P.dp=4 $P.pp=2 $P.tp=2 $P.zero=1 $P.zero_scope=2 $P.pp_schedule=1f1b --training.micro_batch=1
 dense 16 dp2_cp4_tp2_z2 $P.dp=2 $P.cp=4 $P.tp=2 $P.zero=2 --training.micro_batch=2
 dense 16 dp8_tp2_z3_sp $P.dp=8 $P.tp=2 $P.zero=3 $P.sp=true --training.micro_batch=1
 mixed 16 moe_dp4_cp2_tp2_ep4_z2 $P.dp=4 $P.cp=2 $P.tp=2 $P.ep=4 $P.zero=2 --training.micro_batch=1

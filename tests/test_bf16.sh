@@ -9,7 +9,8 @@
 #     carry such a step further: measured 0.11-0.34×, the 16-rank 5D layout the most): data
 #     parallelism over 2 ranks with ZeRO-0 to 3 (fp32 gradient reduction), cp 2 (two-pass ring
 #     attention), tp 2 with and without sp, pp 2 (1F1B, zero bubble), dp·tp·pp = 2·2·2 with sp
-#     and ZeRO-1, dp·cp·tp = 2·2·2 with ZeRO-3; the MoE model (against its own bf16 and fp32
+#     and ZeRO-1, dp·cp·tp = 2·2·2 with ZeRO-3, HSDP (dp 4, ZeRO-2 over shard groups of 2: the
+#     masters sharded over the shard group); the MoE model (against its own bf16 and fp32
 #     runs) under dp 2 × ep 2, the same with ZeRO-3, and tp 2 + sp × dp 2 × ep 2;
 #   - expert parallelism's all-to-all bytes: dispatches in bf16, combines in fp32;
 #   - parallel.grad_reduce = bf16 (dp 2, ZeRO-0/1/2) within its stated bound of the fp32
@@ -55,6 +56,7 @@ layouts=(
   "pp2_zb 2 $P.pp=2 $P.pp_schedule=zb --training.micro_batch=2"
   "dp2_tp2_pp2_sp_z1 8 $P.dp=2 $P.tp=2 $P.pp=2 $P.sp=true $P.zero=1 --training.micro_batch=2"
   "dp2_cp2_tp2_z3 8 $P.dp=2 $P.cp=2 $P.tp=2 $P.zero=3 --training.micro_batch=4"
+  "dp4_z2_hsdp2 4 $P.dp=4 $P.zero=2 $P.zero_scope=2 --training.micro_batch=2"
   "moe_ep2 2 $P.dp=2 $P.ep=2 --training.micro_batch=4"
   "moe_ep2_z3 2 $P.dp=2 $P.ep=2 $P.zero=3 --training.micro_batch=2"
   "moe_tp2_sp_ep2 4 $P.tp=2 $P.sp=true $P.dp=2 $P.ep=2 --training.micro_batch=4"

@@ -12,7 +12,9 @@
 #     while the next is updated, ZeRO-1's gathers completed by the next forward): many buckets,
 #     clipping at every step and evaluations, ZeRO 0-3 at dp 2 and 4 (and MPI progressed by a
 #     thread), losses and val losses against the single-process run;
-#   - checkpoints resume across layouts (dp 4 ZeRO-3 -> dp 2 ZeRO-1 -> dp 4 ZeRO-3 -> dp 1) with
+#   - HSDP's bytes (parallel.zero_scope = 2): the shard group's ZeRO-1 traffic over S ranks, the
+#     replicate group's all-reduce of a shard, 2(R−1)/R·Ψ/S;
+#   - checkpoints resume across layouts (dp 4 ZeRO-3 -> dp 2 ZeRO-1 -> dp 4 ZeRO-3 HSDP -> dp 1) with
 #     the same losses, and `pentatron export` of a dp 4 ZeRO-3 checkpoint equals the single-process
 #     one's;
 #   - impossible layouts fail fast with one message; a killed rank ends the job non-zero.
@@ -48,6 +50,18 @@ for zero in 1 2 3; do
     bad "$name failed: $(tail -3 "$tmp/$name.log")"
   fi
 done
+
+# HSDP (parallel.zero_scope = 2 over dp 4: S = 2 ranks per shard group, R = 2 replicas), ZeRO-1:
+# per step the shard group (dps) carries the reduce-scatter and the parameters' gather, (S−1)/S·Ψ
+# each (A = 2, N = S; the optimizer state 1/S per rank); the replicate group (dpr) the all-reduce
+# of each rank's reduced shard, 2(R−1)/R·Ψ/S (A = 2/S = 1, N = R)
+if run 4 hsdp_z1 --parallel.dp=4 --parallel.zero=1 --parallel.zero_scope=2 --training.micro_batch=2; then
+  "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" ref hsdp_z1 --bytes 2 0 2 --group dps --zero 1 --norms &&
+  "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" "$tmp" ref hsdp_z1 --bytes 1 0 2 --group dpr && ok ||
+    bad "hsdp_z1: its bytes or state differ from HSDP's formulas"
+else
+  bad "hsdp_z1 failed: $(tail -3 "$tmp/hsdp_z1.log")"
+fi
 
 # the end of backward overlapped (trainer.c, pt_trainer_reduce and pt_trainer_update): the norm
 # summed bucket by bucket as the reductions complete, each bucket's slice updated and its
@@ -107,17 +121,18 @@ echo "  buckets: auto $(buckets auto_big), 25 MiB $(buckets fixed_big), tiny aut
 [ "$(buckets auto_big)" = 8 ] && [ "$(buckets fixed_big)" = 1 ] && [ "$(buckets auto_tiny)" = 1 ] && ok ||
   bad "automatic buckets: $(buckets auto_big) (want 8), 25 MiB $(buckets fixed_big) (1), tiny $(buckets auto_tiny) (1)"
 
-# resume across layouts: dp 4 ZeRO-3 (3 steps) -> dp 2 ZeRO-1 (3) -> dp 4 ZeRO-3 (2) -> dp 1 (2)
-# == 10 uninterrupted steps
+# resume across layouts: dp 4 ZeRO-3 (3 steps) -> dp 2 ZeRO-1 (3) -> dp 4 ZeRO-3 as HSDP (2 shard
+# groups of 2: plain ZeRO resharded into HSDP) -> dp 1 (2: HSDP into one rank) == 10 uninterrupted
+# steps
 ck="$tmp/ck"
 run 4 r1 --parallel.dp=4 --parallel.zero=3 --training.micro_batch=1 --checkpoint.dir="$ck" --training.steps=3 --checkpoint.keep=5 &&
 run 2 r2 --parallel.dp=2 --parallel.zero=1 --training.micro_batch=2 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=6 --checkpoint.keep=5 &&
-run 4 r3 --parallel.dp=4 --parallel.zero=3 --training.micro_batch=2 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=8 --checkpoint.keep=5 &&
+run 4 r3 --parallel.dp=4 --parallel.zero=3 --parallel.zero_scope=2 --training.micro_batch=2 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=8 --checkpoint.keep=5 &&
 run 1 r4 --training.micro_batch=8 --checkpoint.dir="$ck" --checkpoint.resume=latest --training.steps=10 --checkpoint.keep=5 ||
   bad "resume runs failed: $(tail -2 "$tmp"/r*.log)"
-[ "$(ls "$ck/step_00000008" | grep -c '^shard-.*-of-00004.safetensors$')" = 4 ] && ok ||
-  bad "a dp 4 ZeRO-3 checkpoint should hold one shard file per rank: $(ls "$ck/step_00000008")"
-"$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --resume "$tmp" ref "dp4/ZeRO-3 -> dp2/ZeRO-1 -> dp4/ZeRO-3 -> dp1" r1 r2 r3 r4 && ok ||
+[ "$(ls "$ck/step_00000008" | grep -c '^shard-.*-of-00004.safetensors$')" = 2 ] && ok ||
+  bad "a dp 4 ZeRO-3 HSDP checkpoint should hold one shard file per rank of the first replica (2): $(ls "$ck/step_00000008")"
+"$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --resume "$tmp" ref "dp4/ZeRO-3 -> dp2/ZeRO-1 -> dp4/ZeRO-3 HSDP (2 x 2) -> dp1" r1 r2 r3 r4 && ok ||
   bad "losses after resuming across layouts differ"
 
 # the Hugging Face export of a sharded checkpoint equals the single-process one's
@@ -125,7 +140,7 @@ run 1 r4 --training.micro_batch=8 --checkpoint.dir="$ck" --checkpoint.resume=lat
 "$bin" export --checkpoint "$tmp/ckref/step_00000008" --out "$tmp/ex1" > /dev/null 2>&1 ||
   bad "export failed"
 "$PY" "$PT_SOURCE_DIR/tests/ref/compare_runs.py" --exports "$tmp/ex1/model.safetensors" \
-  "$tmp/ex4/model.safetensors" "export of dp4/ZeRO-3 step 8 vs single process" && ok || bad "exports differ"
+  "$tmp/ex4/model.safetensors" "export of dp4/ZeRO-3 (HSDP) step 8 vs single process" && ok || bad "exports differ"
 
 # impossible layouts: one message from rank 0, every rank non-zero, fast
 expect_fail 3 "does not match the world size 3" --parallel.dp=2 --training.micro_batch=1
@@ -133,6 +148,8 @@ expect_fail 2 "divisible by dp × micro_batch" --parallel.dp=2 --training.micro_
 expect_fail 2 "parallel.zero = 4" --parallel.dp=2 --parallel.zero=4 --training.micro_batch=1
 PT_COMM_WAIT=bogus expect_fail 2 'PT_COMM_WAIT = "bogus": expected spin or nap' --parallel.dp=2 --training.micro_batch=1
 expect_fail 2 "must divide model.n_experts" --parallel.dp=-1 --parallel.ep=2 --training.micro_batch=1
+expect_fail 4 "parallel.zero_scope = 3 must divide parallel.dp = 4" --parallel.dp=4 --parallel.zero=1 --parallel.zero_scope=3 --training.micro_batch=1
+expect_fail 2 'parallel.zero_scope = "banana": expected all, node or' --parallel.dp=2 --parallel.zero=1 --parallel.zero_scope=banana --training.micro_batch=1
 
 # a rank killed mid-run, once training has started: the job ends non-zero within seconds, naming it
 killed_rank 2 1 --parallel.dp=2 --training.micro_batch=1 --parallel.timeout_s=20

@@ -5,6 +5,8 @@
 #     all-reduces), ZeRO-1 (hierarchical reduce-scatters and all-gathers) and ZeRO-3 (the
 #     all-gathers from a separate input) reproduce the single-process run (step-1 gradients
 #     ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4 relative); rank 0 logs the groups;
+#   - HSDP with parallel.zero_scope = node (ZeRO-3 sharded within each host, replicated across)
+#     reproduces the single-process run, its shard group within a host (rank 0's placement line);
 #   - training puts the hierarchical figure on the links (ZeRO-0 2(H-1)·S a step, ZeRO-1 2 S,
 #     S the buckets' bytes; below), by the links' counters (a 10-step run less a 1-step one, less
 #     66 bytes of headers a packet) within 10%; flat (PT_COMM_HIER = off) fails that;
@@ -59,6 +61,18 @@ for z in 0 1 3; do
     bad "dp 4 over 2 hosts, ZeRO-$z, hierarchical: failed: $(tail -3 "$tmp/z$z.log")"
   fi
 done
+
+# HSDP over the hosts (parallel.zero_scope = node): ZeRO-3 sharded over each host's 2 dp ranks
+# (dps) and replicated across the hosts (dpr), reproducing one process; rank 0's placement line
+# puts the shard group within a host and the replicate group across
+if hrun node on --parallel.zero=3 --parallel.zero_scope=node; then
+  compare ref node && ok || bad "dp 4 over 2 hosts, HSDP (zero_scope = node), ZeRO-3: differs from one process"
+  grep 'mesh: 2 hosts' "$tmp/node.log"
+  grep -q "within a host: dps; across hosts: dp, dpr" "$tmp/node.log" && ok ||
+    bad "HSDP: the shard group should stay within a host: $(grep 'mesh: 2 hosts' "$tmp/node.log")"
+else
+  bad "dp 4 over 2 hosts, HSDP (zero_scope = node): failed: $(tail -3 "$tmp/node.log")"
+fi
 
 # training's crossing bytes: the 10-step run less a 1-step one (start-up, the report and shut-down
 # cancel), the links' payload (less 66 bytes a packet) against the hierarchical figure, within

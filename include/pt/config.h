@@ -75,6 +75,7 @@ typedef struct {
                                    over the pipeline ranks by vocabulary rows */
         char pp_head_rows[256]; /* split: vocabulary rows per stage, "" = balanced */
         int zero;               /* ZeRO stage over the data-parallel group */
+        char zero_scope[16];    /* all | node | N: ZeRO's shard group (HSDP: node, N) */
         float bucket_mb;        /* gradient bucket size */
         char grad_reduce[8];    /* fp32 | bf16: the data-parallel reduction's element type */
         int overlap;            /* start buckets during backward (false: all after it) */
@@ -136,6 +137,9 @@ pt_status pt_config_validate(const pt_config *c);
 /* The layout the config asks for (its strings point into c), as the trainer builds it and the
  * planner checks it. */
 pt_layout_spec pt_config_layout_spec(const pt_config *c);
+/* parallel.zero_scope as pt_degrees.zs: 0 all, -1 node, N; 0 for what is none of these (which
+ * pt_config_validate refuses). */
+int pt_config_zero_scope(const pt_config *c);
 /* The steps logging.trace_steps names ("A-B", 1 <= A <= B); PT_ERR_CONFIG otherwise. */
 pt_status pt_config_trace_steps(const pt_config *c, int64_t *first, int64_t *last);
 /* 1 if the key was set by a file or the command line (not defaulted). */

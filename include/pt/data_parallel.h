@@ -35,6 +35,11 @@
  * the bf16 weights straight into the model's bf16 copy (half the bytes of fp32 values). ZeRO-3
  * keeps them sharded too and gathers bf16 unit by unit.
  *
+ * HSDP (parallel.zero_scope): the group is a shard group, and each ZeRO stage as above within it;
+ * a replicate group (the ranks holding the same shards in the other shard groups) sums each
+ * bucket's reduced slice by an all-reduce once its reduce-scatter is done, the slices' all-reduces
+ * started in the order the buckets started (the same on every rank).
+ *
  * With ZeRO a bucket [lo, hi) is split into N shards of shard = ⌈(hi − lo)/N⌉ elements; rank r
  * owns [lo + r·shard, min(lo + (r+1)·shard, hi)). Stages 2 and 3 keep the owned slices of every
  * bucket one after another in shard buffers (gradients; with 3 also parameters).
@@ -68,6 +73,8 @@ typedef struct {
     float *pbuf;         /* zero = 3: its gathered parameters (shard·N), while resident */
     pt_comm_req *preq;   /* zero = 3: pending gather into pbuf */
     size_t w_off;        /* grad_reduce = bf16: the bucket's offset in g16 */
+    int rep_phase;       /* HSDP: req is the slice's all-reduce over the replicas */
+    int queued;          /* HSDP: waiting in rep_q for its replicas' all-reduce to start */
 } pt_dp_bucket;
 
 /* Bytes per rank of model state: what persists, and the peak of the pooled buffers. */
@@ -117,6 +124,8 @@ typedef struct {
     pt_bf16 *g16;          /* parallel.grad_reduce = bf16: every bucket's gradients on the wire */
     size_t g16_elems;
     pt_model_hooks next;   /* the hooks installed before this instance's, called after it */
+    pt_comm *rep;          /* HSDP: the replicate group (NULL: none) */
+    int *rep_q, rep_head, rep_n; /* HSDP: the buckets whose reduce-scatter started, in order */
 } pt_dp;
 
 /* Elements the model's own buffers need (the table rounded up for even shards), and
@@ -138,6 +147,9 @@ void pt_dp_free(pt_dp *d);
  * the data ranks, the experts over the ranks holding the same experts). */
 pt_status pt_dp_init_region(pt_dp *d, pt_comm *comm, pt_model *model, int zero, size_t lo,
                             size_t hi, double bucket_mb, int overlap);
+/* HSDP, after pt_dp_init(_region) over a shard group: each reduced slice is then summed over rep
+ * (ZeRO-1 to 3). */
+void pt_dp_set_replicas(pt_dp *d, pt_comm *rep);
 /* parallel.grad_reduce = bf16: each bucket's gradients (accumulated in fp32) are rounded to bf16,
  * reduced with bf16 sums (every partial sum rounded) and converted back to fp32 (ZeRO-0, 1, 2;
  * PT_ERR_CONFIG for ZeRO-3). A staging buffer of the region in bf16, allocated now. */

@@ -21,6 +21,8 @@ typedef struct {
     int cp_zigzag;         /* the zigzag split of each sequence over the cp ranks */
     int overlap;           /* communication overlapped with computation (dp buckets, cp ring) */
     int zero;              /* ZeRO stage */
+    int zero_scope;        /* ZeRO's shard group: 0 the data group, -1 a host's dp ranks, N dp
+                            * ranks (HSDP: replicated over the others; pt_degrees.zs) */
     double bucket_mb;      /* data-parallel bucket size */
     double timeout_s;      /* every wait's limit */
     int micro_batch, seq_len, global_batch;
@@ -38,6 +40,8 @@ typedef struct {
     int dp_rank, dp_size;    /* this rank's rows of the global batch */
     int zero;                /* the ZeRO stage in force (0 when one rank reduces alone) */
     int red;                 /* ranks of the data group */
+    int shard;               /* ranks of ZeRO's shard group (red, or HSDP's dps) */
+    int rep_i;               /* HSDP: this rank's replica (shard group), else 0 */
     int cp, cp_rank, T_local; /* this rank's tokens of each sequence */
     int32_t *pos;            /* (T_local) their global positions (host) */
     int pp;                  /* pipeline stages (ranks) */

@@ -143,6 +143,7 @@ typedef struct {
 typedef struct {
     /* the layout: degrees, ZeRO, schedule, micro-batches */
     int dp, tp, pp, cp, ep, sp, zero, chunks, micro_batch, m;
+    int zero_shard; /* HSDP: ZeRO's shard group in dp ranks (dp without HSDP) */
     pt_sched_kind sched;
     int recompute; /* pt_recompute */
     /* memory: per pipeline rank the largest rank of its stage, and the largest of all */

@@ -143,6 +143,10 @@ static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
          * progressed from our polls, overlapped far worse) */
         if (d->zero == 0) pt_dp_second_phase(d, 1);
         b->req = d->comm->ireduce_scatter(d->comm, NULL, w, b->shard, dt);
+        if (d->rep) {
+            d->rep_q[(d->rep_head + d->rep_n++) % d->n_buckets] = (int)(b - d->b);
+            b->queued = 1;
+        }
     }
     b->started = 1;
     b->start_released = d->released;
@@ -153,6 +157,8 @@ static void pt_dp_start(pt_dp *d, pt_dp_bucket *b) {
  * zero ≥ 2: the slice joins the shard and the buffer goes back to the pool. */
 static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
     b->req = NULL;
+    int moved = b->rep_phase; /* (HSDP: before its all-reduce over the replicas) */
+    b->rep_phase = 0;
     pt_backend *be = d->model->be;
     if (d->zero <= 1) {
         if (b->gathering) {
@@ -160,7 +166,7 @@ static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
             b->gathered = 1;
             if (d->g16) be->from_bf16(be, d->model->grads + b->lo, pt_wire(d, b), b->hi - b->lo);
         } else if (d->zero == 1) {
-            pt_dp_move_slice(d, b);
+            if (!moved) pt_dp_move_slice(d, b);
             if (d->g16) /* the owned slice back in fp32 (the rest of the bucket is not used) */
                 be->from_bf16(be, d->model->grads + pt_own_lo(d, b),
                               d->g16 + b->w_off + (pt_own_lo(d, b) - b->lo), pt_own_len(d, b));
@@ -172,6 +178,51 @@ static void pt_dp_done(pt_dp *d, pt_dp_bucket *b) {
     pt_point_bucket(d, b, PT_USE_GRADS, NULL);
     pt_pool_put(d, b->gbuf, &d->live_g);
     b->gbuf = NULL;
+}
+
+/* HSDP: the reduced slices' all-reduces over the replicas, started in the order the buckets'
+ * reduce-scatters started (collectives over a group start in the same order on every member),
+ * each as soon as its reduce-scatter and those before it are done. ZeRO-1's slice first to its
+ * place in the bucket; ZeRO-2/3's is at the start of the buffer. */
+static void pt_dp_rep_flush(pt_dp *d) {
+    while (d->rep_n && !d->b[d->rep_q[d->rep_head]].req) {
+        pt_dp_bucket *b = &d->b[d->rep_q[d->rep_head]];
+        d->rep_head = (d->rep_head + 1) % d->n_buckets;
+        d->rep_n--;
+        b->queued = 0;
+        char *w = pt_wire(d, b);
+        if (d->zero == 1) {
+            pt_dp_move_slice(d, b);
+            w += (pt_own_lo(d, b) - b->lo) * pt_wire_size(d);
+        }
+        b->rep_phase = 1;
+        b->req = d->rep->iallreduce(d->rep, w, b->shard, pt_wire_type(d));
+    }
+}
+
+/* The bucket's pending collective done (waited for, or tested: 0 while pending): the next phase
+ * started, or the reduction finished. */
+static int pt_dp_progress(pt_dp *d, pt_dp_bucket *b, int wait) {
+    if (!b->req) return 0;
+    pt_comm *c = b->rep_phase ? d->rep : d->comm;
+    if (wait)
+        pt_comm_wait(c, b->req);
+    else if (!c->test(c, b->req))
+        return 0;
+    if (b->queued) { /* HSDP: the reduce-scatter; its replicas' all-reduce next, in order */
+        b->req = NULL;
+        pt_dp_rep_flush(d);
+    } else {
+        pt_dp_done(d, b);
+    }
+    return 1;
+}
+
+/* Waits until the bucket's reduction is finished (HSDP: the reduce-scatters queued before it
+ * first, so that the all-reduces start in order). */
+static void pt_dp_complete(pt_dp *d, pt_dp_bucket *b) {
+    while (b->req || b->queued)
+        pt_dp_progress(d, b->queued ? &d->b[d->rep_q[d->rep_head]] : b, 1);
 }
 
 /* A parameter gather of the bucket completed. ZeRO-2: the bucket's parameters, gathered through a
@@ -204,7 +255,7 @@ static void pt_dp_gather_wait(pt_dp *d, pt_dp_bucket *b) {
 static void pt_dp_poll(pt_dp *d) {
     for (int i = 0; i < d->n_buckets; i++) {
         pt_dp_bucket *b = &d->b[i];
-        if (b->req && d->comm->test(d->comm, b->req)) pt_dp_done(d, b);
+        pt_dp_progress(d, b, 0);
         if (b->preq && d->comm->test(d->comm, b->preq)) pt_dp_gather_done(d, b);
     }
 }
@@ -273,19 +324,13 @@ static void pt_dp_acquire(void *user, int unit, int use, int backward) {
         pt_dp_bucket *b = &d->b[ub];
         if (b->started) { /* a later micro-batch's (a pipeline's, within the step): the earlier
                            * gradients' reduction completes, these go to a new buffer */
-            if (b->req) {
-                pt_comm_wait(d->comm, b->req);
-                pt_dp_done(d, b);
-            }
+            pt_dp_complete(d, b);
             b->started = 0;
             for (int u = b->u0; u <= b->u1; u++) d->unit_final[u] = 0;
         }
         if (backward == 1) d->unit_open[unit]++;
         for (int i = 0; !b->gbuf && d->live_g >= PT_DP_MAX_GBUFS && i < d->n_buckets; i++)
-            if (d->b[i].req) {
-                pt_comm_wait(d->comm, d->b[i].req);
-                pt_dp_done(d, &d->b[i]);
-            }
+            if (d->b[i].req || d->b[i].queued) pt_dp_complete(d, &d->b[i]);
         if (!b->gbuf) {
             b->gbuf = pt_pool_get(d, &d->live_g, &d->peak_g);
             d->model->be->zero(d->model->be, b->gbuf, b->shard * (size_t)d->comm->size * sizeof(float));
@@ -522,6 +567,7 @@ void pt_dp_free(pt_dp *d) {
     free(d->unit_final);
     free(d->unit_open);
     free(d->unit_bucket);
+    free(d->rep_q);
     memset(d, 0, sizeof *d);
 }
 
@@ -632,7 +678,7 @@ void pt_dp_begin_micro(pt_dp *d, int last) {
     memset(d->unit_final, 0, (size_t)pt_model_n_units(d->model));
     d->released = 0;
     /* stages 0 and 1 accumulate the full gradient locally and reduce it once */
-    d->armed = d->zero >= 2 || (d->comm->size > 1 && last);
+    d->armed = d->zero >= 2 || ((d->comm->size > 1 || d->rep) && last);
 }
 
 void pt_dp_end_backward(pt_dp *d) {
@@ -651,11 +697,10 @@ int pt_dp_next_final(pt_dp *d, size_t *lo, size_t *hi) {
      * finishes first) */
     while (d->fin < d->n_buckets) {
         pt_dp_bucket *b = &d->b[d->fin++];
-        if (b->req) {
+        if (b->req || b->queued) {
             double t0 = pt_now();
-            pt_comm_wait(d->comm, b->req);
+            pt_dp_complete(d, b);
             d->comm_seconds += pt_now() - t0;
-            pt_dp_done(d, b);
         }
         b->started = 0;
         b->gathered = 0;
@@ -755,6 +800,13 @@ void pt_dp_sum_unit(const pt_dp *d, int unit, pt_comm *group) {
     if (d->zero < 2 || ub < 0) return;
     const pt_dp_bucket *b = &d->b[ub];
     pt_allreduce_sum(group, d->gshard + b->sh_off, b->shard, PT_DTYPE_F32);
+}
+
+void pt_dp_set_replicas(pt_dp *d, pt_comm *rep) {
+    if (!rep || rep->size < 2 || d->zero == 0 || d->plain) return;
+    d->rep = rep;
+    d->rep_q = pt_calloc((size_t)(d->n_buckets ? d->n_buckets : 1), sizeof *d->rep_q);
+    pt_comm_reserve(rep, rep->req_made + 2 * d->n_buckets + 8);
 }
 
 pt_status pt_dp_reduce_bf16(pt_dp *d) {

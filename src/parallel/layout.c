@@ -10,7 +10,8 @@
  *   - data parallelism: the gradients of dp × cp are summed together; with experts the table has
  *     two regions, the dense tensors (reduced over dp × cp) and the experts, last (reduced over
  *     the ranks holding the same experts, edp), each its own pt_dp instance, padded so that each
- *     shards evenly.
+ *     shards evenly. HSDP (zero_scope) shards each region over its shard group instead (dps,
+ *     eds) and sums the reduced shards over the replicate group (dpr, edr).
  * And the rule for sums: a quantity each rank holds a part of is summed over exactly the groups
  * across which the parts differ (pt_layout_sum_step says which).
  */
@@ -152,6 +153,11 @@ pt_status pt_layout_check(const pt_layout_spec *s, const pt_degrees *d, const pt
     if (d->ep > 1 && (mc->n_experts == 0 || mc->n_experts % d->ep != 0))
         return pt_errorf(PT_ERR_CONFIG, "parallel.ep = %d must divide model.n_experts = %d", d->ep,
                          mc->n_experts);
+    if (s->zero > 0 && s->zero_scope > 0) { /* (node: checked by pt_mesh_init, by host) */
+        pt_degrees scoped = *d;
+        scoped.zs = s->zero_scope;
+        PT_TRY(pt_degrees_check_scope(&scoped));
+    }
     int unit = s->cp_zigzag ? 2 * d->cp : d->cp;
     if (d->cp > 1 && s->seq_len % unit != 0)
         return pt_errorf(PT_ERR_CONFIG, "parallel.cp = %d (%s): training.seq_len = %d must be a "
@@ -172,7 +178,9 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
     l->sched = PT_SCHED_1F1B;
     if (distributed) {
         l->mesh = pt_calloc(1, sizeof *l->mesh);
-        pt_status st = pt_mesh_init(l->mesh, &s->deg, s->timeout_s);
+        pt_degrees deg = s->deg;
+        deg.zs = s->zero > 0 ? s->zero_scope : 0; /* (ZeRO-0 replicates: nothing to scope) */
+        pt_status st = pt_mesh_init(l->mesh, &deg, s->timeout_s);
         if (st != PT_OK) {
             free(l->mesh);
             l->mesh = NULL;
@@ -186,10 +194,17 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
         return pt_errorf(PT_ERR_CONFIG, "parallel.dp = %d needs MPI: run under mpirun -np N",
                          s->deg.dp);
     }
-    pt_degrees one = {1, 1, 1, 1, 1};
+    pt_degrees one = {1, 1, 1, 1, 1, 0};
     PT_TRY(pt_layout_check(s, l->mesh ? &l->mesh->deg : &one, mc));
     l->red = l->dpc ? l->dpc->size : 1;
     l->zero = l->red > 1 ? s->zero : 0;
+    l->shard = l->mesh && l->mesh->dps ? l->mesh->dps->size : l->red;
+    l->rep_i = l->mesh ? l->mesh->rep_i : 0;
+    if (l->mesh && l->mesh->dps && l->mesh->world_rank == 0)
+        pt_log_info("HSDP: ZeRO-%d over shard groups of %d data ranks (dps), replicated over %d "
+                    "(dpr)", l->zero, l->shard, l->mesh->dpr->size);
+    if (s->zero == 0 && s->zero_scope != 0 && (!l->mesh || l->mesh->world_rank == 0))
+        pt_log_info("parallel.zero_scope is ignored with parallel.zero = 0 (nothing is sharded)");
     if (s->zero > 0 && l->red == 1)
         pt_log_info("parallel.zero = %d with dp = 1: one rank holds every shard (same as ZeRO-0)",
                     s->zero);
@@ -205,7 +220,7 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
                                    mc->dim);
         /* ZeRO-1 shards the regions in flat buckets (the dense one padded to the group); 2 and
          * 3 in whole units, padded per bucket */
-        par->ep_zero_group = l->zero == 1 ? l->red : l->zero > 1 ? 1 : 0;
+        par->ep_zero_group = l->zero == 1 ? l->shard : l->zero > 1 ? 1 : 0;
     }
     /* context parallelism: this rank's share of every sequence */
     l->cp = mesh ? mesh->deg.cp : 1;
@@ -232,27 +247,31 @@ pt_status pt_layout_init(pt_layout *l, const pt_layout_spec *s, const pt_model_c
     for (int i = 0; i < local.n; i++)
         if (local.p[i].expert >= 0 && local.p[i].offset < l->dense) l->dense = local.p[i].offset;
     pt_param_table_free(&local);
-    int edp = ep > 1 ? mesh->edp->size : 1;
+    int edp = ep > 1 ? (mesh->eds ? mesh->eds : mesh->edp)->size : 1;
     l->alloc = ep > 1 ? l->dense + pt_dp_padded_total(total - l->dense, edp, l->zero)
-                      : pt_dp_padded_total(total, l->red, l->zero);
+                      : pt_dp_padded_total(total, l->shard, l->zero);
     return PT_OK;
 }
 
 pt_status pt_layout_init_data(pt_layout *l, pt_model *m, double bucket_mb, int overlap,
                               int reduce_bf16) {
     if (!l->dpc) return PT_OK;
+    pt_mesh *mesh = l->mesh;
+    pt_comm *dps = mesh->dps ? mesh->dps : l->dpc, *eds = mesh->eds ? mesh->eds : mesh->edp;
     if (l->par.ep > 1) {
         /* the dense tensors reduced over the data ranks, the experts (last in the table) over the
          * ranks that hold the same experts, each region by its own instance */
-        PT_TRY(pt_dp_init_region(&l->dp, l->dpc, m, l->zero, 0, l->dense, bucket_mb, overlap));
+        PT_TRY(pt_dp_init_region(&l->dp, dps, m, l->zero, 0, l->dense, bucket_mb, overlap));
         /* (ZeRO-2/3, and ZeRO-1 with a bf16 model's sharded masters, keep the experts' state in
          * its shards, even alone) */
-        if (l->mesh->edp->size > 1 || l->zero >= 2 || (l->zero == 1 && m->prec == PT_PREC_BF16))
-            PT_TRY(pt_dp_init_region(&l->dpe, l->mesh->edp, m, l->zero, l->dense, l->alloc,
-                                     bucket_mb, overlap));
+        if (mesh->edp->size > 1 || l->zero >= 2 || (l->zero == 1 && m->prec == PT_PREC_BF16))
+            PT_TRY(pt_dp_init_region(&l->dpe, eds, m, l->zero, l->dense, l->alloc, bucket_mb,
+                                     overlap));
     } else {
-        PT_TRY(pt_dp_init(&l->dp, l->dpc, m, l->zero, bucket_mb, overlap));
+        PT_TRY(pt_dp_init(&l->dp, dps, m, l->zero, bucket_mb, overlap));
     }
+    pt_dp_set_replicas(&l->dp, mesh->dpr);
+    if (l->dpe.model) pt_dp_set_replicas(&l->dpe, mesh->edr);
     if (reduce_bf16) PT_TRY(pt_dp_reduce_bf16(&l->dp));
     if (reduce_bf16 && l->dpe.model) PT_TRY(pt_dp_reduce_bf16(&l->dpe));
     return PT_OK;
@@ -302,9 +321,10 @@ void pt_layout_sum_step(const pt_layout *l, double *loss, double *sumsq, double 
     const pt_mesh *mesh = l->mesh;
     int zero = l->dp.model ? l->dp.zero : 0;
     if (mesh && l->pp > 1) pt_allreduce_sum(mesh->pp, loss, 1, PT_DTYPE_F64); /* the last stage's */
-    /* the data ranks' losses; with ZeRO they own disjoint parts of the gradients */
+    /* the data ranks' losses; with ZeRO they own disjoint parts of the gradients (HSDP: each part
+     * counted once, by the first replica) */
     if (l->dpc) {
-        double red[4] = {*loss, zero ? *sumsq : 0.0, aux[0], aux[1]};
+        double red[4] = {*loss, zero && l->rep_i == 0 ? *sumsq : 0.0, aux[0], aux[1]};
         pt_allreduce_sum(l->dpc, red, 4, PT_DTYPE_F64);
         *loss = red[0];
         if (zero) *sumsq = red[1];
@@ -363,19 +383,23 @@ void pt_layout_to_global(const pt_layout *l, const pt_model *m, const float *loc
 
 void pt_layout_gather_owned(const pt_layout *l, float *h, size_t n) {
     if (!l->dpc || !l->dp.zero) return;
+    /* over the shard groups, which hold every slice once (without HSDP: the data ranks, the
+     * experts' over the ranks holding them) */
     if (l->par.ep > 1) {
-        /* the dense slices over the data ranks, the experts' over the ranks holding them */
-        pt_allreduce_sum(l->dpc, h, l->dp.region_hi, PT_DTYPE_F32);
+        pt_allreduce_sum(l->dp.comm, h, l->dp.region_hi, PT_DTYPE_F32);
         if (l->dpe.model)
-            pt_allreduce_sum(l->mesh->edp, h + l->dpe.region_lo, n - l->dpe.region_lo, PT_DTYPE_F32);
+            pt_allreduce_sum(l->dpe.comm, h + l->dpe.region_lo, n - l->dpe.region_lo, PT_DTYPE_F32);
     } else {
-        pt_allreduce_sum(l->dpc, h, n, PT_DTYPE_F32);
+        pt_allreduce_sum(l->dp.comm, h, n, PT_DTYPE_F32);
     }
 }
 
 int pt_layout_writes(const pt_layout *l) {
-    /* replicated over the data ranks (ZeRO-0): the first data rank (of the experts' group) */
-    return !l->dpc || l->dp.zero > 0 || (l->par.ep > 1 ? l->mesh->edp_i == 0 : l->dp_rank == 0);
+    /* replicated over the data ranks (ZeRO-0): the first data rank (of the experts' group); HSDP:
+     * the first replica of each shard */
+    if (!l->dpc) return 1;
+    if (l->dp.zero > 0) return l->rep_i == 0;
+    return l->par.ep > 1 ? l->mesh->edp_i == 0 : l->dp_rank == 0;
 }
 
 void pt_layout_set_params(pt_layout *l, pt_model *m, const float *local) {

@@ -395,7 +395,9 @@ static void pt_plan_add(pt_plan_cost *a, const pt_plan_cost *x, double times) {
 
 typedef struct {
     int dp, tp, pp, cp, ep, sp, zero, re, zb;
+    int zs; /* ZeRO's shard group in dp ranks (dp, or HSDP's parallel.zero_scope) */
     pt_plan_group g_tp, g_cp, g_dp, g_pp, g_ep, g_edp;
+    pt_plan_group g_dps, g_dpr, g_eds; /* ZeRO's shard and replicate groups (HSDP) */
 } pt_plan_lay;
 
 static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *y, int l) {
@@ -533,7 +535,7 @@ static pt_status pt_plan_check(const pt_plan_ctx *x, const pt_plan_lay *y, int w
         return pt_errorf(PT_ERR_CONFIG, "the layout needs dp × pp × cp × tp = %d devices; the "
                          "hardware has %d (%d nodes × %d)", world, devices, x->hw->nodes,
                          x->hw->devices_per_node);
-    pt_degrees d = {y->dp, y->tp, y->pp, y->cp, y->ep};
+    pt_degrees d = {y->dp, y->tp, y->pp, y->cp, y->ep, y->zs < y->dp ? y->zs : 0};
     PT_TRY(pt_degrees_resolve(&d, world));
     pt_layout_spec s = pt_config_layout_spec(c);
     s.deg = d;
@@ -580,11 +582,12 @@ static double pt_plan_zero_buffers(const pt_config *c, int zero, const double *u
 
 /* The model state of one rank: parameters, gradients, AdamW moments (fp32; bf16: the model's
  * copy in bf16, the fp32 masters with the optimizer, sharded with the moments under ZeRO-1/2/3),
- * ZeRO by stage over the data-parallel group (dense: dp × cp ranks; experts: dp × cp / ep). */
+ * ZeRO by stage over the shard group (dense: its zs × cp ranks, the data group's dp × cp without
+ * HSDP; experts: that / ep). */
 static void pt_plan_state(const pt_plan_ctx *x, const pt_plan_lay *y, double dense, double expert,
                           const double *units, const double *eunits, int n_units,
                           pt_plan_memory *mem) {
-    int red = y->dp * y->cp, edp = red / y->ep, z = red > 1 ? y->zero : 0;
+    int red = y->zs * y->cp, edp = red / y->ep, z = y->dp * y->cp > 1 ? y->zero : 0;
     double pad_d = z == 1 || z == 0 ? ceil(dense / red) * red : dense;
     double pad_e = z <= 1 ? ceil(expert / edp) * edp : expert;
     if (z == 0) pad_d = dense, pad_e = expert;
@@ -631,6 +634,13 @@ static pt_status pt_plan_layout_of(const pt_config *c, const pt_hardware *hw, pt
     y->zero = y->dp * y->cp > 1 ? c->parallel.zero : 0;
     *world = rest * y->dp;
     int D = hw->devices_per_node;
+    /* HSDP: node is a node's dp ranks (the mesh fills a node with tp, cp, then dp) */
+    int scope = pt_config_zero_scope(c);
+    y->zs = scope == -1 ? (y->tp * y->cp < D ? D / (y->tp * y->cp) : 1) : scope;
+    if (y->zero == 0 || y->zs <= 0 || y->zs > y->dp) y->zs = y->dp;
+    y->g_dps = pt_plan_group_of(y->zs * y->cp, y->tp, D);
+    y->g_dpr = pt_plan_group_of(y->dp / y->zs, y->tp * y->cp * y->zs, D);
+    y->g_eds = pt_plan_group_of(y->zs * y->cp / y->ep, y->tp * y->ep, D);
     y->g_tp = pt_plan_group_of(y->tp, 1, D);
     y->g_cp = pt_plan_group_of(y->cp, y->tp, D);
     y->g_dp = pt_plan_group_of(y->dp * y->cp, y->tp, D); /* the gradients go over dp × cp */
@@ -683,6 +693,7 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
     memset(out, 0, sizeof *out);
     out->dp = y.dp, out->tp = y.tp, out->pp = y.pp, out->cp = y.cp, out->ep = y.ep;
     out->sp = y.sp, out->zero = y.zero, out->chunks = chunks, out->sched = kind;
+    out->zero_shard = y.zs;
     out->micro_batch = c->training.micro_batch, out->m = m, out->recompute = y.re;
 
     /* the stages' layers (the layout's rule, pipeline.h), the schedule */
@@ -863,17 +874,23 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
     }
     double dp = 0, dp_exp = 0;
     if (y.dp * y.cp > 1) {
-        int edp = y.dp * y.cp / y.ep;
+        /* ZeRO over the shard group (the data group without HSDP); HSDP's replicas then
+         * all-reduce each rank's reduced shard, 1/(zs·cp) of the gradients */
+        int edp = y.dp * y.cp / y.ep, eds = y.zs * y.cp / y.ep, R = y.dp / y.zs;
         double red = y.zero == 0 ? pt_plan_coll(hw, PT_COLL_AR, gbytes * dense_el, y.g_dp)
-                                 : pt_plan_coll(hw, PT_COLL_RS, gbytes * dense_el, y.g_dp);
+                                 : pt_plan_coll(hw, PT_COLL_RS, gbytes * dense_el, y.g_dps);
         if (exp_el > 0 && edp > 1)
             red += y.zero == 0 ? pt_plan_coll(hw, PT_COLL_AR, gbytes * exp_el, y.g_edp)
-                               : pt_plan_coll(hw, PT_COLL_RS, gbytes * exp_el, y.g_edp);
+                   : eds > 1   ? pt_plan_coll(hw, PT_COLL_RS, gbytes * exp_el, y.g_eds)
+                               : 0;
+        if (R > 1)
+            red += pt_plan_coll(hw, PT_COLL_AR, gbytes * (dense_el / y.g_dps.n + exp_el / eds),
+                                y.g_dpr);
         double gather = 0;
         if (y.zero >= 1) {
             double pb = M->bf16 ? 2 : 4;
-            gather = pt_plan_coll(hw, PT_COLL_AG, pb * dense_el, y.g_dp) +
-                     (exp_el > 0 && edp > 1 ? pt_plan_coll(hw, PT_COLL_AG, pb * exp_el, y.g_edp) : 0);
+            gather = pt_plan_coll(hw, PT_COLL_AG, pb * dense_el, y.g_dps) +
+                     (exp_el > 0 && eds > 1 ? pt_plan_coll(hw, PT_COLL_AG, pb * exp_el, y.g_eds) : 0);
         }
         double nb = fmax(1, ceil(4 * dense_el / 1048576.0 /
                                  (c->parallel.bucket_mb > 0 ? c->parallel.bucket_mb
@@ -976,8 +993,12 @@ static void pt_plan_fmt_bytes(double b, char *out, size_t cap) {
 
 void pt_plan_print(const pt_plan *p, const pt_config *c, const pt_hardware *hw, FILE *f) {
     static const char *dims[] = {"dp", "tp", "pp", "cp", "ep"};
-    fprintf(f, "layout: dp %d × pp %d × cp %d × tp %d%s, ep %d, ZeRO-%d, %s", p->dp, p->pp, p->cp,
-            p->tp, p->sp ? " (sp)" : "", p->ep, p->zero, pt_schedule_kind_name(p->sched));
+    char hsdp[96] = "";
+    if (p->zero_shard > 0 && p->zero_shard < p->dp)
+        snprintf(hsdp, sizeof hsdp, " (HSDP: shard groups of %d dp ranks, %d replicas)",
+                 p->zero_shard, p->dp / p->zero_shard);
+    fprintf(f, "layout: dp %d × pp %d × cp %d × tp %d%s, ep %d, ZeRO-%d%s, %s", p->dp, p->pp, p->cp,
+            p->tp, p->sp ? " (sp)" : "", p->ep, p->zero, hsdp, pt_schedule_kind_name(p->sched));
     if (p->chunks > 1) fprintf(f, " × %d chunks", p->chunks);
     fprintf(f, ", %d micro-batches of %d, recompute %s, on %s (%d × %d)%s%s\n", p->m, p->micro_batch,
             pt_plan_re_name(p->recompute), hw->name, hw->nodes, hw->devices_per_node,

@@ -215,6 +215,11 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("parallel.zero", PT_CFG_INT, parallel.zero, "0", NULL,
          "ZeRO stage over the data-parallel group: 0 replicated, 1 optimizer state sharded, 2 "
          "gradients too, 3 parameters too (gathered layer by layer)"),
+    PT_K("parallel.zero_scope", PT_CFG_STR, parallel.zero_scope, "all", NULL,
+         "the ranks ZeRO shards over (HSDP: sharded within the group, replicated across "
+         "groups): all (the data-parallel group), node (the data ranks on each host) or N (groups "
+         "of N data ranks, N dividing dp; our addition); ignored with zero = 0 "
+         "(docs/parallelism.md, HSDP)"),
     PT_K("parallel.bucket_mb", PT_CFG_FLOAT, parallel.bucket_mb, "0", NULL,
          "gradient bucket size in MiB; each bucket is reduced as soon as backward finishes it (0 = "
          "auto: an eighth of the gradients, 1 to 25 MiB)"),
@@ -616,6 +621,9 @@ pt_status pt_config_validate(const pt_config *c) {
     if (p->zero < 0 || p->zero > 3)
         return pt_errorf(PT_ERR_CONFIG, "parallel.zero = %d: the stages are 0, 1, 2 and 3", p->zero);
     if (!(p->bucket_mb >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.bucket_mb must be >= 0 (0: auto)");
+    if (pt_config_zero_scope(c) == 0 && strcmp(p->zero_scope, "all"))
+        return pt_errorf(PT_ERR_CONFIG, "parallel.zero_scope = \"%s\": expected all, node or a "
+                         "number of data ranks N >= 1 that divides parallel.dp", p->zero_scope);
     if (!(p->timeout_s >= 0)) return pt_errorf(PT_ERR_CONFIG, "parallel.timeout_s must be >= 0");
     if (c->data.train[0] && c->data.sources[0])
         return pt_errorf(PT_ERR_CONFIG, "data.train and data.sources are mutually exclusive: give "
@@ -725,6 +733,14 @@ void pt_config_write(const pt_config *c, FILE *f) {
     }
 }
 
+int pt_config_zero_scope(const pt_config *c) {
+    const char *s = c->parallel.zero_scope;
+    if (!strcmp(s, "node")) return -1;
+    char *end;
+    long n = strtol(s, &end, 10);
+    return s[0] >= '0' && s[0] <= '9' && !*end && n >= 1 && n <= (1 << 20) ? (int)n : 0;
+}
+
 pt_layout_spec pt_config_layout_spec(const pt_config *c) {
     return (pt_layout_spec){
         .deg = {c->parallel.dp, c->parallel.tp, c->parallel.pp, c->parallel.cp, c->parallel.ep},
@@ -732,6 +748,7 @@ pt_layout_spec pt_config_layout_spec(const pt_config *c) {
         .cp_zigzag = !strcmp(c->parallel.cp_layout, "zigzag"),
         .overlap = c->parallel.overlap,
         .zero = c->parallel.zero,
+        .zero_scope = pt_config_zero_scope(c),
         .bucket_mb = c->parallel.bucket_mb,
         .timeout_s = c->parallel.timeout_s,
         .micro_batch = c->training.micro_batch,

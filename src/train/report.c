@@ -20,6 +20,10 @@ static const char *pt_group_role(const char *name) {
         {"emb", "tied embedding: gradients"},
         {"kv", "shared kv heads: gradients"},
         {"head", "head split over pp: loss statistics"},
+        {"dps", "HSDP shard: ZeRO collectives"},
+        {"dpr", "HSDP replicas: all-reduce"},
+        {"eds", "HSDP expert shard: ZeRO"},
+        {"edr", "HSDP expert replicas"},
     };
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
         if (!strcmp(name, roles[i].name)) return roles[i].role;
@@ -71,7 +75,7 @@ void pt_report_print(const pt_mesh *mesh, const pt_report_mark *since, int64_t s
         return;
     }
 
-    const pt_degrees *d = mesh ? &mesh->deg : &(pt_degrees){1, 1, 1, 1, 1};
+    const pt_degrees *d = mesh ? &mesh->deg : &(pt_degrees){1, 1, 1, 1, 1, 0};
     pt_log_info("run report, steps %lld-%lld (%.2f s/step): %d rank%s = dp %d × pp %d × cp %d × "
                 "tp %d, ep %d", (long long)since->step + 1, (long long)now.step, wall / steps, R,
                 R > 1 ? "s" : "", d->dp, d->pp, d->cp, d->tp, d->ep);

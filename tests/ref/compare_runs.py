@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """compare_runs.py: a distributed run against the single-process reference (the parallel tests).
 
-    compare_runs.py DIR REF NAME [--bytes A B N [--group G]] [--zero Z]
+    compare_runs.py DIR REF NAME [--bytes A B N [--group G]] [--zero Z] [--norms]
     compare_runs.py --exports A/model.safetensors B/model.safetensors LABEL
     compare_runs.py --resume DIR REF LABEL RUN...   (the runs' losses, one after another, = REF's)
     compare_runs.py --bf16 DIR FP32 BF16 NAME LABEL  (a bf16 layout against bf16's own distance)
@@ -11,7 +11,9 @@ DIR/REF.{st,jsonl} and DIR/NAME.{st,jsonl} are the step-1 gradients (logging.dum
 metrics of each run. Checks every gradient tensor ‖Δ‖/‖g‖ ≤ 1e-5 and the 10 losses within 1e-4
 relative. With --bytes, the group's bytes per step (metrics comm_groups, step 2) against
 (A·Ψ + B·Ψ_layers)(N−1)/N·4 within 1%; with --zero also the model-state bytes per rank of that
-ZeRO stage over N ranks (FORMULAS.md's table) within 1%. Exit 1 with the reasons on failure.
+ZeRO stage over N ranks (FORMULAS.md's table) within 1%; with --norms the 10 gradient norms within
+1e-5 relative (HSDP: a norm that counted a replica's shards twice). Exit 1 with the reasons on
+failure.
 """
 import argparse
 import json
@@ -113,6 +115,7 @@ def main():
     ap.add_argument("--bytes", nargs=3, type=float, metavar=("A", "B", "N"))
     ap.add_argument("--group", default="dp")
     ap.add_argument("--zero", type=int)
+    ap.add_argument("--norms", action="store_true")
     a = ap.parse_args()
     g0 = safetensors("%s/%s.st" % (a.dir, a.ref))
     g1 = safetensors("%s/%s.st" % (a.dir, a.name))
@@ -137,6 +140,11 @@ def main():
     if lw > 1e-4:
         errs.append("loss relative error %.2e > 1e-4" % lw)
     msg = "%s: gradients %.1e, losses %.1e" % (a.name, worst, lw)
+    if a.norms:  # the gradient norms (clipping's): every shard counted once, replicas or not
+        nw = max(abs(p["grad_norm"] - q["grad_norm"]) / p["grad_norm"] for p, q in zip(m0, m1))
+        msg += ", gradient norms %.1e" % nw
+        if nw > 1e-5:
+            errs.append("gradient norm relative error %.2e > 1e-5" % nw)
     if a.bytes:
         A, B, N = a.bytes
         psi = sum(len(x) for x in g0.values())
