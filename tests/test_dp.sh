@@ -7,7 +7,7 @@
 #     ZeRO-3 gathers every unit for forward and the layers again for backward (the embedding's
 #     backward does not read it, the tail is kept from the loss to its backward) and
 #     reduce-scatters: a(2Ψ + Ψ_layers)(N−1)/N;
-#   - per-rank parameter, gradient and optimizer bytes as ../shared/FORMULAS.md's table (± padding);
+#   - per-rank parameter, gradient and optimizer bytes as ZeRO's formulas give them (± padding);
 #   - the end of backward overlapped (the norm summed per bucket, each bucket's update gathered
 #     while the next is updated, ZeRO-1's gathers completed by the next forward): many buckets,
 #     clipping at every step and evaluations, ZeRO 0-3 at dp 2 and 4 (and MPI progressed by a

@@ -4,7 +4,7 @@
  * its handles: groups are made by splitting the world communicator with the backend's split.
  *
  * Every call is collective over its group (send/recv: between two members) and counted per
- * operation: calls, and bytes as the bus-bandwidth convention of ../shared/FORMULAS.md counts them
+ * operation: calls, and bytes as the bus-bandwidth convention (nccl-tests') counts them
  * (all-reduce moves 2(N−1)/N of the buffer, reduce-scatter and all-gather (N−1)/N of the full
  * buffer, all-to-all the bytes leaving this rank, send the bytes sent). Blocking calls are the
  * nonblocking ones followed by pt_comm_wait, which gives up after the configured timeout and

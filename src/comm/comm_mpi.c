@@ -3,8 +3,8 @@
  *
  * Every operation is posted nonblocking on a request of the communicator's pool (comm.c);
  * pt_comm_wait polls it with mpi_test until it completes or the group's timeout passes. Counting
- * follows the bus-bandwidth convention so that tests can hold the counts against
- * ../shared/FORMULAS.md.
+ * follows the bus-bandwidth convention so that tests can hold the counts against the formulas
+ * (include/pt/comm.h).
  *
  * Start-up cannot hang either: MPI_Init runs under a watchdog (SIGALRM after PT_STARTUP_TIMEOUT
  * seconds, default 300: the config is not read yet), and the world's first exchange is a
