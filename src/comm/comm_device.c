@@ -11,7 +11,8 @@ static pt_comm_device_mode pt_dev_mode = PT_COMM_HOST;
 pt_status pt_comm_set_device(const pt_device_link *link, pt_comm_device_mode mode) {
     if (mode != PT_COMM_HOST && !link)
         return pt_errorf(PT_ERR_CONFIG, "comm: %s over host memory: the backend has no device "
-                         "memory to hand to the network", mode == PT_COMM_NCCL ? "NCCL" : "staging");
+                         "memory to hand to the network",
+                         mode == PT_COMM_NCCL ? "NCCL" : "staging");
     if (mode == PT_COMM_NCCL && !pt_comm_nccl_available()) return PT_ERR_CONFIG;
     pt_dev_link = mode == PT_COMM_HOST ? NULL : link;
     pt_dev_mode = mode;

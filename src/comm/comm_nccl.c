@@ -154,6 +154,14 @@ static int pt_nccl_on_device(pt_comm *c, const void *a, const void *b, const cha
 
 static void pt_nccl_flush(pt_comm *c);
 
+/* Before an operation on host memory (MPI's): the sends and receives waiting are queued first, so
+ * that no peer waits on them while this rank waits on MPI. */
+static pt_nccl *pt_nccl_host(pt_comm *c) {
+    pt_nccl *n = pt_nccl_of(c);
+    if (n->n_p2p) pt_nccl_flush(c);
+    return n;
+}
+
 /* Before an NCCL call: what is pending is queued first, and the group's stream waits for the
  * compute stream's work so far. */
 static void pt_nccl_begin(pt_comm *c) {
@@ -186,12 +194,13 @@ static uint64_t pt_allreduce_bytes(int size, size_t count, pt_dtype dt) {
 
 static pt_comm_req *nc_iallreduce(pt_comm *c, void *buf, size_t count, pt_dtype dt) {
     pt_nccl *n = pt_nccl_of(c);
-    if (!pt_nccl_on_device(c, buf, NULL, "all-reduce")) return n->own.iallreduce(c, buf, count, dt);
+    if (!pt_nccl_on_device(c, buf, NULL, "all-reduce"))
+        return pt_nccl_host(c)->own.iallreduce(c, buf, count, dt);
     pt_comm_req *r = pt_comm_req_take(c, PT_COMM_ALLREDUCE, pt_allreduce_bytes(c->size, count, dt),
                                       buf, NULL);
     pt_nccl_begin(c);
-    pt_nccl_check(c, n->api->all_reduce(buf, buf, count, pt_nccl_type(dt), ncclSum, n->nc, n->stream),
-                  "ncclAllReduce");
+    pt_nccl_check(c, n->api->all_reduce(buf, buf, count, pt_nccl_type(dt), ncclSum, n->nc,
+                                        n->stream), "ncclAllReduce");
     return pt_nccl_end(c, r, "all-reduce");
 }
 
@@ -199,7 +208,7 @@ static pt_comm_req *nc_ireduce_scatter(pt_comm *c, const void *send, void *recv,
                                        pt_dtype dt) {
     pt_nccl *n = pt_nccl_of(c);
     if (!pt_nccl_on_device(c, send, recv, "reduce-scatter"))
-        return n->own.ireduce_scatter(c, send, recv, recv_count, dt);
+        return pt_nccl_host(c)->own.ireduce_scatter(c, send, recv, recv_count, dt);
     size_t blk = recv_count * pt_dtype_size(dt);
     pt_comm_req *r = pt_comm_req_take(c, PT_COMM_REDUCE_SCATTER,
                                       (uint64_t)(c->size - 1) * blk, send, recv);
@@ -220,7 +229,7 @@ static pt_comm_req *nc_iallgather(pt_comm *c, const void *send, void *recv, size
                                   pt_dtype dt) {
     pt_nccl *n = pt_nccl_of(c);
     if (!pt_nccl_on_device(c, send, recv, "all-gather"))
-        return n->own.iallgather(c, send, recv, send_count, dt);
+        return pt_nccl_host(c)->own.iallgather(c, send, recv, send_count, dt);
     size_t blk = send_count * pt_dtype_size(dt);
     pt_comm_req *r = pt_comm_req_take(c, PT_COMM_ALLGATHER, (uint64_t)(c->size - 1) * blk, send,
                                       recv);
@@ -236,7 +245,7 @@ static pt_comm_req *nc_ialltoallv(pt_comm *c, const void *send, const int64_t *s
                                   void *recv, const int64_t *recv_counts, pt_dtype dt) {
     pt_nccl *n = pt_nccl_of(c);
     if (!pt_nccl_on_device(c, send, recv, "all-to-all"))
-        return n->own.ialltoallv(c, send, send_counts, recv, recv_counts, dt);
+        return pt_nccl_host(c)->own.ialltoallv(c, send, send_counts, recv, recv_counts, dt);
     size_t es = pt_dtype_size(dt);
     uint64_t bytes = 0;
     for (int i = 0; i < c->size; i++)
@@ -262,7 +271,8 @@ static pt_comm_req *nc_ialltoallv(pt_comm *c, const void *send, const int64_t *s
 
 static pt_comm_req *nc_ibcast(pt_comm *c, void *buf, size_t count, pt_dtype dt, int root) {
     pt_nccl *n = pt_nccl_of(c);
-    if (!pt_nccl_on_device(c, buf, NULL, "broadcast")) return n->own.ibcast(c, buf, count, dt, root);
+    if (!pt_nccl_on_device(c, buf, NULL, "broadcast"))
+        return pt_nccl_host(c)->own.ibcast(c, buf, count, dt, root);
     pt_comm_req *r = pt_comm_req_take(c, PT_COMM_BCAST,
                                       c->rank == root ? count * pt_dtype_size(dt) : 0, buf, NULL);
     pt_nccl_begin(c);
@@ -285,14 +295,14 @@ static pt_comm_req *pt_nccl_p2p_post(pt_comm *c, int send, void *buf, size_t cou
 
 static pt_comm_req *nc_isend(pt_comm *c, const void *buf, size_t count, pt_dtype dt, int peer,
                              int tag) {
-    pt_nccl *n = pt_nccl_of(c);
-    if (!pt_nccl_on_device(c, buf, NULL, "send")) return n->own.isend(c, buf, count, dt, peer, tag);
+    if (!pt_nccl_on_device(c, buf, NULL, "send"))
+        return pt_nccl_host(c)->own.isend(c, buf, count, dt, peer, tag);
     return pt_nccl_p2p_post(c, 1, (void *)buf, count, dt, peer);
 }
 
 static pt_comm_req *nc_irecv(pt_comm *c, void *buf, size_t count, pt_dtype dt, int peer, int tag) {
-    pt_nccl *n = pt_nccl_of(c);
-    if (!pt_nccl_on_device(c, buf, NULL, "receive")) return n->own.irecv(c, buf, count, dt, peer, tag);
+    if (!pt_nccl_on_device(c, buf, NULL, "receive"))
+        return pt_nccl_host(c)->own.irecv(c, buf, count, dt, peer, tag);
     return pt_nccl_p2p_post(c, 0, buf, count, dt, peer);
 }
 
@@ -307,9 +317,11 @@ static void pt_nccl_flush(pt_comm *c) {
         pt_nccl_p2p *p = &n->p2p[i];
         ncclDataType_t t = pt_nccl_type(p->dt);
         if (p->send)
-            pt_nccl_check(c, n->api->send(p->buf, p->count, t, p->peer, n->nc, n->stream), "ncclSend");
+            pt_nccl_check(c, n->api->send(p->buf, p->count, t, p->peer, n->nc, n->stream),
+                          "ncclSend");
         else
-            pt_nccl_check(c, n->api->recv(p->buf, p->count, t, p->peer, n->nc, n->stream), "ncclRecv");
+            pt_nccl_check(c, n->api->recv(p->buf, p->count, t, p->peer, n->nc, n->stream),
+                          "ncclRecv");
     }
     pt_nccl_check(c, n->api->group_end(), "ncclGroupEnd");
     for (int i = 0; i < k; i++) pt_nccl_end(c, n->p2p[i].r, n->p2p[i].send ? "send" : "receive");
@@ -330,8 +342,8 @@ static void pt_nccl_poll_error(pt_comm *c) {
 
 static int nc_test(pt_comm *c, pt_comm_req *r) {
     pt_nccl *n = pt_nccl_of(c);
-    if (!r->on_device) return n->own.test(c, r);
     if (n->n_p2p) pt_nccl_flush(c);
+    if (!r->on_device) return n->own.test(c, r);
     pt_nccl_poll_error(c);
     if (!n->link->event_query(n->link->ctx, r->dev_event)) return 0;
     pt_comm_req_done(c, r);

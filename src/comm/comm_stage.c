@@ -3,8 +3,8 @@
  * (and test, split, dup, free). An operation whose buffers are all host memory goes to the group's
  * own entry unchanged; one with a device buffer (pt_device_link.owns):
  *   1. takes a staging buffer of the group's (page-locked host memory), the smallest free one
- *      large enough, or grows one: buffers are made in the first steps, while the operations'
- *      sizes are first seen, and reused after;
+ *      large enough, or grows one, or makes one: buffers are made in the first steps, while the
+ *      operations' sizes and how many are in flight at once are first seen, and reused after;
  *   2. copies its input there (link->to_host waits for the compute stream's work before it);
  *   3. runs the group's own operation on the staging buffer, in place where that is equivalent
  *      (a reduce-scatter's or all-gather's separate input is copied to where the in-place form
@@ -34,7 +34,7 @@ typedef struct pt_stage_buf {
 
 typedef struct {
     const pt_device_link *link;
-    pt_stage_buf *bufs;
+    pt_stage_buf **bufs; /* each made once, so that a request's pointer to it stays valid */
     int n, cap;
     pt_comm_entries own; /* the group's own entries */
 } pt_stage;
@@ -44,12 +44,12 @@ static pt_stage *pt_stage_of(const pt_comm *c) { return (pt_stage *)c->dev; }
 static int pt_dev(const pt_stage *s, const void *p) { return p && s->link->owns(s->link->ctx, p); }
 
 /* A free staging buffer of at least `bytes`: the smallest that fits, else the largest free one
- * grown, else a new one. The list only grows while more operations are in flight than ever
- * before, so pointers into it stay valid: it is made with room for 64 at once. */
+ * grown, else a new one. Buffers are made (and grown) only while operations are larger, or more
+ * of them in flight, than ever before: in the first steps. */
 static pt_stage_buf *pt_stage_take(pt_stage *s, size_t bytes) {
     pt_stage_buf *fit = NULL, *big = NULL;
     for (int i = 0; i < s->n; i++) {
-        pt_stage_buf *b = &s->bufs[i];
+        pt_stage_buf *b = s->bufs[i];
         if (b->busy) continue;
         if (b->cap >= bytes && (!fit || b->cap < fit->cap)) fit = b;
         if (!big || b->cap > big->cap) big = b;
@@ -59,9 +59,11 @@ static pt_stage_buf *pt_stage_take(pt_stage *s, size_t bytes) {
             s->link->host_free(s->link->ctx, big->host);
             fit = big;
         } else {
-            PT_ASSERTF(s->n < s->cap, "comm staging: more than %d device operations in flight "
-                       "on one group", s->cap);
-            fit = &s->bufs[s->n++];
+            if (s->n == s->cap) {
+                s->cap = s->cap ? 2 * s->cap : 16;
+                s->bufs = pt_realloc(s->bufs, (size_t)s->cap * sizeof *s->bufs);
+            }
+            fit = s->bufs[s->n++] = pt_calloc(1, sizeof *fit);
         }
         fit->cap = bytes < 4096 ? 4096 : bytes;
         fit->host = s->link->host_alloc(s->link->ctx, fit->cap);
@@ -212,8 +214,10 @@ static pt_comm *st_dup(pt_comm *c, const char *name) {
 
 static void st_free(pt_comm *c) {
     pt_stage *s = pt_stage_of(c);
-    for (int i = 0; i < s->n; i++)
-        if (s->bufs[i].host) s->link->host_free(s->link->ctx, s->bufs[i].host);
+    for (int i = 0; i < s->n; i++) {
+        if (s->bufs[i]->host) s->link->host_free(s->link->ctx, s->bufs[i]->host);
+        free(s->bufs[i]);
+    }
     free(s->bufs);
     void (*own_free)(pt_comm *) = s->own.free;
     free(s);
@@ -225,8 +229,6 @@ pt_status pt_comm_stage_setup(pt_comm *c, const pt_device_link *link) {
     PT_ASSERT(!c->dev && !c->hier && link);
     pt_stage *s = pt_calloc(1, sizeof *s);
     s->link = link;
-    s->cap = 64;
-    s->bufs = pt_calloc((size_t)s->cap, sizeof *s->bufs);
     s->own = pt_comm_entries_of(c);
     c->dev = s;
     c->iallreduce = st_iallreduce;
