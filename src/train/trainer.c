@@ -242,7 +242,9 @@ static pt_status pt_trainer_comm_device(pt_trainer *t) {
     pt_comm_host(&host, &local);
     if (!strcmp(cfg->training.device, "cuda"))
         shared = pt_comm_local_size() > pt_cuda_device_count();
-    int nccl_here = !strcmp(cfg->training.device, "cuda") && pt_comm_nccl_available();
+    /* NCCL is loaded only where it may be chosen */
+    int nccl_here = !strcmp(cfg->training.device, "cuda") && strcmp(cfg->comm.backend, "mpi") &&
+                    pt_comm_nccl_available();
     /* what every rank sees: any shared GPU, any rank without NCCL */
     int32_t mine[2] = {shared, !nccl_here}, all[2] = {shared, !nccl_here};
     if (pt_comm_distributed()) {
