@@ -135,11 +135,11 @@ print(f"{name}: predicted {pred:.4g} s, published {pub:.4g} s, error {err:+.1%} 
 sys.exit(0 if within or same else 1)
 PY
 done <<'CASES'
-korthikanti_22b korthikanti_22b.ini selene.ini 1 1.10 0.8260
+korthikanti_22b korthikanti_22b.ini selene.ini 1 1.10 0.9229
 korthikanti_175b korthikanti_175b.ini selene.ini 8 13.75 11.05
 korthikanti_530b korthikanti_530b.ini selene.ini 35 37.83 30.78
 korthikanti_1t korthikanti_1t.ini selene.ini 64 71.49 63.36
-mpt7b mpt7b_8h100.ini h100_sxm.ini 1 1.155 0.7602
+mpt7b mpt7b_8h100.ini h100_sxm.ini 1 1.155 0.8168
 CASES
 
 # --search: sorted, fitting, tp within a node, each the plan of its layout

@@ -117,7 +117,11 @@ typedef struct {
         char block[8];       /* llama | gpt: the transformer block planned */
         char attention[16];  /* flash | materialized: scores never stored, or s×s stored */
         char tp_overlap[12]; /* all | backward | none: the tp transfers hidden behind GEMMs */
+        char kernels[8];     /* fused | eager: the memory-bound work in fused kernels or op by op */
+        char selective[12];  /* attention | op: what training.recompute = selective recomputes */
         int dp_overlap;      /* the gradient reduction overlaps the last backward */
+        int pp_overlap;      /* the pipeline's sends move while the ranks compute */
+        int pp_scatter_gather; /* without sp: each tp rank sends 1/tp, the receivers gather */
         float headroom;      /* --search: the share of device memory kept free */
         int top;             /* --search: layouts printed */
         int tp_across_nodes; /* --search: tp groups may span nodes */

@@ -33,6 +33,12 @@
  *                                 ; planner scales its ring times by them (docs/plan.md)
  *   skew = 0.02                   ; optional, default 0: the ranks' skew, the mean wait at a
  *                                 ; synchronization per second of computation before it (measured)
+ *   overlap_slowdown = 0.189      ; optional, default 0: the computation's slowdown while a
+ *                                 ; transfer runs beside it (a GPU's communication kernels take
+ *                                 ; processors and memory bandwidth; a published measurement)
+ *   comm = nccl                   ; optional, default mpi: the collectives as pentatron's comm
+ *                                 ; layer runs them over MPI (hierarchical across nodes) or as
+ *                                 ; NCCL does (flat rings, the inter-node link each ring's limit)
  */
 #ifndef PT_PLAN_H
 #define PT_PLAN_H
@@ -44,7 +50,7 @@
 #define PT_HW_MAX_SHAPES 64
 #define PT_HW_MAX_COLLS 64
 #define PT_HW_MAX_SIZES 12
-#define PT_HW_N_KEYS 23 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, intra_rendezvous, inter_rendezvous, collectives, skew */
+#define PT_HW_N_KEYS 25 /* the keys of the file, in its order: name ... gemm_shapes, gemm_units, gemm_tile_m, gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, intra_rendezvous, inter_rendezvous, collectives, skew, overlap_slowdown, comm */
 
 typedef struct {
     double m, n, k, flops; /* a GEMM of (m × k)·(k × n) measured at flops FLOP/s */
@@ -100,6 +106,14 @@ typedef struct {
     int n_colls;
     pt_coll_time colls[PT_HW_MAX_COLLS];
     double skew;
+    /* optional, default 0: how much slower the computation runs while a transfer overlaps it,
+     * per second of the transfer hidden (a GPU's NCCL kernels occupy SMs and memory bandwidth;
+     * a host's MPI progresses in the ranks' own calls, so its files leave it out) */
+    double overlap_slowdown;
+    /* comm = nccl (1) or mpi (0, the default): a group spanning nodes runs its collectives as
+     * NCCL's flat rings (pentatron's NCCL layer leaves such groups flat) or, over MPI, as the
+     * comm layer's hierarchical form where that pays */
+    int nccl;
 } pt_hardware;
 
 /* Reads a hardware file; PT_ERR_CONFIG / PT_ERR_IO naming the file and the key that is missing,

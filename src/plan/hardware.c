@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef enum { PT_HW_STR, PT_HW_INT, PT_HW_NUM, PT_HW_SHAPES, PT_HW_COLLS, PT_HW_SIZES } pt_hw_type;
+typedef enum { PT_HW_STR, PT_HW_INT, PT_HW_NUM, PT_HW_SHAPES, PT_HW_COLLS, PT_HW_SIZES, PT_HW_COMM } pt_hw_type;
 
 /* The keys, in the file's order (the order of pt_hardware_write's `how`). */
 static const struct {
@@ -48,6 +48,8 @@ static const struct {
     {"inter_rendezvous", PT_HW_SIZES, offsetof(pt_hardware, rendezvous[1]), 0, "0 or 1, or bytes,0|1; ..."},
     {"collectives", PT_HW_COLLS, 0, 0, "kind,where,ranks,bytes,seconds; ..."},
     {"skew", PT_HW_NUM, offsetof(pt_hardware, skew), 0, "in [0, 1)"},
+    {"overlap_slowdown", PT_HW_NUM, offsetof(pt_hardware, overlap_slowdown), 0, "in [0, 1]"},
+    {"comm", PT_HW_COMM, offsetof(pt_hardware, nccl), 0, "mpi or nccl"},
 };
 
 static const char *const pt_hw_coll_names[] = {"ar", "rs", "ag", "p2p"};
@@ -221,6 +223,12 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
     char *end = NULL;
     errno = 0;
     switch (pt_hw_keys[i].type) {
+    case PT_HW_COMM:
+        if (strcmp(s, "mpi") && strcmp(s, "nccl"))
+            return pt_errorf(PT_ERR_CONFIG, "comm = %s: expected mpi (pentatron's comm layer over MPI: "
+                             "hierarchical across nodes) or nccl (NCCL's flat rings)", s);
+        hw->nccl = !strcmp(s, "nccl");
+        break;
     case PT_HW_STR:
         if (len >= sizeof hw->name)
             return pt_errorf(PT_ERR_CONFIG, "name: %zu characters, longer than the %zu allowed",
@@ -240,10 +248,13 @@ static pt_status pt_hw_set(pt_hardware *hw, int i, const char *raw) {
         if (!*s || *end || errno || !isfinite(v))
             return pt_errorf(PT_ERR_CONFIG, "%s: expected a number (%s), got \"%s\"", key,
                              pt_hw_keys[i].unit, s);
-        int share = !strcmp(key, "skew"); /* 0 is a value */
+        int share = !strcmp(key, "skew") || !strcmp(key, "overlap_slowdown"); /* 0 is a value */
         if (share && !(v >= 0 && v <= 1))
-            return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be in [0, 1] (the mean wait at a "
-                             "synchronization per second of computation)", key, s);
+            return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be in [0, 1] (%s)", key, s,
+                             !strcmp(key, "skew") ? "the mean wait at a synchronization per second "
+                                                    "of computation"
+                                                  : "the computation's slowdown while a transfer "
+                                                    "overlaps it");
         if (!share && !(v > 0))
             return pt_errorf(PT_ERR_CONFIG, "%s = %s: must be > 0 (%s)", key, s, pt_hw_keys[i].unit);
         if (!strcmp(key, "gemm_efficiency") && v > 1)
@@ -282,7 +293,7 @@ static int pt_hw_handler(void *user, const char *section, const char *name, cons
         st = pt_errorf(PT_ERR_CONFIG, "unknown key \"%s\" (the keys: name, devices_per_node, "
                        "nodes, peak_flops, gemm_efficiency, memory_bytes, memory_bw, intra_bw, "
                        "intra_latency, inter_bw, inter_latency, gemm_shapes, gemm_units, gemm_tile_m, "
-                       "gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, intra_rendezvous, inter_rendezvous, collectives, skew)",
+                       "gemm_tile_n, attention_flops, xent_rate, intra_overlap, inter_overlap, intra_rendezvous, inter_rendezvous, collectives, skew, overlap_slowdown, comm)",
                        name);
     else if (s->seen[i] && !(pt_hw_keys[i].type >= PT_HW_SHAPES && !strcmp(s->last, name)))
         st = pt_errorf(PT_ERR_CONFIG, "%s given twice", name);
@@ -395,6 +406,10 @@ pt_status pt_hardware_write(const pt_hardware *hw, const char *path, const char 
         char val[128];
         switch (pt_hw_keys[i].type) {
         case PT_HW_STR: snprintf(val, sizeof val, "\"%s\"", hw->name); break;
+        case PT_HW_COMM:
+            if (!hw->nccl) continue;
+            snprintf(val, sizeof val, "nccl");
+            break;
         case PT_HW_INT:
             if (!pt_hw_keys[i].required && *(const int *)v == 0) continue; /* not given */
             snprintf(val, sizeof val, "%d", *(const int *)v);

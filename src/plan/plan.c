@@ -35,7 +35,8 @@
 
 typedef struct {
     int gpt, flash, tp_overlap; /* tp_overlap: 2 all, 1 backward, 0 none */
-    int dp_overlap;
+    int eager, sac_op;          /* plan.kernels = eager, plan.selective = op */
+    int dp_overlap, pp_overlap, pp_scatter;
     int bf16;
     double E;                   /* bytes of an activation element */
     /* global dimensions */
@@ -240,8 +241,9 @@ static double pt_plan_ring_at(const pt_hardware *hw, pt_coll kind, double S, int
  * (PT_COMM_HIER = auto, src/comm/comm_hier.c), hierarchical when the group has more than one
  * rank on each node and the buffer is 64 KiB or more (within each node over `local` ranks, then
  * across the nodes by slices: each local rank moves its 1/local of the buffer with its peers on
- * the other nodes, then back within the node), else the flat ring at the inter-node bandwidth.
- * Each ring at the comm layer's measured efficiency where the hardware file has one. */
+ * the other nodes, then back within the node), else the flat ring at the inter-node bandwidth;
+ * with hardware comm = nccl, always the flat ring (NCCL's). Each ring at the comm layer's
+ * measured efficiency where the hardware file has one. */
 static double pt_plan_coll(const pt_hardware *hw, pt_coll kind, double S, pt_plan_group g) {
     if (g.n <= 1 || S <= 0) return 0;
     if (kind == PT_COLL_P2P) return pt_plan_ring_at(hw, kind, S, 2, g.spans != 0);
@@ -253,7 +255,9 @@ static double pt_plan_coll(const pt_hardware *hw, pt_coll kind, double S, pt_pla
         double out = S * (g.n - g.local) / g.n, in = S * (g.local - 1) / g.n;
         return (g.n - 1) * hw->inter_latency + out / hw->inter_bw + in / hw->intra_bw;
     }
-    if (g.local <= 1 || S < 65536) return pt_plan_ring_at(hw, kind, S, g.n, 1);
+    /* NCCL (and pentatron's NCCL layer, which keeps groups flat): one ring through every rank,
+     * each crossing node boundaries at the inter-node bandwidth */
+    if (hw->nccl || g.local <= 1 || S < 65536) return pt_plan_ring_at(hw, kind, S, g.n, 1);
     int nodes = g.n / g.local;
     double in = pt_plan_ring_at(hw, kind == PT_COLL_AR ? PT_COLL_RS : kind, S, g.local, 0);
     double across = pt_plan_ring_at(hw, kind, S / g.local, nodes, 1);
@@ -349,6 +353,10 @@ static pt_status pt_plan_model_of(const pt_config *c, pt_plan_model *M) {
     M->flash = strcmp(c->plan.attention, "materialized") != 0;
     M->tp_overlap = !strcmp(c->plan.tp_overlap, "all") ? 2 : !strcmp(c->plan.tp_overlap, "backward");
     M->dp_overlap = c->plan.dp_overlap;
+    M->pp_overlap = c->plan.pp_overlap;
+    M->pp_scatter = c->plan.pp_scatter_gather;
+    M->eager = !strcmp(c->plan.kernels, "eager");
+    M->sac_op = !strcmp(c->plan.selective, "op");
     M->bf16 = !strcmp(c->training.precision, "bf16");
     M->E = M->bf16 ? 2 : 4;
     M->C = m->dim;
@@ -384,6 +392,7 @@ typedef struct {
     double f, b, w;           /* compute (the recomputation inside b) */
     double re;                /* of which recomputation */
     double tp, tp_exp, cp, cp_exp, ep, ep_exp;
+    double hid_f, hid_b;      /* transfers hidden behind the forward's / backward's compute */
 } pt_plan_cost;
 
 static void pt_plan_add(pt_plan_cost *a, const pt_plan_cost *x, double times) {
@@ -391,6 +400,7 @@ static void pt_plan_add(pt_plan_cost *a, const pt_plan_cost *x, double times) {
     a->tp += times * x->tp, a->tp_exp += times * x->tp_exp;
     a->cp += times * x->cp, a->cp_exp += times * x->cp_exp;
     a->ep += times * x->ep, a->ep_exp += times * x->ep_exp;
+    a->hid_f += times * x->hid_f, a->hid_b += times * x->hid_b;
 }
 
 typedef struct {
@@ -432,16 +442,20 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
         }
     }
 #undef PT_G
-    double gf[8] = {0}, gemm_f = 0, gemm_b = 0;
+    /* each GEMM's linear: 0 q/k/v and 1 o (attention), 2 the MLP's column-parallel GEMMs (gate
+     * and up; a MoE layer's router, experts' and shared experts' gate/up), 3 its row-parallel
+     * ones (down) */
+    static const int lin_dense[8] = {0, 1, 2, 3}, lin_moe[8] = {0, 1, 2, 2, 3, 2, 3};
+    const int *lin = M->gpt || !moe ? lin_dense : lin_moe;
+    double gf[8] = {0}, Gf[4] = {0}, Gd[4] = {0}, Gw[4] = {0};
     for (int i = 0; i < ng; i++) {
         double m = g[i][0], n = g[i][1], kk = g[i][2], t = g[i][3];
         gf[i] = t * pt_plan_gemm(hw, M, m, n, kk);
-        k.f += gf[i];
-        gemm_f += gf[i];
-        gemm_b += t * pt_plan_gemm(hw, M, m, kk, n);
-        k.b += t * pt_plan_gemm(hw, M, m, kk, n);
-        k.w += t * pt_plan_gemm(hw, M, n, kk, m);
+        Gf[lin[i]] += gf[i];
+        Gd[lin[i]] += t * pt_plan_gemm(hw, M, m, kk, n);
+        Gw[lin[i]] += t * pt_plan_gemm(hw, M, n, kk, m);
     }
+    for (int i = 0; i < 4; i++) k.f += Gf[i], k.b += Gd[i], k.w += Gw[i];
     /* the attention core: flash (causal half; backward 2.5×: the scores again and four
      * products) or materialized (QKᵀ and AV whole as batched GEMMs; the s×s scores through
      * memory: scale, mask, softmax and dropout, 9 bytes an element forward, 11 backward) */
@@ -464,35 +478,76 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
     k.f += att_f;
     k.b += att_b;
     /* memory-bound: norms, rope, residual adds, the MLP's activation (bytes per token, docs) */
-    double fwd_bytes, Fl = moe ? M->k * d.Fe + M->Fs / M->Fe * d.Fe : d.F;
+    double fwd_bytes, Fl = moe ? M->k * d.Fe + M->Fs / M->Fe * d.Fe : d.F, Cr = R / N * C;
     if (M->gpt)
         fwd_bytes = E * (2 * 2 * (sp ? C / y->tp : C) + 2 * Fl + 2 * 3.5 * (sp ? C / y->tp : C));
+    else if (M->eager)
+        /* op by op (torchtitan's model.py without torch.compile), bytes per element: RMSNorm
+         * x.float(), pow, mean, × rsqrt, type_as, × weight (4E + 28, twice); rope's float(),
+         * complex product, type_as (20, on q and k); repeat_kv's copies of k and v to the query
+         * heads (2E(q + kv) when grouped); the residual adds (3E, twice); silu, then the product
+         * (5E on F) */
+        fwd_bytes = 2 * (4 * E + 28) * Cr + 20 * (d.q + d.kv) + (d.q > d.kv ? 2 * E * (d.q + d.kv) : 0) +
+                    2 * 3 * E * Cr + 5 * E * Fl;
     else
-        fwd_bytes = E * (2 * 2 * (R / N) * C + 2 * (d.q + d.kv) + 2 * 3 * (R / N) * C + 3 * Fl);
+        fwd_bytes = E * (2 * 2 * Cr + 2 * (d.q + d.kv) + 2 * 3 * Cr + 3 * Fl);
     if (moe && !M->gpt) fwd_bytes += E * (4 * M->k * C) + 4 * 3 * M->Ex; /* gather, scatter, router */
     k.f += pt_plan_membound(hw, N * fwd_bytes);
     k.b += pt_plan_membound(hw, 2 * N * fwd_bytes);
     /* recomputation: selective redoes the attention core (flash: unless the ring keeps it) and
      * the activation function; full the whole forward */
     if (y->re == PT_RECOMPUTE_FULL) k.re = k.f;
+    else if (y->re == PT_RECOMPUTE_SELECTIVE && M->sac_op)
+        /* torchtitan's per-op policy (parallelize_llama.py, _save_list): every memory-bound op
+         * again, and the block's 2nd, 4th and 6th matmul (k, o, and up of gate/up): the
+         * attention's output and the other matmuls' are kept */
+        k.re = pt_plan_membound(hw, N * fwd_bytes) + pt_plan_gemm(hw, M, N, d.kv, C) + Gf[1] +
+               pt_plan_gemm(hw, M, N, Fl, C);
     else if (y->re == PT_RECOMPUTE_SELECTIVE)
         k.re = (M->flash && y->cp > 1 ? 0 : att_f) + pt_plan_membound(hw, N * E * 3 * Fl);
     /* tensor parallelism: 2 gathers and 2 reduce-scatters (sp) or 2 all-reduces per layer each
      * way, of the (N, C) activations; full recomputation repeats the forward's */
     if (y->tp > 1) {
-        double S = N * C * E;
-        double fw = sp ? 2 * (pt_plan_coll(hw, PT_COLL_AG, S, y->g_tp) + pt_plan_coll(hw, PT_COLL_RS, S, y->g_tp))
-                       : 2 * pt_plan_coll(hw, PT_COLL_AR, S, y->g_tp);
-        double bw = fw, rf = y->re == PT_RECOMPUTE_FULL ? fw : 0;
-        k.tp = fw + bw + rf;
-        /* what hides: each transfer behind the GEMM that makes or uses its rows (all: forward
-         * and backward, sp only); backward only: behind the weight-gradient GEMMs */
-        double hide_f = 0, hide_b = 0;
-        if (M->tp_overlap == 2 && sp) hide_f = gemm_f, hide_b = gemm_b + k.w;
-        if (M->tp_overlap >= 1) hide_b = fmax(hide_b, k.w);
-        double ov = pt_plan_overlap(hw, y->g_tp, S / y->tp); /* each rank's rows to each other */
-        hide_f *= ov, hide_b *= ov;
-        k.tp_exp = fmax(0, fw - hide_f) + fmax(0, bw - hide_b) + fmax(0, rf - hide_f);
+        /* Per linear, as Megatron-LM's ColumnParallelLinear / RowParallelLinear (and
+         * src/model/linear.c) move them. With sp: forward, the input gathered before each
+         * column-parallel linear, the output reduce-scattered after each row-parallel one;
+         * backward, the row-parallel linear's output gradient gathered, and for each
+         * column-parallel one its kept input gathered again (while dx = dy·W computes) and dx
+         * reduce-scattered (while dW computes). Without sp: an all-reduce after each row-parallel
+         * forward and of each column-parallel dx. Gradients move in the model's precision in a
+         * GPT block (Megatron-LM), in fp32 in pentatron's. What may hide behind which GEMM:
+         * tp_overlap = all (pentatron with sp: every transfer behind the GEMM that makes or uses
+         * its rows), backward (Megatron-LM 2022: the re-gather behind dx's GEMM, dx's sum behind
+         * dW's; the output gradient's gather blocks), none. */
+        double S = N * C * E, Sg = N * C * (M->gpt ? E : 4);
+        double ov = pt_plan_overlap(hw, y->g_tp, S / y->tp), ovg = pt_plan_overlap(hw, y->g_tp, Sg / y->tp);
+        int all = M->tp_overlap == 2 && sp, bwd = M->tp_overlap >= 1;
+        double fw = 0, fw_exp = 0, bw = 0, bw_exp = 0;
+#define PT_T(tot_, exp_, T_, G_)  ((tot_) += (T_), (exp_) += fmax(0, (T_) - (G_)))
+        if (sp) {
+            double ag = pt_plan_coll(hw, PT_COLL_AG, S, y->g_tp), rs = pt_plan_coll(hw, PT_COLL_RS, S, y->g_tp);
+            double agg = pt_plan_coll(hw, PT_COLL_AG, Sg, y->g_tp), rsg = pt_plan_coll(hw, PT_COLL_RS, Sg, y->g_tp);
+            for (int c = 0; c < 2; c++) { /* c = 0 attention (q/k/v, o), 1 the MLP */
+                int col = 2 * c, row = 2 * c + 1;
+                PT_T(fw, fw_exp, ag, all ? ov * Gf[col] : 0);
+                PT_T(fw, fw_exp, rs, all ? ov * Gf[row] : 0);
+                PT_T(bw, bw_exp, agg, all ? ovg * Gd[row] : 0);
+                /* zero bubble's weight pass gathers the input again without overlap */
+                PT_T(bw, bw_exp, ag, bwd && !y->zb ? ov * Gd[col] : 0);
+                PT_T(bw, bw_exp, rsg, bwd ? ovg * Gw[col] : 0);
+            }
+        } else {
+            double ar = pt_plan_coll(hw, PT_COLL_AR, S, y->g_tp), arg = pt_plan_coll(hw, PT_COLL_AR, Sg, y->g_tp);
+            for (int c = 0; c < 2; c++) {
+                PT_T(fw, fw_exp, ar, 0);
+                PT_T(bw, bw_exp, arg, bwd ? ovg * Gw[2 * c] : 0);
+            }
+        }
+#undef PT_T
+        int full = y->re == PT_RECOMPUTE_FULL; /* full recomputation repeats the forward's */
+        k.tp = fw + bw + (full ? fw : 0);
+        k.tp_exp = fw_exp + bw_exp + (full ? fw_exp : 0);
+        k.hid_f = fw - fw_exp, k.hid_b = bw - bw_exp + (full ? fw - fw_exp : 0);
         if (!M->gpt) {
             /* pentatron's small blocking sums in the backward (latency-bound): with sp the two
              * norms' weight gradients (each rank's rows give a part: 2C floats), and a MoE
@@ -509,17 +564,24 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
         double block = att_f / y->cp * pt_plan_overlap(hw, y->g_cp, kv);
         k.cp = (y->cp - 1) * 3 * hop;
         k.cp_exp = (y->cp - 1) * (fmax(0, hop - block) + hop + fmax(0, hop - block));
+        k.hid_f += (y->cp - 1) * (hop - fmax(0, hop - block));
+        k.hid_b += (y->cp - 1) * (hop - fmax(0, hop - block));
     }
     /* expert parallelism: dispatch and combine of N·k rows of C, each way, hidden behind the
      * experts' GEMMs on the blocks already there */
     if (moe && y->ep > 1) {
         double S = N * M->k * C * E;
         double a2a = 2 * pt_plan_coll(hw, PT_COLL_A2A, S, y->g_ep);
-        double experts = gf[1] + gf[2];
+        double experts = gf[3] + gf[4]; /* the routed experts' GEMMs (gf[1] + gf[2], the o projection and
+                                          * the router, until 2026-12-06) */
         k.ep = 2 * a2a;
         k.ep_exp = fmax(0, a2a - pt_plan_overlap(hw, y->g_ep, S / y->ep) * experts * (y->ep - 1) / y->ep) * 2;
+        k.hid_f += (k.ep - k.ep_exp) / 2, k.hid_b += (k.ep - k.ep_exp) / 2;
     }
     k.b += k.re;
+    /* the computation beside a hidden transfer runs slower (the transfer's kernels take
+     * processors and memory bandwidth): hardware overlap_slowdown per second hidden */
+    k.f += hw->overlap_slowdown * k.hid_f, k.b += hw->overlap_slowdown * k.hid_b;
     return k;
 }
 
@@ -763,8 +825,16 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
                  * over the fp32 logits each way */
                 double xent = hw->xent_rate > 0 ? N * head_rows / hw->xent_rate / 2
                                                 : pt_plan_membound(hw, N * head_rows * 4 * 2);
+                double xent_b = xent;
+                if (M->eager && !(hw->xent_rate > 0)) {
+                    /* torch's cross-entropy over logits made fp32 (torchtitan's loss): float()
+                     * and log_softmax forward (E + 4 + 8 bytes a logit); backward the nll's
+                     * gradient, log_softmax's (4 + 12) and back to the logits' type (4 + E) */
+                    xent = pt_plan_membound(hw, N * head_rows * (M->E + 12));
+                    xent_b = pt_plan_membound(hw, N * head_rows * (M->E + 20));
+                }
                 hc.f = pt_plan_gemm(hw, M, N, head_rows, C) + xent;
-                hc.b = pt_plan_gemm(hw, M, N, C, head_rows) + xent;
+                hc.b = pt_plan_gemm(hw, M, N, C, head_rows) + xent_b;
                 hc.w = pt_plan_gemm(hw, M, head_rows, C, N);
                 if (y.tp > 1 || head_split) { /* the head's input: gathered, its gradient reduced */
                     pt_plan_group g = head_split ? pt_plan_group_of(y.pp * y.tp, 1, hw->devices_per_node) : y.g_tp;
@@ -814,7 +884,10 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
         }
         if (r == 0) { /* the optimizer: each owned parameter's AdamW update, memory-bound */
             double owned = (mem->optim - mem->masters) / 8;
-            out->optimizer = pt_plan_membound(hw, owned * (M->bf16 ? 30 : 28));
+            /* fused AdamW: 28 bytes an owned parameter (30 in bf16); torch's foreach AdamW op
+             * by op (torch/optim/adamw.py, _multi_tensor_adamw: decay, lerp, mul, addcmul, sqrt,
+             * div, add, addcdiv: 80) after clip_grad_norm_'s norm and scaling (12) */
+            out->optimizer = pt_plan_membound(hw, owned * (M->eager ? 92 : M->bf16 ? 30 : 28));
         }
     }
 
@@ -824,7 +897,15 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
      * then the sender have polled: pt_sched_link), or, screening by the formulas, added to each
      * forward and backward */
     const pt_plan_cost *k = &worst_cost;
-    double p2p_bytes = R * C * M->E, p2p = y.pp > 1 ? pt_plan_coll(hw, PT_COLL_P2P, p2p_bytes, y.g_pp) : 0;
+    double p2p_bytes = R * C * M->E, p2p = 0;
+    if (y.pp > 1) {
+        /* plan.pp_scatter_gather: without sp each tp rank sends its 1/tp of the activations,
+         * the receiving tp group gathers them (Megatron-LM's scatter_gather_tensors_in_pipeline) */
+        int scatter = M->pp_scatter && !y.sp && y.tp > 1;
+        if (scatter) p2p_bytes = N * C * M->E / y.tp;
+        p2p = pt_plan_coll(hw, PT_COLL_P2P, p2p_bytes, y.g_pp) +
+              (scatter ? pt_plan_coll(hw, PT_COLL_AG, N * C * M->E, y.g_tp) : 0);
+    }
     pt_sched_link link = {.delay = p2p, .latency = y.g_pp.spans ? hw->inter_latency : hw->intra_latency,
                           .rendezvous = pt_hw_sizes_at(&hw->rendezvous[y.g_pp.spans != 0], p2p_bytes, 0) >= 0.5};
     double f = (k->f + k->tp_exp / 2 + k->cp_exp / 2 + k->ep_exp / 2) / chunks;
@@ -836,7 +917,12 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
             pt_sched_sim sim;
             double span[2] = {busy, busy}; /* without the transfers' time, with it */
             for (int i = 0; i < 2 && st == PT_OK; i++) {
-                st = pt_schedule_simulate_link(&sched, f, b, w, 0, i ? &link : &(pt_sched_link){0}, &sim);
+                /* plan.pp_overlap = false: each send blocks its sender until the data is in
+                 * (Megatron-LM's p2p_communication.py until 2022: batch_isend_irecv, wait,
+                 * torch.cuda.synchronize): an action's time includes its transfer */
+                double tx = i && !M->pp_overlap ? p2p : 0;
+                st = pt_schedule_simulate_link(&sched, f + tx, b + tx, w, 0,
+                                               i && M->pp_overlap ? &link : &(pt_sched_link){0}, &sim);
                 if (st == PT_OK) span[i] = sim.makespan, pt_sched_sim_free(&sim);
             }
             makespan = span[0], pp_exp = span[1] - span[0];
@@ -909,11 +995,13 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
         }
     }
     out->comm[PT_PLAN_DP] = dp, out->exposed[PT_PLAN_DP] = dp_exp;
+    /* the computation beside the hidden reduction runs slower (hardware overlap_slowdown) */
+    double dp_slow = hw->overlap_slowdown * (dp - dp_exp);
     /* the ranks' skew: at every synchronization the others wait for the slowest; the measured
      * mean wait per second of the computation before it (docs/plan.md, "Skew") */
     out->skew = world > 1 ? hw->skew * busy : 0;
-    out->step = makespan + dp_exp + out->optimizer + out->skew;
-    out->compute += out->optimizer;
+    out->step = makespan + dp_exp + dp_slow + out->optimizer + out->skew;
+    out->compute += out->optimizer + dp_slow;
     double tokens = (double)c->training.global_batch * c->training.seq_len;
     out->tokens_per_second = tokens / out->step;
     out->model_flops = flops_token * tokens;

@@ -301,9 +301,27 @@ static const pt_cfg_key pt_cfg_keys[] = {
          "pentatron plan: the tensor-parallel transfers that hide behind a GEMM: all (pentatron "
          "with sp), backward only (Megatron-LM 2022: the backward's behind the weight-gradient "
          "GEMMs) or none"),
+    PT_K("plan.kernels", PT_CFG_STR, plan.kernels, "fused", "fused|eager",
+         "pentatron plan: the memory-bound work (norms, rope, activations, the loss, the "
+         "optimizer) in fused kernels (pentatron's, Megatron-LM's) or op by op as PyTorch runs "
+         "it without torch.compile (torchtitan's RMSNorm in fp32 steps, rope through complex "
+         "numbers, foreach AdamW)"),
+    PT_K("plan.selective", PT_CFG_STR, plan.selective, "attention", "attention|op",
+         "pentatron plan: what training.recompute = selective recomputes: attention (pentatron's "
+         "and Megatron-LM's: the attention core, and pentatron's SwiGLU product) or op "
+         "(torchtitan's per-op policy: every second matmul of a block and all the memory-bound "
+         "work, the attention's output kept); the memory planned is pentatron's selective"),
     PT_K("plan.dp_overlap", PT_CFG_BOOL, plan.dp_overlap, "true", NULL,
          "pentatron plan: the gradient reduction overlaps the last micro-batch's backward "
          "(parallel.overlap; Megatron-LM 2022: false)"),
+    PT_K("plan.pp_overlap", PT_CFG_BOOL, plan.pp_overlap, "true", NULL,
+         "pentatron plan: the pipeline's transfers move while the ranks compute (pentatron, "
+         "NCCL); false: each send blocks until its data is in (Megatron-LM until 2022: "
+         "batch_isend_irecv, wait, then torch.cuda.synchronize)"),
+    PT_K("plan.pp_scatter_gather", PT_CFG_BOOL, plan.pp_scatter_gather, "false", NULL,
+         "pentatron plan: without sequence parallelism each tensor-parallel rank sends its 1/tp "
+         "of a stage's activations and the receiving group all-gathers them (Megatron-LM's "
+         "scatter_gather_tensors_in_pipeline); pentatron sends them whole"),
     PT_K("plan.headroom", PT_CFG_FLOAT, plan.headroom, "0.1", NULL,
          "pentatron plan --search: the share of each device's memory kept free (allocator "
          "fragmentation, runtime, libraries)"),

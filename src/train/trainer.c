@@ -287,6 +287,11 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         return pt_errorf(PT_ERR_CONFIG, "plan.block = %s, plan.attention = %s describe a model for "
                          "`pentatron plan` only: pentatron trains llama blocks with flash attention",
                          cfg->plan.block, cfg->plan.attention);
+    if (strcmp(cfg->plan.kernels, "fused") || strcmp(cfg->plan.selective, "attention"))
+        return pt_errorf(PT_ERR_CONFIG, "plan.kernels = %s, plan.selective = %s describe another "
+                         "framework's run for `pentatron plan` only: pentatron runs fused kernels "
+                         "and recomputes the attention core under selective recomputation",
+                         cfg->plan.kernels, cfg->plan.selective);
     unsigned allow;
     PT_TRY(pt_resume_parse_allow(cfg->checkpoint.allow_change, &allow));
 
