@@ -884,10 +884,12 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
         }
         if (r == 0) { /* the optimizer: each owned parameter's AdamW update, memory-bound */
             double owned = (mem->optim - mem->masters) / 8;
-            /* fused AdamW: 28 bytes an owned parameter (30 in bf16); torch's foreach AdamW op
-             * by op (torch/optim/adamw.py, _multi_tensor_adamw: decay, lerp, mul, addcmul, sqrt,
-             * div, add, addcdiv: 80) after clip_grad_norm_'s norm and scaling (12) */
-            out->optimizer = pt_plan_membound(hw, owned * (M->eager ? 92 : M->bf16 ? 30 : 28));
+            /* fused AdamW: 28 bytes an owned parameter (30 in bf16: the model's copy), with the
+             * gradient norm's read and the gradients' zeroing (8); torch's foreach AdamW op by op
+             * (torch/optim/adamw.py, _multi_tensor_adamw: decay, lerp, mul, addcmul, sqrt, div,
+             * add, addcdiv: 80) after clip_grad_norm_'s norm and scaling (12), the gradients
+             * set to None */
+            out->optimizer = pt_plan_membound(hw, owned * (M->eager ? 92 : (M->bf16 ? 30 : 28) + 8));
         }
     }
 
