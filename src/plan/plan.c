@@ -998,12 +998,19 @@ static pt_status pt_plan_eval_sim(const pt_config *c, const pt_hardware *hw, int
     }
     out->comm[PT_PLAN_DP] = dp, out->exposed[PT_PLAN_DP] = dp_exp;
     /* the computation beside the hidden reduction runs slower (hardware overlap_slowdown) */
-    double dp_slow = hw->overlap_slowdown * (dp - dp_exp);
+    double dp_busy = hw->overlap_slowdown * (dp - dp_exp); /* computation it adds */
+    /* plan.kernels = eager with ZeRO-3 (PyTorch's FSDP2, _fsdp_collectives.py under
+     * torch/distributed/_composable/fsdp in 2024, fsdp/_fully_shard since): each gather's output
+     * copied out into the parameters (split_with_sizes_copy: 2 + 2 bytes a parameter, forward and
+     * backward) and the gradients into the reduce-scatter's fp32 input (_chunk_cat: 2 + 4), on
+     * the compute stream, every micro-batch */
+    if (M->eager && y.zero == 3 && y.dp * y.cp > 1)
+        dp_busy += m * pt_plan_membound(hw, 14 * (dense_el + exp_el));
     /* the ranks' skew: at every synchronization the others wait for the slowest; the measured
      * mean wait per second of the computation before it (docs/plan.md, "Skew") */
     out->skew = world > 1 ? hw->skew * busy : 0;
-    out->step = makespan + dp_exp + dp_slow + out->optimizer + out->skew;
-    out->compute += out->optimizer + dp_slow;
+    out->step = makespan + dp_exp + dp_busy + out->optimizer + out->skew;
+    out->compute += out->optimizer + dp_busy;
     double tokens = (double)c->training.global_batch * c->training.seq_len;
     out->tokens_per_second = tokens / out->step;
     out->model_flops = flops_token * tokens;
