@@ -448,12 +448,17 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
     static const int lin_dense[8] = {0, 1, 2, 3}, lin_moe[8] = {0, 1, 2, 2, 3, 2, 3};
     const int *lin = M->gpt || !moe ? lin_dense : lin_moe;
     double gf[8] = {0}, Gf[4] = {0}, Gd[4] = {0}, Gw[4] = {0};
+    /* pentatron with sp overlaps a linear's transfer block by block (linear.c): the forward GEMMs
+     * of q/k/v and o (and of a dense MLP's gate/up and down) and the row-parallel linears'
+     * input-gradient GEMMs run as tp GEMMs of the R rows each block brings */
+    int blocks = !M->gpt && M->tp_overlap == 2 && sp ? y->tp : 1;
     for (int i = 0; i < ng; i++) {
         double m = g[i][0], n = g[i][1], kk = g[i][2], t = g[i][3];
-        gf[i] = t * pt_plan_gemm(hw, M, m, n, kk);
-        Gf[lin[i]] += gf[i];
-        Gd[lin[i]] += t * pt_plan_gemm(hw, M, m, kk, n);
-        Gw[lin[i]] += t * pt_plan_gemm(hw, M, n, kk, m);
+        int li = lin[i], bl = li < 2 || !moe ? blocks : 1, row = li == 1 || li == 3;
+        gf[i] = t * bl * pt_plan_gemm(hw, M, m / bl, n, kk);
+        Gf[li] += gf[i];
+        Gd[li] += t * (row ? bl * pt_plan_gemm(hw, M, m / bl, kk, n) : pt_plan_gemm(hw, M, m, kk, n));
+        Gw[li] += t * pt_plan_gemm(hw, M, n, kk, m);
     }
     for (int i = 0; i < 4; i++) k.f += Gf[i], k.b += Gd[i], k.w += Gw[i];
     /* the attention core: flash (causal half; backward 2.5×: the scores again and four
