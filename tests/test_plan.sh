@@ -103,17 +103,23 @@ ring2() { "$PY" -c "import sys; S=float(sys.argv[1]); print('%.17g' % (2 * (3e-6
 colls="rs,intra,2,1024,$(ring2 1024); rs,intra,2,1e12,$(ring2 1e12); ag,intra,2,1024,$(ring2 1024); ag,intra,2,1e12,$(ring2 1e12)"
 dp2=("${tiny[@]}" --parallel.dp=2 --parallel.zero=1 --training.micro_batch=2 --hardware "$tmp/hwq.ini" --json)
 if plan "${dp2[@]}" > "$tmp/c0.json" && plan "${dp2[@]}" --hardware.collectives="$colls" > "$tmp/c1.json" &&
-   plan "${dp2[@]}" --hardware.skew=0.1 > "$tmp/s1.json" && plan "${tiny[@]}" --hardware "$tmp/hwq.ini" --hardware.skew=0.1 --json > "$tmp/s0.json"; then
+   plan "${dp2[@]}" --hardware.skew=0.1 > "$tmp/s1.json" && plan "${tiny[@]}" --hardware "$tmp/hwq.ini" --hardware.skew=0.1 --json > "$tmp/s0.json" &&
+   plan "${dp2[@]}" --hardware.overlap_slowdown=0.5 > "$tmp/o1.json"; then
   "$PY" - "$tmp" <<'PY' && ok || bad "measured collectives / skew"
 import json, sys
 d = sys.argv[1]
-c0, c1, s1, s0 = (json.loads(open("%s/%s.json" % (d, n)).read()) for n in ("c0", "c1", "s1", "s0"))
+c0, c1, s1, s0, o1 = (json.loads(open("%s/%s.json" % (d, n)).read()) for n in ("c0", "c1", "s1", "s0", "o1"))
+# overlap_slowdown 0.5: the step gains half of each second of the reduction hidden
+hidden = c0["comm_seconds"]["dp"] - c0["exposed_seconds"]["dp"]
+slow = o1["step_seconds"] - c0["step_seconds"]
+print("overlap_slowdown 0.5: +%.6g s for %.6g s hidden" % (slow, hidden))
 dp0, dp1 = c0["comm_seconds"]["dp"], c1["comm_seconds"]["dp"]
 busy = s1["compute_seconds"] - s1["optimizer_seconds"]
 print("collectives at efficiency 0.5: dp %.6g s -> %.6g s (x%.4f); skew 0.1: %.6g s of busy %.6g s, one process %g"
       % (dp0, dp1, dp1 / dp0, s1["skew_seconds"], busy, s0["skew_seconds"]))
 ok = abs(dp1 / dp0 - 2) < 1e-4 and abs(s1["skew_seconds"] - 0.1 * busy) < 1e-9 + 1e-6 * busy and \
-     abs(s1["step_seconds"] - c0["step_seconds"] - s1["skew_seconds"]) < 1e-4 * s1["step_seconds"] and s0["skew_seconds"] == 0
+     abs(s1["step_seconds"] - c0["step_seconds"] - s1["skew_seconds"]) < 1e-4 * s1["step_seconds"] and s0["skew_seconds"] == 0 and \
+     hidden > 0 and abs(slow - 0.5 * hidden) < 1e-6 * c0["step_seconds"]
 sys.exit(0 if ok else 1)
 PY
 else bad "plan with measured collectives failed"; fi
