@@ -510,8 +510,8 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
                pt_plan_gemm(hw, M, N, Fl, C);
     else if (y->re == PT_RECOMPUTE_SELECTIVE)
         k.re = (M->flash && y->cp > 1 ? 0 : att_f) + pt_plan_membound(hw, N * E * 3 * Fl);
-    /* tensor parallelism: 2 gathers and 2 reduce-scatters (sp) or 2 all-reduces per layer each
-     * way, of the (N, C) activations; full recomputation repeats the forward's */
+    /* tensor parallelism: the (N, C) activations' transfers of each linear (below); full
+     * recomputation repeats the forward's */
     if (y->tp > 1) {
         /* Per linear, as Megatron-LM's ColumnParallelLinear / RowParallelLinear (and
          * src/model/linear.c) move them. With sp: forward, the input gathered before each
@@ -577,8 +577,9 @@ static pt_plan_cost pt_plan_layer_cost(const pt_plan_ctx *x, const pt_plan_lay *
     if (moe && y->ep > 1) {
         double S = N * M->k * C * E;
         double a2a = 2 * pt_plan_coll(hw, PT_COLL_A2A, S, y->g_ep);
-        double experts = gf[3] + gf[4]; /* the routed experts' GEMMs (gf[1] + gf[2], the o projection and
-                                          * the router, until 2026-12-06) */
+        /* behind the routed experts' GEMMs (until 2026-12-06 gf[1] + gf[2]: the o projection
+         * and the router) */
+        double experts = gf[3] + gf[4];
         k.ep = 2 * a2a;
         k.ep_exp = fmax(0, a2a - pt_plan_overlap(hw, y->g_ep, S / y->ep) * experts * (y->ep - 1) / y->ep) * 2;
         k.hid_f += (k.ep - k.ep_exp) / 2, k.hid_b += (k.ep - k.ep_exp) / 2;
