@@ -167,6 +167,29 @@ mpt7b mpt7b_8h100.ini h100_sxm.ini 1 1.155 0.8195
 torchtitan_8 torchtitan_llama31_8b_8h100.ini h100_torchtitan.ini 1 2.843 2.301 88476326298
 torchtitan_128 torchtitan_llama31_8b_128h100.ini h100_torchtitan.ini 16 2.923 2.474 71940702208
 CASES
+# a given layout that does not fit: printed, one message naming the rank and the bytes, exit 1;
+# --anyway plans it with exit 0; one that fits exits 0 (Llama 3 405B's 8K recipe: 124.25 GB)
+big=(--config "$src/configs/plan/llama405b_8192h100.ini" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=1024)
+out="$(plan "${big[@]}" 2> "$tmp/unfit.err")"; rc=$?
+plan "${big[@]}" --json > "$tmp/unfit.json" 2> /dev/null; rc_json=$?
+plan "${big[@]}" --anyway > /dev/null 2>&1; rc_anyway=$?
+plan "${big[@]}" --training.recompute=full > /dev/null 2>&1; rc_fits=$?
+if [ $rc -eq 1 ] && grep -q "largest rank 124.25 GB of 80.00 GB (155%): does not fit" <<<"$out" &&
+   [ "$(grep -c "the layout does not fit: its largest rank (pipeline stage 1) needs 124.3 GB of the device's 80 GB" "$tmp/unfit.err")" -eq 1 ] &&
+   [ "$(wc -l < "$tmp/unfit.err")" -eq 1 ] && [ $rc_json -eq 1 ] && [ $rc_anyway -eq 0 ] && [ $rc_fits -eq 0 ] &&
+   "$PY" -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/unfit.json"; then ok
+else bad "a layout that does not fit: exit $rc (--json $rc_json, --anyway $rc_anyway, full recomputation $rc_fits): $(cat "$tmp/unfit.err")"; fi
+# the error band printed next to the MFU is the published cases' summary above
+band="$(plan "${big[@]}" --anyway | grep -o 'against [0-9]* published runs.*')"
+"$PY" - "$tmp/errors" "$band" <<'PY' && ok || bad "plan's printed error band is not the published cases' summary: $band"
+import re, sys
+errs = [float(l.split()[1]) for l in open(sys.argv[1])]
+m = re.match(r"against (\d+) published runs the planned step is within 15% in (\d+), from (\d+)% short to (\d+)% long, mean \|error\| ([\d.]+)%", sys.argv[2])
+want = (len(errs), sum(abs(e) <= 0.15 for e in errs), round(-100 * min(errs)), round(100 * max(errs)),
+        round(100 * sum(map(abs, errs)) / len(errs), 1))
+print("printed band:", sys.argv[2], "| from the cases:", want)
+sys.exit(0 if m and (int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])) == want else 1)
+PY
 # another framework's choices describe a run for plan only: train refuses them, one message
 for kv in plan.kernels=eager plan.selective=op; do
   out="$(timeout 60 "$bin" train "${tiny[@]}" --"$kv" 2>&1)"; rc=$?
@@ -280,7 +303,7 @@ c8=(--config "$src/configs/plan/llama405b_8192h100.ini" --hardware "$src/hardwar
 c128=(--config "$src/configs/plan/llama405b_131072h100.ini" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=2048)
 llama405() { # WANT_GB ARGS...: the plan's largest rank against the table's figure
   local want="$1"; shift
-  plan "$@" --json 2>&1 | "$PY" -c "
+  plan "$@" --anyway --json 2>&1 | "$PY" -c "
 import json, sys
 d = json.loads(sys.stdin.readline()); got = d['memory_bytes_max'] / 1e9
 print('Llama 3 405B, %s: %.2f GB (docs/plan.md: %s)' % (sys.argv[2], got, sys.argv[1]))

@@ -66,7 +66,7 @@ planned dpv_pp2_L7_1231 --model.n_layers=7 --parallel.pp=2 "${DPV[@]}" --paralle
 # first and the last stage, 4 on the others): the first and the last rank hold one layer's
 # parameters fewer than with 128 layers (4 on every stage), the others the same; m = 32 and m = 24
 # (not a multiple of 16) both plan, and the split written out plans the same
-l3=(--config "$PT_SOURCE_DIR/configs/plan/llama405b_8192h100.ini" --hardware "$PT_SOURCE_DIR/hardware/h100_sxm.ini" --hardware.nodes=1024 --json)
+l3=(--config "$PT_SOURCE_DIR/configs/plan/llama405b_8192h100.ini" --hardware "$PT_SOURCE_DIR/hardware/h100_sxm.ini" --hardware.nodes=1024 --json --anyway)
 lay="3$(printf ',4%.0s' $(seq 30)),3"
 if "$bin" plan "${l3[@]}" > "$tmp/l3.json" && "$bin" plan "${l3[@]}" --training.global_batch=1536 > "$tmp/l3m24.json" &&
    "$bin" plan "${l3[@]}" --parallel.pp_layers="$lay" > "$tmp/l3lay.json" &&

@@ -30,6 +30,8 @@ static void pt_plan_usage(FILE *f) {
             "                         with plan.headroom free, ranked by tokens/s; plan.top printed\n"
             "                         with what makes the best faster than the next\n"
             "  --json                 one JSON object per layout, one per line\n"
+            "  --anyway               plan a layout that does not fit the devices' memory (without\n"
+            "                         it, such a layout is printed and plan exits 1)\n"
             "  --measure              write a hardware file for this machine (run under mpirun;\n"
             "                         ranks on several hosts measure the links between hosts)\n");
 }
@@ -67,7 +69,7 @@ int pt_cmd_plan(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--measure")) return pt_plan_measure_cmd(argc, argv);
     const char *hw_path = NULL;
-    int search = 0, json = 0, n_rest = 0, n_over = 0;
+    int search = 0, json = 0, anyway = 0, n_rest = 0, n_over = 0, unfit = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     const char **over = calloc((size_t)argc + 1, sizeof *over);
     for (int i = 0; i < argc; i++) {
@@ -85,6 +87,8 @@ int pt_cmd_plan(int argc, char **argv) {
             search = 1;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--anyway")) {
+            anyway = 1;
         } else {
             rest[n_rest++] = argv[i];
         }
@@ -140,11 +144,19 @@ int pt_cmd_plan(int argc, char **argv) {
         st = pt_plan_eval(cfg, &hw, &p);
         if (st == PT_OK && json) pt_plan_json(&p, stdout), fputc('\n', stdout);
         else if (st == PT_OK) pt_plan_print(&p, cfg, &hw, stdout);
+        if (st == PT_OK && p.memory_max > hw.memory_bytes && !anyway) {
+            /* printed, then said plainly: a layout that does not fit is not a plan to run */
+            fflush(stdout);
+            fprintf(stderr, "pentatron plan: the layout does not fit: its largest rank (pipeline "
+                    "stage %d) needs %.4g GB of the device's %.4g GB (--anyway plans it without "
+                    "this exit status)\n", p.memory_max_stage, p.memory_max / 1e9, hw.memory_bytes / 1e9);
+            unfit = 1;
+        }
     }
     free(cfg), free(rest), free(over);
     if (st != PT_OK) {
         fprintf(stderr, "pentatron plan: %s\n", pt_last_error());
         return pt_cli_exit(st, 0); /* its input refused: 2 (cli/commands.h) */
     }
-    return 0;
+    return unfit ? 1 : 0;
 }

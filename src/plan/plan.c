@@ -1124,7 +1124,8 @@ void pt_plan_print(const pt_plan *p, const pt_config *c, const pt_hardware *hw, 
     char mx[24], dev[24];
     pt_plan_fmt_bytes(p->memory_max, mx, sizeof mx);
     pt_plan_fmt_bytes(hw->memory_bytes, dev, sizeof dev);
-    fprintf(f, "  largest rank %s of %s (%.0f%%)\n", mx, dev, 100 * p->memory_max / hw->memory_bytes);
+    fprintf(f, "  largest rank %s of %s (%.0f%%)%s\n", mx, dev, 100 * p->memory_max / hw->memory_bytes,
+            p->memory_max > hw->memory_bytes ? ": does not fit" : "");
     fprintf(f, "step %.4g s: compute %.4g s (recompute %.3g, optimizer %.3g), bubble %.4g s",
             p->step, p->compute, p->recompute_s, p->optimizer, p->bubble);
     if (p->skew > 0) fprintf(f, ", skew %.3g s", p->skew);
@@ -1133,6 +1134,7 @@ void pt_plan_print(const pt_plan *p, const pt_config *c, const pt_hardware *hw, 
             fprintf(f, ", %s %.3g s exposed of %.3g", dims[i], p->exposed[i], p->comm[i]);
     fprintf(f, "\n%.6g tokens/s, MFU %.1f%% (%.4g model FLOPs per token, peak %.4g FLOP/s per device)\n",
             p->tokens_per_second, 100 * p->mfu, p->flops_per_token, hw->peak_flops);
+    fprintf(f, "(%s)\n", PT_PLAN_PUBLISHED_BAND);
     (void)c;
 }
 
