@@ -53,7 +53,7 @@ def cp_bytes(L):
     return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))][1]["comm_groups"]["cp"]
 got = cp_bytes(3) - cp_bytes(2)
 block = (s // c) * b * 2 * kvd * 4  # one rank's K and V: (s/cp)·b·kv_dim each, fp32
-fwd = (c - 1) * block               # FORMULAS.md: (cp−1) blocks of K and V
+fwd = (c - 1) * block               # docs/formulas.md: (cp−1) blocks of K and V
 bwd = (c - 1) * block + c * block   # K, V round again, and their gradients (one more hop home)
 print("cp %d: %d ring bytes per layer per micro-batch; forward (cp−1)·K,V = %d, backward %d: %d" % (
     c, got, fwd, bwd, fwd + bwd))

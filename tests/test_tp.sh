@@ -3,7 +3,7 @@
 #   - tp ∈ {2, 4} × sp off/on, a vocabulary (97) neither divides, n_kv_heads = 2 < tp = 4 (each
 #     key/value head replicated on 2 ranks), tied embeddings, and tp 2 × dp 2 with every ZeRO
 #     stage and accumulation: step-1 gradients per tensor ‖Δ‖/‖g‖ ≤ 1e-5, 10 losses ≤ 1e-4;
-#   - tp bytes per layer per micro-batch (a 3-layer run minus a 2-layer one) = FORMULAS.md's
+#   - tp bytes per layer per micro-batch (a 3-layer run minus a 2-layer one) = docs/formulas.md's
 #     4 all-reduces of N·C, 2(t−1)/t each, without sp; 4 all-gathers + 4 reduce-scatters of N·C,
 #     (t−1)/t each, with sp, plus the all-reduce of the layer's two norm-weight gradients (2C);
 #     with sp 6 of those 8 as the overlapped point-to-point blocks (docs/parallelism.md);
@@ -64,13 +64,13 @@ if sp:
           "(want 2 × %.0f), %d all-gathered again (want 2 × %.0f)" % (t, sends, unit, rs, unit, ag, unit))
     if sends != 6 * unit or rs != 2 * unit or ag != 2 * unit:
         sys.exit(1)
-# FORMULAS.md: without sp, forward 2 all-reduces of N·C and backward 2 more, 2(t−1)/t each;
+# docs/formulas.md: without sp, forward 2 all-reduces of N·C and backward 2 more, 2(t−1)/t each;
 # with sp the same volume as 4 all-gathers + 4 reduce-scatters, (t−1)/t each, plus (Megatron's
 # sequence parallelism, Korthikanti et al. 2022 §4.2.2) the backward's 2 re-gathers of the kept
 # shards
 formulas = 4 * 2 * (t - 1) / t * N * C * 4
 want = formulas + (2 * (t - 1) / t * N * C * 4 + 2 * (t - 1) / t * 2 * C * 4 if sp else 0)
-print("tp %d sp %s: %d bytes per layer per micro-batch; FORMULAS.md %.0f (%.2f%%)%s" % (
+print("tp %d sp %s: %d bytes per layer per micro-batch; docs/formulas.md %.0f (%.2f%%)%s" % (
     t, sp, got, formulas, 100 * (got - formulas) / formulas,
     ", + re-gathers and norm-weight gradients = %.0f" % want if sp else ""))
 sys.exit(0 if abs(got - want) <= 0.01 * want else 1)

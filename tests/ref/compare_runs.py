@@ -11,7 +11,7 @@ DIR/REF.{st,jsonl} and DIR/NAME.{st,jsonl} are the step-1 gradients (logging.dum
 metrics of each run. Checks every gradient tensor ‖Δ‖/‖g‖ ≤ 1e-5 and the 10 losses within 1e-4
 relative. With --bytes, the group's bytes per step (metrics comm_groups, step 2) against
 (A·Ψ + B·Ψ_layers)(N−1)/N·4 within 1%; with --zero also the model-state bytes per rank of that
-ZeRO stage over N ranks (FORMULAS.md's table) within 1%; with --norms the 10 gradient norms within
+ZeRO stage over N ranks (docs/formulas.md) within 1%; with --norms the 10 gradient norms within
 1e-5 relative (HSDP: a norm that counted a replica's shards twice). Exit 1 with the reasons on
 failure.
 """
