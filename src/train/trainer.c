@@ -189,11 +189,13 @@ static pt_status pt_trainer_wait_policy(int threads) {
         return pt_errorf(PT_ERR_CONFIG, "PT_COMM_WAIT = \"%s\": expected spin or nap", env);
     if (!pt_comm_distributed()) return PT_OK;
     int ranks = pt_comm_local_size(), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int busy = env && *env ? !strcmp(env, "spin") : (int64_t)ranks * threads <= cores;
+    int per = threads > 0 ? threads : cores; /* training.threads = 0: one a core (the backend's) */
+    int busy = env && *env ? !strcmp(env, "spin") : (int64_t)ranks * per <= cores;
     pt_comm_set_busy_wait(busy);
-    pt_log_info("comm: waits %s (%d ranks × %d thread%s on %d cores on this host%s)",
-                busy ? "poll without napping" : "nap 20 µs between polls", ranks, threads,
-                threads == 1 ? "" : "s", cores, env && *env ? ", PT_COMM_WAIT" : "");
+    pt_log_info("communication: a waiting rank %s (%d rank%s of %d thread%s on this host's %d "
+                "core%s%s)", busy ? "keeps polling" : "sleeps 20 µs between polls", ranks,
+                ranks == 1 ? "" : "s", per, per == 1 ? "" : "s", cores, cores == 1 ? "" : "s",
+                env && *env ? ": PT_COMM_WAIT" : busy ? ": they fit" : ": more than its cores");
     return PT_OK;
 }
 
