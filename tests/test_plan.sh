@@ -190,6 +190,22 @@ want = (len(errs), sum(abs(e) <= 0.15 for e in errs), round(-100 * min(errs)), r
 print("printed band:", sys.argv[2], "| from the cases:", want)
 sys.exit(0 if m and (int(m[1]), int(m[2]), int(m[3]), int(m[4]), float(m[5])) == want else 1)
 PY
+# --search where nothing fits: one message, exit 2, naming the layout that needs the least, whose
+# memory the plan of that layout (all its keys given) agrees with to the printed 0.1 GB
+small=(--config "$src/configs/plan/llama405b_8192h100.ini" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes=2)
+plan "${small[@]}" --search > "$tmp/nofit.out" 2> "$tmp/nofit.err"; rc=$?
+least="$(sed -n 's/.*needs is \([0-9.]*\) GB (dp\([0-9]*\) pp\([0-9]*\) cp\([0-9]*\) tp\([0-9]*\) ep\([0-9]*\), ZeRO-\([0-9]\), micro-batch \([0-9]*\), schedule \([a-z0-9-]*\), .*/\1 \2 \3 \4 \5 \6 \7 \8 \9/p' "$tmp/nofit.err")"
+read -r gb ldp lpp lcp ltp lep lz lmb lsch <<<"$least"
+lre="$(sed -n 's/.*recompute \([a-z]*\)).*/\1/p' "$tmp/nofit.err")"
+[ "$lsch" = "-" ] && lsch=1f1b
+mem="$(plan "${small[@]}" --parallel.dp="$ldp" --parallel.pp="$lpp" --parallel.cp="$lcp" --parallel.tp="$ltp" \
+  --parallel.sp="$([ "${ltp:-1}" -gt 1 ] && echo true || echo false)" --parallel.ep="$lep" --parallel.zero="$lz" \
+  --training.micro_batch="$lmb" --parallel.pp_schedule="$lsch" --parallel.pp_virtual=1 --parallel.pp_layers= \
+  --parallel.pp_head=last --training.recompute="$lre" --anyway --json 2>/dev/null |
+  "$PY" -c "import json,sys; print('%.1f' % (json.load(sys.stdin)['memory_bytes_max'] / 1e9))")"
+if [ $rc -eq 2 ] && [ ! -s "$tmp/nofit.out" ] && [ "$(wc -l < "$tmp/nofit.err")" -eq 1 ] &&
+   grep -q "no layout fits: 72.0 GB a device may be used" "$tmp/nofit.err" && [ -n "$gb" ] && [ "$mem" = "$gb" ]; then ok
+else bad "plan --search with nothing that fits: exit $rc, the least layout's plan $mem GB against the message's $gb: $(cat "$tmp/nofit.err")"; fi
 # another framework's choices describe a run for plan only: train refuses them, one message
 for kv in plan.kernels=eager plan.selective=op; do
   out="$(timeout 60 "$bin" train "${tiny[@]}" --"$kv" 2>&1)"; rc=$?

@@ -193,9 +193,10 @@ pt_status pt_plan_eval(const pt_config *c, const pt_hardware *hw, pt_plan *out);
  * within a node unless plan.tp_across_nodes), screened with the bubble formulas, the best
  * 4·plan.top + 8 evaluated again with the schedule's simulation; those whose largest rank fits in
  * memory_bytes·(1 − plan.headroom) kept. *out (malloc'ed, *n entries) sorted by tokens/s, best
- * first; *n_fit counts the layouts that fit, *n_tried those evaluated. */
+ * first; *n_fit counts the layouts that fit, *n_tried those evaluated; *least (if not NULL) the
+ * layout, fitting or not, whose largest rank needs the least memory (screened with the formulas). */
 pt_status pt_plan_search(const pt_config *c, const pt_hardware *hw, pt_plan **out, int *n,
-                         int *n_fit, int *n_tried);
+                         int *n_fit, int *n_tried, pt_plan *least);
 /* Seconds of a GEMM (m × k)·(k × n) of E-byte elements on one device of hw: at the measured rate
  * of the nearest shapes (gemm_shapes), else at gemm_efficiency × peak_flops scaled by the tile and
  * wave quantization (gemm_units), under the roofline of its bytes E(mk + kn + mn)/memory_bw. */

@@ -107,11 +107,23 @@ int pt_cmd_plan(int argc, char **argv) {
     if (st == PT_OK && search) {
         pt_plan *res = NULL;
         int n = 0, fit = 0, tried = 0;
-        st = pt_plan_search(cfg, &hw, &res, &n, &fit, &tried);
-        if (st == PT_OK && n == 0)
-            st = pt_errorf(PT_ERR_CONFIG, "plan --search: none of the %d layouts tried fits in %.3g "
-                           "bytes per device with %.0f%% kept free", tried, hw.memory_bytes,
-                           100 * cfg->plan.headroom);
+        pt_plan least = {0};
+        st = pt_plan_search(cfg, &hw, &res, &n, &fit, &tried, &least);
+        if (st == PT_OK && n == 0 && least.memory_max > 0)
+            st = pt_errorf(PT_ERR_CONFIG, "plan --search: no layout fits: %.1f GB a device may be "
+                           "used (%.4g GB with %.0f%% kept free), and the least any of the %d layouts "
+                           "tried needs is %.1f GB (dp%d pp%d cp%d tp%d ep%d, ZeRO-%d, micro-batch %d, "
+                           "schedule %s, recompute %s); "
+                           "more devices (--hardware.nodes) or a shorter sequence "
+                           "would lower it", hw.memory_bytes * (1 - cfg->plan.headroom) / 1e9,
+                           hw.memory_bytes / 1e9, 100 * cfg->plan.headroom, tried,
+                           least.memory_max / 1e9, least.dp, least.pp, least.cp, least.tp, least.ep,
+                           least.zero, least.micro_batch,
+                           least.pp > 1 ? pt_schedule_kind_name(least.sched) : "-",
+                           least.recompute == 2 ? "full" : least.recompute == 1 ? "selective" : "none");
+        else if (st == PT_OK && n == 0)
+            st = pt_errorf(PT_ERR_CONFIG, "plan --search: none of the %d layouts tried is valid on "
+                           "%d devices", tried, hw.devices_per_node * hw.nodes);
         int top = cfg->plan.top < n ? cfg->plan.top : n;
         if (st == PT_OK && json) {
             for (int i = 0; i < top; i++) pt_plan_json(&res[i], stdout), fputc('\n', stdout);

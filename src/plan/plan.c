@@ -1147,10 +1147,10 @@ static int pt_plan_cmp(const void *a, const void *b) {
 }
 
 pt_status pt_plan_search(const pt_config *c_in, const pt_hardware *hw, pt_plan **out, int *n,
-                         int *n_fit, int *n_tried) {
+                         int *n_fit, int *n_tried, pt_plan *least) {
     pt_config *c0; /* the model first: the layouts vary the rest */
     PT_TRY(pt_plan_model_checked(c_in, &c0));
-    int devices = hw->devices_per_node * hw->nodes, cnt = 0, kept = 0, tried = 0;
+    int devices = hw->devices_per_node * hw->nodes, cnt = 0, kept = 0, tried = 0, least_set = 0;
     int cap = 4 * (c0->plan.top > 0 ? c0->plan.top : 1) + 8;
     pt_plan *res = malloc((size_t)cap * sizeof *res);
     pt_config *c = malloc(sizeof *c);
@@ -1185,6 +1185,8 @@ pt_status pt_plan_search(const pt_config *c_in, const pt_hardware *hw, pt_plan *
                                     snprintf(c->training.recompute, sizeof c->training.recompute, "%s", recs[ri]);
                                     tried++;
                                     if (pt_plan_eval_sim(c, hw, 0, p) != PT_OK) continue;
+                                    if (least && (!least_set || p->memory_max < least->memory_max))
+                                        *least = *p, least_set = 1;
                                     if (p->memory_max > limit) continue;
                                     cnt++;
                                     /* keep the best `cap` (sorted, best first) */
