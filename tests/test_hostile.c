@@ -237,7 +237,7 @@ static void test_metrics_write_error_reported(void **state) {
     pt_config c;
     pt_config_defaults(&c);
     pt_rank_memory mem = {0};
-    assert_int_equal(pt_metrics_write(&mx, &s, &c.model, &mem), PT_ERR_IO);
+    assert_int_equal(pt_metrics_write(&mx, &s, NULL, &c.model, &mem), PT_ERR_IO);
     expect_msg("m.jsonl failed at step 1: No space left on device");
     pt_metrics_close(&mx);
     assert_int_equal(pt_metrics_open(&mx, "/dev/full", NULL, 10, 1), PT_ERR_IO);

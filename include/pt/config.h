@@ -95,6 +95,7 @@ typedef struct {
 
     struct {
         char metrics[PT_PATH_MAX]; /* JSON lines file, "" = none */
+        char tensorboard[PT_PATH_MAX]; /* a directory for TensorBoard event files, "" = none */
         int64_t comm_every;        /* communication counts in the metrics every n steps */
         int64_t report_every;      /* the run report every n steps (0: at the end only) */
         char trace[256];           /* a directory for per-rank Chrome traces ("" = none) */

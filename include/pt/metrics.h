@@ -22,6 +22,7 @@ typedef struct {
     double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
     double mfu_datasheet; /* the same against a GPU's datasheet peak (0: not on a known GPU) */
     int64_t device_peak_bytes; /* a GPU's most device memory held so far (0 on CPUs) */
+    int64_t peak_rss_bytes; /* this process's peak resident memory, taken once for every report */
     int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */
     double idle[64];   /* pipeline: each stage's time blocked on its transfers / step time */
     double busy[64];   /* pipeline: each stage's seconds in its forwards and backwards */
@@ -42,6 +43,10 @@ typedef struct {
     int64_t val_tokens;
 } pt_step_stats;
 
+/* A mixture-of-experts layer's load, from its n experts' token-slots: {min, max, mean, max/mean}
+ * (max/mean 0 when no token was routed). */
+void pt_expert_load_summary(const double *load, int n, double out[4]);
+
 /* Bytes of one rank's memory by kind. */
 typedef struct {
     size_t params, grads, optim, params_transient, grads_transient, activations;
@@ -59,12 +64,33 @@ typedef struct {
     uint64_t group_since[2 * PT_MESH_MAX_GROUPS];
 } pt_metrics;
 
-/* Opens (appends to) path, making its directory if missing; PT_ERR_IO naming what failed. */
+/* This rank's communication over the steps of one window (every comm_every steps and the last),
+ * as the JSON lines and the TensorBoard events (pt/tensorboard.h) give it: in all, by operation
+ * and by group (pt_mesh_groups order; bytes in the bus-bandwidth convention). */
+typedef struct {
+    int64_t steps; /* the steps it covers; 0: no window closes at this step */
+    uint64_t bytes;
+    double wait_s; /* seconds blocked waiting on communication */
+    uint64_t op_calls[PT_COMM_OP_COUNT], op_bytes[PT_COMM_OP_COUNT];
+    double op_wait_s[PT_COMM_OP_COUNT];
+    int n_groups;
+    const char *group[PT_MESH_MAX_GROUPS];
+    int group_size[PT_MESH_MAX_GROUPS]; /* its ranks (1: never communicates) */
+    uint64_t group_bytes[PT_MESH_MAX_GROUPS];
+    double group_wait_s[PT_MESH_MAX_GROUPS];
+} pt_comm_window;
+
+/* Opens (appends to) path, making its directory if missing; PT_ERR_IO naming what failed. path ""
+ * opens no file: the communication is counted for pt_metrics_window alone. */
 pt_status pt_metrics_open(pt_metrics *mx, const char *path, const pt_mesh *mesh,
                           int64_t total_steps, int64_t comm_every);
-/* PT_ERR_IO naming the file when the line could not be written (a full disk, say). */
-pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
-                           const pt_rank_memory *mem);
+/* The window that closes at this step (w->steps 0: none; always so without a mesh); the next
+ * one counts from here. */
+void pt_metrics_window(pt_metrics *mx, int64_t step, pt_comm_window *w);
+/* The step's line, with w's communication when it closes a window (w NULL: none). PT_ERR_IO naming
+ * the file when the line could not be written (a full disk, say). */
+pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_comm_window *w,
+                           const pt_model_config *mc, const pt_rank_memory *mem);
 /* Communication counted from now on (the start of the training loop). */
 void pt_metrics_begin(pt_metrics *mx);
 void pt_metrics_close(pt_metrics *mx);

@@ -14,6 +14,7 @@
 #include "pt/data_parallel.h"
 #include "pt/layout.h"
 #include "pt/metrics.h"
+#include "pt/tensorboard.h"
 #include "pt/mesh.h"
 #include "pt/model.h"
 #include "pt/optim.h"
@@ -44,6 +45,7 @@ typedef struct {
     int32_t *d_docs, *l_docs, *h_docs;
     int64_t step;                  /* steps done */
     pt_metrics metrics;            /* logging.metrics (metrics.f NULL: none) */
+    pt_tb tb;                      /* logging.tensorboard (tb.f NULL: none) */
     int grads_dumped;
     int preempted;                 /* pt_trainer_run stopped on a signal (pt/preempt.h) */
     int64_t skips_in_row, skips; /* training.on_nonfinite = skip: steps skipped (in a row, in all) */

@@ -261,8 +261,14 @@ static const pt_cfg_key pt_cfg_keys[] = {
     PT_K("logging.metrics", PT_CFG_STR, logging.metrics, "", NULL,
          "append one JSON object per step to this file (a regular file: a FIFO or a device "
          "such as /dev/null is refused; \"\" = none)"),
+    PT_K("logging.tensorboard", PT_CFG_STR, logging.tensorboard, "", NULL,
+         "a directory (made if missing) where rank 0 writes a TensorBoard event file "
+         "(events.out.tfevents.<time>.<host>.<pid>, a new one per run and per resume): every "
+         "scalar of the step's log line and metrics, flushed each step (tags in docs/guide.md, "
+         "\"TensorBoard\"; \"\" = none)"),
     PT_K("logging.comm_every", PT_CFG_INT64, logging.comm_every, "1", NULL,
-         "every n steps, the metrics add this rank's communication and memory over those steps"),
+         "every n steps, the metrics and the TensorBoard events add this rank's communication and "
+         "memory over those steps"),
     PT_K("logging.report_every", PT_CFG_INT64, logging.report_every, "0", NULL,
          "the run report (communication per parallel dimension, memory per rank) every n steps; "
          "it is always printed at the end"),

@@ -82,7 +82,7 @@ void pt_step_print(const pt_step_stats *s, int64_t total, const char *progress) 
                 "mem %.0f MiB%s | %s",
                 (int)snprintf(NULL, 0, "%lld", (long long)total), (long long)s->step,
                 (long long)total, s->loss, s->grad_norm, (double)s->lr, s->tokens_per_s,
-                100.0 * s->mfu, pt_peak_rss_bytes() / 1048576.0, mix, progress);
+                100.0 * s->mfu, (double)s->peak_rss_bytes / 1048576.0, mix, progress);
 }
 
 /* A "key value kB" line of a /proc file, in bytes (-1: none). */
@@ -240,6 +240,11 @@ static void pt_group_bytes(const pt_mesh *mesh, uint64_t *out) {
 pt_status pt_metrics_open(pt_metrics *mx, const char *path, const pt_mesh *mesh,
                           int64_t total_steps, int64_t comm_every) {
     memset(mx, 0, sizeof *mx);
+    mx->mesh = mesh;
+    mx->total_steps = total_steps;
+    mx->comm_every = comm_every;
+    pt_metrics_begin(mx);
+    if (!path[0]) return PT_OK;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -261,10 +266,6 @@ pt_status pt_metrics_open(pt_metrics *mx, const char *path, const pt_mesh *mesh,
         close(fd);
         return pt_errorf(PT_ERR_IO, "logging.metrics: cannot open %s for appending", path);
     }
-    mx->mesh = mesh;
-    mx->total_steps = total_steps;
-    mx->comm_every = comm_every;
-    pt_metrics_begin(mx);
     return PT_OK;
 }
 
@@ -279,6 +280,46 @@ void pt_metrics_close(pt_metrics *mx) {
     mx->f = NULL;
 }
 
+void pt_metrics_window(pt_metrics *mx, int64_t step, pt_comm_window *w) {
+    memset(w, 0, sizeof *w);
+    int64_t every = mx->comm_every;
+    if (!mx->mesh || (step % every != 0 && step != mx->total_steps)) return;
+    pt_comm_stats now, *since = &mx->since;
+    pt_mesh_stats(mx->mesh, &now);
+    for (int op = 0; op < PT_COMM_OP_COUNT; op++) {
+        w->op_calls[op] = now.calls[op] - since->calls[op];
+        w->op_bytes[op] = now.bytes[op] - since->bytes[op];
+        w->op_wait_s[op] = now.wait_op[op] - since->wait_op[op];
+        w->bytes += w->op_bytes[op];
+    }
+    w->wait_s = now.wait_seconds - since->wait_seconds;
+    w->steps = step % every == 0 ? every : step % every;
+    const pt_comm *g[PT_MESH_MAX_GROUPS];
+    uint64_t gnow[2 * PT_MESH_MAX_GROUPS], *group_since = mx->group_since;
+    w->n_groups = pt_mesh_groups(mx->mesh, g);
+    pt_group_bytes(mx->mesh, gnow);
+    for (int i = 0; i < w->n_groups; i++) {
+        w->group[i] = g[i]->name;
+        w->group_size[i] = g[i]->size;
+        w->group_bytes[i] = gnow[i] - group_since[i];
+        /* whole microseconds, as pt_group_bytes counts them */
+        w->group_wait_s[i] =
+            (double)(gnow[PT_MESH_MAX_GROUPS + i] - group_since[PT_MESH_MAX_GROUPS + i]) / 1e6;
+    }
+    memcpy(group_since, gnow, sizeof gnow);
+    *since = now;
+}
+
+void pt_expert_load_summary(const double *load, int n, double out[4]) {
+    double mn = load[0], mx = load[0], sum = 0;
+    for (int e = 0; e < n; e++) {
+        mn = load[e] < mn ? load[e] : mn, mx = load[e] > mx ? load[e] : mx;
+        sum += load[e];
+    }
+    double mean = sum / n;
+    out[0] = mn, out[1] = mx, out[2] = mean, out[3] = mean > 0 ? mx / mean : 0.0;
+}
+
 /* x as JSON, which has no NaN or infinity: %.*g, or null when x is not finite (a skipped step's
  * loss or gradient norm). */
 static const char *pt_json_num(char *buf, size_t cap, double x, int digits) {
@@ -287,8 +328,8 @@ static const char *pt_json_num(char *buf, size_t cap, double x, int digits) {
     return buf;
 }
 
-pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_model_config *mc,
-                           const pt_rank_memory *mem) {
+pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_comm_window *w,
+                           const pt_model_config *mc, const pt_rank_memory *mem) {
     FILE *f = mx->f;
     if (!f) return PT_OK;
     char lb[40], gb[40];
@@ -298,7 +339,7 @@ pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_mode
             "\"allocs\": %lld",
             (long long)s->step, pt_json_num(lb, sizeof lb, s->loss, 17), (double)s->lr,
             pt_json_num(gb, sizeof gb, s->grad_norm, 9), (long long)s->tokens,
-            s->seconds, s->tokens_per_s, s->mfu, (long long)pt_peak_rss_bytes(),
+            s->seconds, s->tokens_per_s, s->mfu, (long long)s->peak_rss_bytes,
             (long long)s->allocs);
     if (s->n_sources) {
         fprintf(f, ", \"data_share\": {");
@@ -319,15 +360,10 @@ pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_mode
         int first = 1;
         for (int l = 0; l < mc->n_layers; l++) {
             if (!pt_layer_is_moe(mc, l)) continue;
-            const double *ld = s->expert_load + (size_t)l * mc->n_experts;
-            double mn = ld[0], mx = ld[0], sum = 0;
-            for (int e = 0; e < mc->n_experts; e++) {
-                mn = ld[e] < mn ? ld[e] : mn, mx = ld[e] > mx ? ld[e] : mx;
-                sum += ld[e];
-            }
-            double mean = sum / mc->n_experts;
-            fprintf(f, "%s\"%d\": [%.0f, %.0f, %.2f, %.4f]", first ? "" : ", ", l, mn, mx, mean,
-                    mean > 0 ? mx / mean : 0.0);
+            double ls[4];
+            pt_expert_load_summary(s->expert_load + (size_t)l * mc->n_experts, mc->n_experts, ls);
+            fprintf(f, "%s\"%d\": [%.0f, %.0f, %.2f, %.4f]", first ? "" : ", ", l, ls[0], ls[1],
+                    ls[2], ls[3]);
             first = 0;
         }
         fprintf(f, "}");
@@ -352,49 +388,32 @@ pt_status pt_metrics_write(pt_metrics *mx, const pt_step_stats *s, const pt_mode
         for (int i = 0; i < s->n_cp; i++) fprintf(f, "%s%.0f", i ? ", " : "", s->attn_pairs[i]);
         fprintf(f, "]");
     }
-    int64_t every = mx->comm_every;
-    if (mx->mesh && (s->step % every == 0 || s->step == mx->total_steps)) {
-        pt_comm_stats now, *since = &mx->since;
-        pt_mesh_stats(mx->mesh, &now);
-        uint64_t sent = 0;
-        char ops[512] = "";
-        size_t used = 0;
-        for (int op = 0; op < PT_COMM_OP_COUNT; op++) {
-            uint64_t b = now.bytes[op] - since->bytes[op], c = now.calls[op] - since->calls[op];
-            sent += b;
-            if (c && used < sizeof ops)
+    if (w && w->steps) {
+        char ops[512] = "", groups[512] = "", waits[512] = "";
+        size_t used = 0, gu = 0, wu = 0;
+        for (int op = 0; op < PT_COMM_OP_COUNT && used < sizeof ops; op++)
+            if (w->op_calls[op])
                 used += (size_t)snprintf(ops + used, sizeof ops - used, "%s\"%s\": [%llu, %llu, %.6f]",
                                          used ? ", " : "", pt_comm_op_name((pt_comm_op)op),
-                                         (unsigned long long)c, (unsigned long long)b,
-                                         now.wait_op[op] - since->wait_op[op]);
-        }
-        int64_t steps = s->step % every == 0 ? every : s->step % every;
+                                         (unsigned long long)w->op_calls[op],
+                                         (unsigned long long)w->op_bytes[op], w->op_wait_s[op]);
         /* per group: {"tp": bytes, ...} */
-        const pt_comm *g[PT_MESH_MAX_GROUPS];
-        uint64_t gnow[2 * PT_MESH_MAX_GROUPS], *group_since = mx->group_since;
-        int ng = pt_mesh_groups(mx->mesh, g);
-        pt_group_bytes(mx->mesh, gnow);
-        char groups[512] = "", waits[512] = "";
-        size_t gu = 0, wu = 0;
-        for (int i = 0; i < ng && gu < sizeof groups && wu < sizeof waits; i++) {
-            if (gnow[i] != group_since[i])
+        for (int i = 0; i < w->n_groups && gu < sizeof groups && wu < sizeof waits; i++) {
+            if (w->group_bytes[i])
                 gu += (size_t)snprintf(groups + gu, sizeof groups - gu, "%s\"%s\": %llu", gu ? ", " : "",
-                                       g[i]->name, (unsigned long long)(gnow[i] - group_since[i]));
-            uint64_t w = gnow[PT_MESH_MAX_GROUPS + i] - group_since[PT_MESH_MAX_GROUPS + i];
-            if (w)
+                                       w->group[i], (unsigned long long)w->group_bytes[i]);
+            if (w->group_wait_s[i] > 0)
                 wu += (size_t)snprintf(waits + wu, sizeof waits - wu, "%s\"%s\": %.6f", wu ? ", " : "",
-                                       g[i]->name, (double)w / 1e6);
+                                       w->group[i], w->group_wait_s[i]);
         }
-        memcpy(group_since, gnow, sizeof gnow);
         fprintf(f,
                 ", \"comm_steps\": %lld, \"comm_bytes\": %llu, \"comm_wait_s\": %.6f, \"comm\": {%s}, "
                 "\"comm_groups\": {%s}, \"comm_wait_groups\": {%s}, "
                 "\"mem\": {\"params\": %zu, \"grads\": %zu, \"optim\": %zu, \"params_transient\": %zu, "
                 "\"grads_transient\": %zu, \"activations\": %zu}",
-                (long long)steps, (unsigned long long)sent, now.wait_seconds - since->wait_seconds,
-                ops, groups, waits, mem->params, mem->grads, mem->optim, mem->params_transient,
-                mem->grads_transient, mem->activations);
-        *since = now;
+                (long long)w->steps, (unsigned long long)w->bytes, w->wait_s, ops, groups, waits,
+                mem->params, mem->grads, mem->optim, mem->params_transient, mem->grads_transient,
+                mem->activations);
     }
     fprintf(f, "}\n");
     errno = 0;

@@ -71,9 +71,9 @@ static pt_status pt_trainer_agree(pt_trainer *t, pt_status st, const char *what)
 }
 
 /* Fail early: every rank can create files in checkpoint.dir (each writes its shard there) and in
- * logging.trace (each its trace), and
- * rank 0 opens logging.metrics, before anything is allocated, so that a run never trains for
- * hours to find it cannot save; where a file will be written (metrics, trace, gradients) there is
+ * logging.trace (each its trace), and rank 0 opens logging.metrics and logging.tensorboard's
+ * event file, before anything is allocated, so that a run never trains for hours to find it
+ * cannot save; where a file will be written (metrics, trace, gradients) there is
  * a regular file or nothing (pt_check_output: a FIFO hung the run, a device took or refused the
  * lines). Rank 0 takes checkpoint.dir's run lock (pt/run_lock.h) before
  * it writes anything: a second run on the directory stops here, naming the holder. Collective
@@ -99,13 +99,15 @@ static pt_status pt_trainer_check_outputs(pt_trainer *t) {
     if (st == PT_OK && cfg->logging.trace[0]) st = pt_flight_file(cfg->logging.trace);
     if (st == PT_OK && rank == 0 && cfg->checkpoint.dir[0])
         st = pt_run_lock_acquire(&t->lock, cfg->checkpoint.dir, cfg->checkpoint.lock_timeout_s);
-    if (st == PT_OK && rank == 0 && cfg->logging.metrics[0])
+    if (st == PT_OK && rank == 0) /* ("": the communication counted for the TensorBoard events) */
         st = pt_metrics_open(&t->metrics, cfg->logging.metrics, t->mesh, cfg->training.steps,
                              cfg->logging.comm_every);
+    if (st == PT_OK && rank == 0 && cfg->logging.tensorboard[0])
+        st = pt_tb_open(&t->tb, cfg->logging.tensorboard, &cfg->model);
     if (st == PT_OK && rank == 0 && cfg->logging.dump_grads[0]) /* written by rename at step 1 */
         st = pt_check_output(cfg->logging.dump_grads, 0, "logging.dump_grads");
-    return pt_trainer_agree(t, st, "the check that checkpoint.dir, logging.trace and logging.metrics are "
-                                   "writable");
+    return pt_trainer_agree(t, st, "the check that checkpoint.dir, logging.trace, logging.metrics and "
+                                   "logging.tensorboard are writable");
 }
 
 /* checkpoint.resume, before the model is allocated: the checkpoint to continue (latest: the
@@ -612,6 +614,7 @@ void pt_trainer_free(pt_trainer *t) {
     t->mesh = NULL;
     if (!t->be) return;
     pt_metrics_close(&t->metrics);
+    pt_tb_close(&t->tb);
     if (t->acts) pt_acts_free(&t->model, t->acts);
     pt_pipe_free(&t->pipe);
     pt_layout_free_tables(&t->lay);
@@ -1289,7 +1292,11 @@ pt_status pt_trainer_run(pt_trainer *t) {
             s.val_tokens = t->eval_batches * cfg->training.global_batch * cfg->training.seq_len;
         }
         pt_rank_memory mem = pt_trainer_rank_memory(t);
-        PT_TRY(pt_metrics_write(&t->metrics, &s, &cfg->model, &mem));
+        s.peak_rss_bytes = pt_peak_rss_bytes(); /* one value for the line, the JSON and the events */
+        pt_comm_window w;
+        pt_metrics_window(&t->metrics, s.step, &w);
+        PT_TRY(pt_metrics_write(&t->metrics, &s, &w, &cfg->model, &mem));
+        PT_TRY(pt_tb_write(&t->tb, &s, &w, &cfg->model, &mem));
         /* the trace covers what the metrics of steps A..B count: from A − 1's line to B's */
         if (cfg->logging.trace[0] && s.step == trace_a - 1) pt_trace_record(1);
         if (cfg->logging.trace[0] && s.step == trace_b) PT_TRY(pt_trainer_trace_write(t, trace_a, trace_b));
