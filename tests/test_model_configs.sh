@@ -7,6 +7,9 @@
 #     (its memory check's line) the same;
 #   - the trainer accepts every key: `train` gets past the configuration's and the model's checks
 #     to its memory check before allocating (refused there with a limit of 1 byte, one message);
+#   - its architecture is the published config.json's, as the trainer reads a Hugging Face
+#     config.json (model.init_from: an explicit architecture key that contradicts it is refused):
+#     each config.json below is transcribed from the source the config cites;
 #   - its [model] section is its planning case's (configs/plan/), so that the two cannot drift;
 #   - the layouts it lists (one per GPU count, as flags) are each `plan --search`'s first at that
 #     count on hardware/h100_sxm.ini, fit with the search's headroom, plan at the figures written
@@ -23,6 +26,54 @@ pass=0; fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 hw="$src/hardware/h100_sxm.ini"
+
+# the published config.json of each model (the sources each training config cites: mlc-ai/mlc-llm
+# python/mlc_llm/model/model_preset.py at 79d603f for Llama 3.1 and Mixtral, its keys as there;
+# Lightning-AI/litgpt litgpt/config.py at 2685705 for Qwen 2.5 7B, its values under config.json's
+# names)
+published_config() { # CONFIG: config.json to stdout
+  case "$1" in
+  llama3.1_8b.ini|llama3.1_70b.ini)
+    local h=4096 l=32 heads=32 ffn=14336
+    [ "$1" = llama3.1_70b.ini ] && h=8192 l=80 heads=64 ffn=28672
+    cat <<JSON
+{"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+ "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+ "hidden_size": $h, "initializer_range": 0.02, "intermediate_size": $ffn,
+ "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+ "num_attention_heads": $heads, "num_hidden_layers": $l, "num_key_value_heads": 8,
+ "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+ "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+ "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+ "transformers_version": "4.42.3", "use_cache": true, "vocab_size": 128256}
+JSON
+    ;;
+  qwen2.5_7b.ini)
+    cat <<JSON
+{"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "hidden_act": "silu",
+ "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 18944,
+ "max_position_embeddings": 131072, "max_window_layers": 28, "model_type": "qwen2",
+ "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+ "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072,
+ "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+ "use_sliding_window": false, "vocab_size": 152064}
+JSON
+    ;;
+  mixtral_8x7b.ini)
+    cat <<JSON
+{"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+ "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+ "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+ "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+ "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+ "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+ "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+ "transformers_version": "4.36.0.dev0", "use_cache": true, "vocab_size": 32000}
+JSON
+    ;;
+  esac
+}
 
 # CONFIG PLANNING_CASE PUBLISHED CHECKPOINT_TOTAL. PUBLISHED: the publisher's figure —
 # Llama 3.1 8B and 70B: Meta's model pages on Hugging Face (meta-llama/Llama-3.1-8B, -70B:
@@ -54,6 +105,16 @@ print(f"{cfg}: {n:,.0f} parameters planned ({n / published - 1:+.3%} from the pu
 sys.exit(0 if abs(n / published - 1) <= 0.005 and n == total and rc == 2 and refusals == 1 and
          len(out.strip().splitlines()) == 1 and abs(trainer / n - 1) <= 0.5 * 10 ** (1 - digits) else 1)
 PY
+
+  # the architecture is the published config.json's: the trainer reads it as model.init_from's and
+  # refuses an explicit architecture key that contradicts it; agreeing, it goes on to its memory
+  # check (the weights are read only after it)
+  mkdir -p "$tmp/hf" && published_config "$cfg" > "$tmp/hf/config.json"
+  out="$(timeout 60 "$bin" train --config "$c" --model.init_from="$tmp/hf" --training.memory_limit=1 2>&1)"; rc=$?
+  # (model.max_seq_len, a training key, overrides config.json's context: one line saying so)
+  if [ $rc -eq 2 ] && [ "$(grep -c "this rank needs at least" <<<"$out")" -eq 1 ] &&
+     [ "$(grep -vc "this rank needs at least\|^model.max_seq_len = [0-9]* (explicit) overrides" <<<"$out")" -eq 0 ]; then ok
+  else bad "$cfg: not the published config.json's architecture: exit $rc: $(grep -v "(explicit) overrides" <<<"$out")"; fi
 
   # the [model] section is the planning case's
   "$PY" - "$c" "$src/configs/plan/$case" <<'PY' && ok || bad "$cfg: [model] differs from configs/plan/$case"
