@@ -8,6 +8,8 @@
 #   - the published runs (configs/plan/*.ini, inputs cited there), predicted step time against the
 #     published one: the goal is +-15%; a case outside it must still predict what docs/plan.md
 #     reports (within 2%), so that a change to the model shows up here and in the docs together;
+#   - the planning cases of the training configs (configs/plan/, no published step): the search's
+#     first layout fits with its headroom and plans at the figures docs/plan.md's table gives;
 #   - --search: the layouts it prints are sorted, fit with the headroom, keep tp within a node,
 #     and each equals `plan` of that layout alone;
 #   - memory against the measured peak resident memory: a 4.5M-parameter model against the tiny
