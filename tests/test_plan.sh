@@ -8,6 +8,8 @@
 #   - the published runs (configs/plan/*.ini, inputs cited there), predicted step time against the
 #     published one: the goal is +-15%; a case outside it must still predict what docs/plan.md
 #     reports (within 2%), so that a change to the model shows up here and in the docs together;
+#   - the planning cases of the training configs (configs/plan/, no published step): the search's
+#     first layout fits with its headroom and plans at the figures docs/plan.md's table gives;
 #   - --search: the layouts it prints are sorted, fit with the headroom, keep tp within a node,
 #     and each equals `plan` of that layout alone;
 #   - memory against the measured peak resident memory: a 4.5M-parameter model against the tiny
@@ -213,7 +215,8 @@ for kv in plan.kernels=eager plan.selective=op; do
     bad "train --$kv: exit $rc: $(grep -i error <<<"$out" | head -2)"
 done
 # every configs/plan/*.ini is a published case above or a planning case (no published step)
-planning="llama405b_8192h100.ini llama405b_131072h100.ini llama70b_512h100.ini mixtral8x7b_512h100.ini"
+planning="llama405b_8192h100.ini llama405b_131072h100.ini llama70b_512h100.ini mixtral8x7b_512h100.ini
+          llama31_8b_8h100.ini qwen25_7b_8h100.ini"
 for f in "$src"/configs/plan/*.ini; do
   b=$(basename "$f")
   grep -qE " $b " <<<"$(sed -n "/^korthikanti_22b /,/^CASES/p" "$0")" || grep -qw -- "$b" <<<"$planning" ||
@@ -229,6 +232,33 @@ print("published cases: %d of %d within +-15%%, mean |error| %.1f%% (goal 10%%)"
 # docs/plan.md's summary (updated with the model)
 sys.exit(0 if (within, len(errs)) == (8, 11) and abs(100 * mean - 13.7) < 0.5 else 1)
 PY
+
+# the planning cases of the training configs (docs/plan.md, "Planning cases"): the search's first
+# layout at the case's cluster fits with the search's headroom, its largest rank, step and MFU
+# those docs/plan.md's table gives (within 0.5%), so that a change to the planner or to a case
+# shows up here and in the docs together
+while read -r cfg nodes; do
+  plan --config "$src/configs/plan/$cfg" --hardware "$src/hardware/h100_sxm.ini" --hardware.nodes="$nodes" \
+    --search --plan.top=1 --json > "$tmp/case.json" 2> "$tmp/case.err" || { bad "planning case $cfg: search failed: $(cat "$tmp/case.err")"; continue; }
+  "$PY" - "$tmp/case.json" "$cfg" "$src/docs/plan.md" "$nodes" <<'PY' && ok || bad "planning case $cfg: not what docs/plan.md's table gives, or does not fit"
+import json, re, sys
+p = json.loads(open(sys.argv[1]).readline())
+cfg, gpus = sys.argv[2], 8 * int(sys.argv[4])
+rows = [l for l in open(sys.argv[3]) if l.startswith("| `configs/plan/%s` | %d |" % (cfg, gpus))]
+m = re.search(r"\| ([\d.]+) GB \| ([\d.]+) s \| ([\d.]+)% \|$", rows[0].strip()) if len(rows) == 1 else None
+gb, step, mfu = (float(x) for x in m.groups()) if m else (0, 0, 0)
+got = (p["memory_bytes_max"] / 1e9, p["step_seconds"], 100 * p["mfu"])
+print("planning case %s on %d GPUs: largest rank %.2f GB, step %.4g s, MFU %.1f%% (docs/plan.md: %s GB, %s s, %s%%)"
+      % (cfg, gpus, *got, gb, step, mfu))
+sys.exit(0 if m and p["memory_bytes_max"] <= 0.9 * 80e9 and abs(got[0] / gb - 1) <= 0.005 and
+         abs(got[1] / step - 1) <= 0.005 and abs(got[2] - mfu) <= 0.051 else 1)
+PY
+done <<'PLANNING'
+llama31_8b_8h100.ini 1
+qwen25_7b_8h100.ini 1
+llama70b_512h100.ini 64
+mixtral8x7b_512h100.ini 64
+PLANNING
 
 # --search: sorted, fitting, tp within a node, each the plan of its layout
 plan --config "$src/configs/plan/llama70b_512h100.ini" --hardware "$src/hardware/h100_sxm.ini" \
