@@ -432,7 +432,9 @@ int pt_cmd_report(int argc, char **argv) {
             pt_report_usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--out") && i + 1 < argc) out_opt = argv[++i];
+        if (!strcmp(argv[i], "--out") && i + 1 == argc)
+            st = pt_errorf(PT_ERR_CONFIG, "report: --out needs a file");
+        else if (!strcmp(argv[i], "--out")) out_opt = argv[++i];
         else if (argv[i][0] == '-' && argv[i][1])
             st = pt_errorf(PT_ERR_CONFIG, "report: %s is not an option (see --help)", argv[i]);
         else if (run)
