@@ -231,7 +231,8 @@ static void pt_html_memory(FILE *f, json_t *ranks) {
         for (int k = 0; k < 5; k++) {
             double w = pt_json_field(o, kind[k]) / 1048576.0 / top * pw;
             fprintf(f, "<rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>%s %.2f MiB"
-                       "</title></rect>\n", x, y, w, bar - 4, colour[k], label[k], pt_json_field(o, kind[k]) / 1048576.0);
+                       "</title></rect>\n", x, y, w, bar - 4, colour[k], label[k],
+                    pt_json_field(o, kind[k]) / 1048576.0);
             x += w;
         }
     }
@@ -241,7 +242,8 @@ static void pt_html_memory(FILE *f, json_t *ranks) {
                    "y=\"%.0f\" text-anchor=\"middle\">%g</text>\n", 200 + v / top * pw, 200 + v / top * pw,
                 base, base + 5, 200 + v / top * pw, base + 18, v);
     fprintf(f, "<text x=\"%d\" y=\"%.0f\" text-anchor=\"middle\">MiB</text>\n</svg>\n", 200 + pw / 2, base + 40);
-    fprintf(f, "<table id=\"memory\"><tr><th>rank</th><th>coordinates</th><th>parameters</th><th>gradients</th>"
+    fprintf(f, "<table id=\"memory\"><tr><th>rank</th><th class=\"words\">coordinates</th>"
+               "<th>parameters</th><th>gradients</th>"
                "<th>optimizer</th><th>activations</th><th>transient</th><th>total</th><th>peak RSS</th></tr>\n");
     for (size_t r = 0; r < R; r++) {
         json_t *o = json_array_get(ranks, r);
@@ -270,7 +272,8 @@ static void pt_html_groups(FILE *f, json_t *groups, double step_s) {
                    "communicated.</p>\n");
         return;
     }
-    fprintf(f, "<table id=\"groups\"><tr><th>group</th><th>ranks</th><th>carries</th><th>bytes/step</th>"
+    fprintf(f, "<table id=\"groups\"><tr><th>group</th><th>ranks</th><th class=\"words\">carries</th>"
+               "<th>bytes/step</th>"
                "<th>max rank</th><th>blocked s/step</th><th>max rank</th><th>%% of step</th></tr>\n");
     for (size_t i = 0; i < json_array_size(groups); i++) {
         json_t *g = json_array_get(groups, i);
@@ -336,9 +339,10 @@ static const char *pt_css =
     "body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}"
     "h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ccc}"
     "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-    "text-align:right}td:first-child,th:first-child{text-align:left}"
-    ".words{text-align:left}.missing{color:#a15c00;font-style:italic}.note{color:#555;font-size:13px}svg{display:block;"
-    "margin:6px 0}";
+    "text-align:right;white-space:nowrap}td:first-child,th:first-child{text-align:left}"
+    "td.words,th.words{text-align:left;white-space:normal}"
+    ".missing{color:#a15c00;font-style:italic}.note{color:#555;font-size:13px}"
+    "svg{display:block;margin:6px 0}";
 
 /* The page for the series and report.json (rep NULL: not written yet). */
 static pt_status pt_html_page(FILE *f, const char *run, const pt_run_series *s, json_t *rep,
@@ -357,7 +361,8 @@ static pt_status pt_html_page(FILE *f, const char *run, const pt_run_series *s, 
                 (long long)pt_json_field(lay, "pp"), (long long)pt_json_field(lay, "cp"),
                 (long long)pt_json_field(lay, "tp"), (long long)pt_json_field(lay, "ep"));
     if (s->n)
-        fprintf(f, "%d steps recorded, the last step %lld (loss %.4f). ", s->n, (long long)last, s->loss[s->n - 1]);
+        fprintf(f, "%d steps recorded, the last step %lld (loss %.4f). ", s->n, (long long)last,
+                s->loss[s->n - 1]);
     if (isfinite(total) && last >= (int64_t)total)
         fprintf(f, "<span id=\"status\">Finished: %lld of %.0f steps.</span>", (long long)last, total);
     else if (isfinite(total))
@@ -367,7 +372,8 @@ static pt_status pt_html_page(FILE *f, const char *run, const pt_run_series *s, 
         fprintf(f, "<span id=\"status\" class=\"missing\">Still going, or stopped before its first run "
                    "report: step %lld.</span>", (long long)last);
     fprintf(f, "</p>\n<h2>Loss</h2>\n");
-    pt_chart_series loss[] = {{"training loss", "#4c72b0", s->loss, 0}, {"validation loss", "#dd8452", s->val, 1}};
+    pt_chart_series loss[] = {{"training loss", "#4c72b0", s->loss, 0},
+                              {"validation loss", "#dd8452", s->val, 1}};
     pt_chart(f, "loss", "Loss per step", "loss (nats per token)", s->step, s->n, loss, s->n_val ? 2 : 1);
     if (!s->n_val)
         fprintf(f, "<p class=\"missing\" id=\"val-none\">No held-out evaluation in this run (data.val not "
@@ -441,7 +447,8 @@ int pt_cmd_report(int argc, char **argv) {
             st = pt_errorf(PT_ERR_CONFIG, "report: one RUN expected, got \"%s\" and \"%s\"", run, argv[i]);
         else run = argv[i];
     }
-    if (st == PT_OK && !run) st = pt_errorf(PT_ERR_CONFIG, "report: which run? (pentatron report RUN; see --help)");
+    if (st == PT_OK && !run)
+        st = pt_errorf(PT_ERR_CONFIG, "report: which run? (pentatron report RUN; see --help)");
     char metrics[4096], dir[4096], out[4200], rep_path[4200];
     if (st == PT_OK) st = pt_report_locate(run, metrics, dir, sizeof metrics);
     if (st == PT_OK) {
