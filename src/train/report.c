@@ -195,13 +195,13 @@ static void pt_report_text(const pt_report_table *t) {
     pt_print_table(cells, t->R + 1, PT_MEM_COLS, 1);
     free(cells);
     if (rows > 1) {
-        pt_log_info("  bytes/step: what a rank sent on the group per step, the mean over the ranks "
-                    "(max rank: the largest);");
-        pt_log_info("  blocked s: the seconds per step a rank waited on it (mean, max rank); %% step: "
-                    "the mean's share of the step;");
+        pt_log_info("  bytes/step: sent by a rank on the group per step, mean over the ranks (max "
+                    "rank: the largest);");
+        pt_log_info("  blocked s: seconds per step a rank waited on it (mean, max rank); %% step: the "
+                    "mean's share;");
     }
-    pt_log_info("  memory: as allocated; transient: the pooled ZeRO buffers' peaks; total: the five "
-                "kinds; peak RSS: the process's.");
+    pt_log_info("  memory: as allocated; transient: pooled ZeRO buffers' peaks; total: the five; "
+                "peak RSS: the process's.");
     if (alone)
         pt_log_info("  left out: %d group%s of one rank or that carried nothing.", alone,
                     alone > 1 ? "s" : "");
