@@ -13,7 +13,7 @@
 #   - missing pieces are said, not errors: a single-process run (no validation, pp = 1, no group
 #     of more than one rank) and a run still going (metrics only, no report.json yet);
 #   - a RUN that is not a run (missing, a directory without metrics.jsonl, a file that is not
-#     metrics lines): one message, exit 2, nothing written.
+#     metrics lines), or metrics the page would replace: one message, exit 2, nothing written.
 # Without chromium (Debian's `chromium`) or PIL (`python3-pil`) the rendering is skipped: exit 77,
 # reported as skipped by CTest, once the checks without a browser have passed.
 set -u
@@ -93,6 +93,9 @@ mkdir -p "$tmp/empty"
 notrun "a missing RUN" "$tmp/nothing" "No such file or directory"
 notrun "a directory without metrics" "$tmp/empty" "is not a run: it holds no metrics.jsonl"
 notrun "a file that is not metrics" "$PT_SOURCE_DIR/configs/small.ini" "is not a run's metrics: line 1"
+mkdir -p "$tmp/odd" && cp "$tmp/run/metrics.jsonl" "$tmp/odd/report.html"
+notrun "metrics named report.html" "$tmp/odd/report.html" "the page would replace the metrics"
+cmp -s "$tmp/run/metrics.jsonl" "$tmp/odd/report.html" && ok || bad "the metrics named report.html were replaced"
 [ -z "$(ls "$tmp/empty")" ] && [ ! -e "$PT_SOURCE_DIR/configs/report.html" ] && ok ||
   bad "a refused RUN left a page behind"
 

@@ -456,6 +456,11 @@ int pt_cmd_report(int argc, char **argv) {
         if (!out_opt) snprintf(out, sizeof out, "%s/report.html", dir);
         snprintf(rep_path, sizeof rep_path, "%s/report.json", dir);
         st = pt_check_output(out, 0, "report --out");
+        struct stat a, b; /* the page never replaces what it is made from */
+        if (st == PT_OK && stat(out, &a) == 0 && stat(metrics, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+            st = pt_errorf(PT_ERR_IO, "report: the page would replace the metrics %s (give --out FILE)",
+                           metrics);
     }
     pt_run_series s;
     if (st == PT_OK) st = pt_read_metrics(metrics, &s);

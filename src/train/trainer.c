@@ -1262,6 +1262,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
         const char *slash = strrchr(cfg->logging.metrics, '/');
         int dir = slash ? (int)(slash - cfg->logging.metrics) + 1 : 0;
         snprintf(report_json, sizeof report_json, "%.*sreport.json", dir, cfg->logging.metrics);
+        if (!strcmp(report_json, cfg->logging.metrics)) report_json[0] = 0; /* never the metrics */
     }
     pt_report_run run = {report_json, total, t->pipe.model ? &t->pipe.sched : NULL, t->pipe.head_cost};
     int64_t trace_a = 0, trace_b = -1;
