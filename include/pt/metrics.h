@@ -154,7 +154,5 @@ typedef struct {
 /* run NULL (or its path ""): no report.json. */
 void pt_report_print(const pt_mesh *mesh, const pt_report_mark *since, int64_t step,
                      const pt_rank_memory *mem, const pt_report_run *run);
-/* What a group carries, in words ("pipeline: stage boundaries"); "" for a name it does not know. */
-const char *pt_report_group_role(const char *name);
 
 #endif

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *pt_report_group_role(const char *name) {
+/* What one parallel dimension's group carries, for the table. */
+static const char *pt_report_group_role(const char *name) {
     static const struct { const char *name, *role; } roles[] = {
         {"world", "checkpoints, this report, the signal check"},
         {"dp", "data: gradients, ZeRO gathers"},
@@ -206,7 +207,6 @@ static void pt_report_text(const pt_report_table *t) {
         pt_log_info("  left out: %d group%s of one rank or that carried nothing.", alone,
                     alone > 1 ? "s" : "");
 }
-
 
 /* The schedule as report.json holds it: enough to build it again (pt_schedule_build_head) and
  * simulate it as `pentatron schedule` does. */
