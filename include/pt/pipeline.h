@@ -72,6 +72,7 @@ typedef struct {
     pt_comm *pp;
     pt_schedule sched;
     int rank, v, m, S, B, T;
+    double head_cost;     /* the split head's HEAD against a stage's forward (its placement) */
     int zb;
     pt_pipe_slot *slot;   /* [micro · v + chunk] */
     int *uses;            /* [micro · v + chunk]: its set's uses in a step (actions, local hand-offs) */

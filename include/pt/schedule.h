@@ -232,5 +232,7 @@ void pt_schedule_print(const pt_schedule *s, const pt_sched_sim *sim, FILE *f);
 /* An SVG drawing of the timeline: one rectangle per compute action (HEAD included), coloured by
  * kind (lighter for odd chunks), with its micro-batch number; written atomically to path. */
 pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const char *path);
+/* The same drawing written to f (an <svg> element, e.g. inside an HTML page). */
+void pt_schedule_svg_write(const pt_schedule *s, const pt_sched_sim *sim, FILE *f);
 
 #endif

@@ -29,6 +29,7 @@ int pt_cmd_schedule(int argc, char **argv);
 int pt_cmd_launch(int argc, char **argv);
 int pt_cmd_trace(int argc, char **argv);
 int pt_cmd_plan(int argc, char **argv);
+int pt_cmd_report(int argc, char **argv);
 
 /* Tokenizes prompt with the tokenizer at path tokenizer (anything pt_tokenizer_open reads),
  * continues it by n_new tokens (fewer, with a warning, where the context would pass

@@ -21,6 +21,8 @@ static void pt_usage(FILE *f) {
             "  trace     join the per-rank traces of logging.trace:  pentatron trace merge DIR\n"
             "  plan      memory and step time of a layout on a cluster, or the best layouts:\n"
             "            pentatron plan --config FILE --hardware hardware/h100_sxm.ini [--search]\n"
+            "  report    a run as one HTML page (curves, memory, communication, schedule):\n"
+            "            pentatron report out/demo\n"
             "\n"
             "`pentatron COMMAND --help` describes each; `pentatron train --help-config` lists every\n"
             "configuration key.\n");
@@ -42,6 +44,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "launch")) return pt_cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace")) return pt_cmd_trace(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return pt_cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "report")) return pt_cmd_report(argc - 2, argv + 2);
     fprintf(stderr, "pentatron: unknown command \"%s\"\n\n", cmd);
     pt_usage(stderr);
     return 2;

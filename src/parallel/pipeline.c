@@ -296,6 +296,7 @@ pt_status pt_pipe_init(pt_pipe *p, pt_model *m, pt_comm *pp, pt_sched_kind kind,
     p->rank = pp->rank;
     p->v = v;
     p->m = n_micro;
+    p->head_cost = head;
     p->S = pp->size * v;
     p->B = B;
     p->T = T;

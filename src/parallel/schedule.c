@@ -1309,15 +1309,11 @@ static void pt_svg_legend(FILE *f, int y, int head) {
     }
 }
 
-pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const char *path) {
+void pt_schedule_svg_write(const pt_schedule *s, const pt_sched_sim *sim, FILE *f) {
     double q = pt_quantum(s, sim), sx = PT_SVG_COL / q;
     int width = PT_SVG_LEFT + (int)ceil(sim->makespan * sx) + 20, height = PT_SVG_TOP + s->pp * PT_SVG_ROW + 40;
     int legend = PT_SVG_LEFT + PT_SVG_LEGEND * (4 + (s->head != 0));
     if (width < legend) width = legend;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return pt_errorf(PT_ERR_MEMORY, "%s: cannot buffer the SVG", path);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "font-family=\"sans-serif\" font-size=\"12\">\n",
             width, height);
@@ -1343,6 +1339,14 @@ pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const c
     }
     pt_svg_legend(f, PT_SVG_TOP + s->pp * PT_SVG_ROW + 10, s->head);
     fprintf(f, "</svg>\n");
+}
+
+pt_status pt_schedule_svg(const pt_schedule *s, const pt_sched_sim *sim, const char *path) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return pt_errorf(PT_ERR_MEMORY, "%s: cannot buffer the SVG", path);
+    pt_schedule_svg_write(s, sim, f);
     fclose(f);
     pt_status st = pt_write_file_atomic(path, buf, len);
     free(buf);

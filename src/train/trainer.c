@@ -1260,6 +1260,14 @@ pt_status pt_trainer_run(pt_trainer *t) {
                (!t->mesh || t->mesh->world_size == 1);
     pt_metrics_begin(&t->metrics); /* communication counted from here */
     pt_report_mark mark = pt_report_mark_now(t->mesh, t->step);
+    char report_json[PT_PATH_MAX + 16] = ""; /* beside the metrics: `pentatron report` reads it */
+    if (cfg->logging.metrics[0]) {
+        const char *slash = strrchr(cfg->logging.metrics, '/');
+        int dir = slash ? (int)(slash - cfg->logging.metrics) + 1 : 0;
+        snprintf(report_json, sizeof report_json, "%.*sreport.json", dir, cfg->logging.metrics);
+        if (!strcmp(report_json, cfg->logging.metrics)) report_json[0] = 0; /* never the metrics */
+    }
+    pt_report_run run = {report_json, total, t->pipe.model ? &t->pipe.sched : NULL, t->pipe.head_cost};
     int64_t trace_a = 0, trace_b = -1;
     if (cfg->logging.trace[0]) {
         PT_TRY(pt_config_trace_steps(cfg, &trace_a, &trace_b));
@@ -1324,7 +1332,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
         }
         int64_t report = cfg->logging.report_every;
         if ((report > 0 && t->step % report == 0) || t->step == total) {
-            pt_report_print(t->mesh, &mark, t->step, &mem);
+            pt_report_print(t->mesh, &mark, t->step, &mem, &run);
             mark = pt_report_mark_now(t->mesh, t->step);
         }
     }
