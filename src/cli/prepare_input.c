@@ -105,13 +105,16 @@ static pt_status input_start(pt_input *r) {
     return PT_OK;
 }
 
-/* Where a corrupt stream was found: the line for JSON Lines, the byte for text. */
+/* Where a corrupt stream was found: for JSON Lines the line that the failing call's output
+ * (dec[0, dec_len), decoded ahead of the lines) reached, for text the bytes before it. */
 static pt_status corrupt(pt_input *r, const char *codec, const char *why) {
-    if (r->jsonl)
-        return pt_errorf(PT_ERR_FORMAT, "%s:%lld: corrupt %s stream: %s", r->name, r->line ? r->line : 1,
-                         codec, why);
+    if (r->jsonl) {
+        long long line = r->line ? r->line : 1;
+        for (size_t i = 0; i < r->dec_len; i++) line += r->dec[i] == '\n';
+        return pt_errorf(PT_ERR_FORMAT, "%s:%lld: corrupt %s stream: %s", r->name, line, codec, why);
+    }
     return pt_errorf(PT_ERR_FORMAT, "%s: corrupt %s stream after %zu bytes of text: %s", r->name, codec,
-                     r->len, why);
+                     r->len + r->dec_len, why);
 }
 
 /* Fills dec with the next decompressed bytes; r->done at the end of the stream. */
@@ -157,10 +160,10 @@ static pt_status input_decode(pt_input *r) {
             ZSTD_inBuffer ib = {r->in, r->in_len, r->in_pos};
             ZSTD_outBuffer ob = {r->dec, INPUT_BLOCK, 0};
             size_t ret = ZSTD_decompressStream(r->zs, &ob, &ib);
-            if (ZSTD_isError(ret)) return corrupt(r, "zstd", ZSTD_getErrorName(ret));
-            r->zs_left = ret;
             r->in_pos = ib.pos;
             r->dec_len = ob.pos;
+            if (ZSTD_isError(ret)) return corrupt(r, "zstd", ZSTD_getErrorName(ret));
+            r->zs_left = ret;
         }
         r->full = r->dec_len == INPUT_BLOCK;
         if (r->dec_len > 0) return PT_OK;
@@ -230,7 +233,7 @@ static pt_status jsonl_document(pt_input *r, char **text, size_t *len) {
     /* JSON_ALLOW_NUL: "\u0000" is text like any other character */
     json_t *o = json_loadb(r->buf, r->len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
     if (!o)
-        return pt_errorf(PT_ERR_FORMAT, "%s:%lld: not JSON: %s (column %d)", r->name, r->line, err.text,
+        return pt_errorf(PT_ERR_FORMAT, "%s:%lld: not valid JSON: %s (column %d)", r->name, r->line, err.text,
                          err.column);
     pt_status st = PT_OK;
     json_t *v = json_is_object(o) ? json_object_get(o, r->field) : NULL;
