@@ -53,7 +53,7 @@ static void prepare_usage(FILE *f) {
             "  --val-fraction F    hold out each document with probability F (0 < F < 1), chosen by\n"
             "                      a hash of its index: written as OUT/val_000000.bin, ... for data.val\n"
             "  --val-documents N   hold out N documents spread evenly over the input (counted first:\n"
-            "                      not with standard input)\n"
+            "                      not with standard input); the rules: docs/guide.md section 11\n"
             "  --threads N         encode N documents at a time (default 1; the shards are the same)\n"
             "  --out DIR           output directory (created if missing)\n"
             "  --shard-tokens N    tokens per shard (default 100000000)\n"
