@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # test_prepare_inputs.sh PENTATRON: `pentatron prepare` reads JSON Lines, gzip, zstd and standard
 # input, and splits off held-out documents.
-#   Documents: 24 of the Brown corpus and 8 written here with accents, quotes, backslashes, tabs,
+#   Documents: 24 of the Brown corpus, 8 written here with accents, quotes, backslashes, tabs,
 #   CR LF, a NUL, characters outside the BMP (surrogate pairs in JSON), an empty one and a blank
-#   one. The reference is today's path: one text file per document. Every other way in must give
+#   one; and, on their own, three documents, the middle one 1.2 MB (longer than prepare's blocks). The reference is today's path: one text file per document. Every other way in must give
 #   the same shards byte for byte (3,000 tokens a shard: documents span shards):
 #   - JSON Lines with \u escapes, \/, other fields around "text" and a blank line; raw UTF-8;
 #     .jsonl.gz made by gzip, .jsonl.zst made by zstd, concatenated gzip members, a gzip file
@@ -52,6 +52,7 @@ special = [
     "no newline at the end",
     "\ufeffa byte order mark, \u00a0no-break space, \u2028line separator",
 ]
+big = "\n\n".join(docs) * 4  # 1.2 MB: longer than a block of input, of decompressed text, of a line
 docs = docs[:12] + special[:4] + docs[12:] + special[4:]
 assert len(docs) == 32
 for i, d in enumerate(docs):
@@ -71,6 +72,10 @@ write("part1.jsonl", lines[:9])
 write("part3.json", lines[10:20])
 write("part4.jsonl", lines[20:])
 write("jsonl.txt", lines)
+write("long.jsonl", [line(i, d) for i, d in enumerate([docs[0], big, docs[1]])])
+for i, d in enumerate([docs[0], big, docs[1]]):
+    with open("%s/long_%d.txt" % (tmp, i), "w", encoding="utf-8", newline="") as f:
+        f.write(d)
 PY
 cp "$tmp/doc_09.txt" "$tmp/part2.txt"; gzip -f "$tmp/part2.txt"   # one text document, gzipped
 gzip -k "$tmp/utf8.jsonl"
@@ -113,6 +118,10 @@ prep mixed "$tmp/part1.jsonl" "$tmp/part2.txt.gz" "$tmp/part3.json" "$tmp/part4.
 prep stdin - < "$tmp/corpus.jsonl"; same stdin ref
 prep stdin_zst - < "$tmp/corpus.jsonl.zst"; same stdin_zst ref
 prep threads --threads 2 "$tmp/utf8.jsonl"; same threads ref
+prep long_ref "$tmp"/long_?.txt; gzip -k "$tmp/long.jsonl"; zstd -q "$tmp/long.jsonl"
+prep long_gz "$tmp/long.jsonl.gz"; same long_gz long_ref
+prep long_zst "$tmp/long.jsonl.zst"; same long_zst long_ref
+prep long_stdin - < "$tmp/long.jsonl"; same long_stdin long_ref
 prep stdin_mixed "$tmp/part1.jsonl" "$tmp/part2.txt.gz" - < <(cat "$tmp/part3.json" "$tmp/part4.jsonl");
   same stdin_mixed ref
 
@@ -192,8 +201,9 @@ b[len(b) // 2: len(b) // 2 + 16] = b"0123456789abcdef"
 open(tmp + "/corrupt.jsonl.gz", "wb").write(b)
 PY
 head -c 20000 "$tmp/utf8.jsonl.gz" > "$tmp/cut.jsonl.gz"
-cp "$tmp/corpus.jsonl.zst" "$tmp/corrupt.jsonl.zst"
-printf '0123456789abcdef' | dd of="$tmp/corrupt.jsonl.zst" bs=1 seek=3000 conv=notrunc 2> /dev/null
+cp "$tmp/corpus.jsonl.zst" "$tmp/corrupt.jsonl.zst"   # its checksum, the last 4 bytes, changed
+printf 'abcd' | dd of="$tmp/corrupt.jsonl.zst" bs=1 seek=$(($(stat -c %s "$tmp/corrupt.jsonl.zst") - 4)) \
+  conv=notrunc 2> /dev/null
 whole() { # the files in DIR are whole shards (header count = size), and nothing else
   "$py" - "$1" <<'PY'
 import os, struct, sys

@@ -8,6 +8,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/asan_common.sh"
 export PT_TEST_FILTER='test_file_*'
-pt_asan_run test_tokenizer_json_asan "jansson cmocka libpcre2-8 libutf8proc" \
+pt_asan_run test_tokenizer_json_asan "jansson cmocka libpcre2-8 libutf8proc zlib libzstd" \
     tests/test_tokenizer_json.c tests/testutil.c src/data/bpe.c src/data/tokenizer_json.c \
-    src/data/unicode_tables.c src/data/shards.c src/cli/prepare.c src/core/core.c
+    src/data/unicode_tables.c src/data/shards.c src/cli/prepare.c src/cli/prepare_input.c src/core/core.c

@@ -60,12 +60,53 @@ static void prepare_usage(FILE *f) {
             "  --help              print this help\n");
 }
 
+/* A line on the terminal (standard error) at most once a second, and in the log every minute
+ * when it is not one: how much of the input is read, documents and tokens so far. */
+typedef struct {
+    double t0, last_tty, last_log;
+    uint64_t total_bytes; /* of the inputs that are files; 0 when one is standard input */
+    int tty, shown;       /* shown: the terminal's line holds the progress */
+} prepare_progress;
+
+/* Clears the progress from the terminal's line before a log line. */
+static void progress_clear(prepare_progress *p) {
+    if (p && p->shown) fprintf(stderr, "\r\033[K");
+    if (p) p->shown = 0;
+}
+
+/* read: bytes of the input files so far; text: bytes of the documents. */
+static void progress_show(prepare_progress *p, uint64_t read, uint64_t docs, size_t tokens, size_t text,
+                          int final) {
+    double now = pt_now(), dt = now - p->t0;
+    if (!final && !(p->tty && now - p->last_tty >= 1) && !(!p->tty && now - p->last_log >= 60)) return;
+    char where[96];
+    if (p->total_bytes > 0)
+        snprintf(where, sizeof where, "%.0f%% of %.1f MB", 100.0 * (double)read / (double)p->total_bytes,
+                 p->total_bytes / 1e6);
+    else
+        snprintf(where, sizeof where, "%.1f MB", read / 1e6);
+    if (p->tty) {
+        progress_clear(p);
+        if (!final) {
+            fprintf(stderr, "prepare: %s read, %llu documents, %zu tokens, %.1f MB of text/s", where,
+                    (unsigned long long)docs, tokens, dt > 0 ? text / dt / 1e6 : 0.0);
+            p->shown = 1;
+        }
+        fflush(stderr);
+        p->last_tty = now;
+    } else if (!final) {
+        pt_log_info("prepare: %s read, %llu documents, %zu tokens", where, (unsigned long long)docs, tokens);
+        p->last_log = now;
+    }
+}
+
 typedef struct {
     uint8_t *buf; /* header (256 int32) then uint16 or uint32 tokens */
     size_t n, cap, max;
     size_t width; /* bytes per token: 2 or 4 */
     int index;
     const char *dir, *prefix; /* OUT/PREFIX_000000.bin: "train" or "val" */
+    prepare_progress *progress;
 } prepare_shard;
 
 static uint8_t *shard_tokens(prepare_shard *s) { return s->buf + PT_SHARD_HEADER_INTS * sizeof(int32_t); }
@@ -79,6 +120,7 @@ static pt_status shard_flush(prepare_shard *s) {
     snprintf(path, sizeof path, "%s/%s_%06d.bin", s->dir, s->prefix, s->index);
     PT_TRY(pt_check_output(path, 0, "prepare --out")); /* a FIFO there: not replaced */
     PT_TRY(pt_write_file_atomic(path, s->buf, sizeof header + s->n * s->width));
+    progress_clear(s->progress);
     pt_log_info("prepare: wrote %s (%zu tokens)", path, s->n);
     s->index++;
     s->n = 0;
@@ -294,38 +336,6 @@ static pt_status count_documents(const prepare_opts *o, const char **files, int 
     return PT_OK;
 }
 
-/* A line on the terminal (standard error) at most once a second, and in the log every minute
- * when it is not one: how much of the input is read, documents and tokens so far. */
-typedef struct {
-    double t0, last_tty, last_log;
-    uint64_t total_bytes; /* of the inputs that are files; 0 when one is standard input */
-    int tty;
-} prepare_progress;
-
-static void progress_show(prepare_progress *p, uint64_t read, uint64_t docs, size_t tokens, int final) {
-    double now = pt_now(), dt = now - p->t0;
-    if (!final && !(p->tty && now - p->last_tty >= 1) && !(!p->tty && now - p->last_log >= 60)) return;
-    char where[96];
-    if (p->total_bytes > 0)
-        snprintf(where, sizeof where, "%.0f%% of %.1f MB", 100.0 * (double)read / (double)p->total_bytes,
-                 p->total_bytes / 1e6);
-    else
-        snprintf(where, sizeof where, "%.1f MB", read / 1e6);
-    if (p->tty) {
-        if (final) {
-            if (p->last_tty > 0) fprintf(stderr, "\r\033[K");
-        } else {
-            fprintf(stderr, "\r\033[Kprepare: %s read, %llu documents, %zu tokens, %.1f MB/s", where,
-                    (unsigned long long)docs, tokens, dt > 0 ? read / dt / 1e6 : 0.0);
-        }
-        fflush(stderr);
-        p->last_tty = now;
-    } else if (!final) {
-        pt_log_info("prepare: %s read, %llu documents, %zu tokens", where, (unsigned long long)docs, tokens);
-        p->last_log = now;
-    }
-}
-
 /* Which input is being read, and its documents, streamed a block at a time. */
 typedef struct {
     const prepare_opts *o;
@@ -434,8 +444,10 @@ int pt_cmd_prepare(int argc, char **argv) {
     int started = status == PT_OK; /* an --out that cannot be made: refused (2) */
 
     size_t width = pt_tokenizer_vocab_size(tok) > 65536 ? 4 : 2;
-    prepare_shard train = {.max = (size_t)o.shard_max, .dir = out, .prefix = "train", .width = width};
-    prepare_shard val = {.max = (size_t)o.shard_max, .dir = out, .prefix = "val", .width = width};
+    prepare_shard train = {.max = (size_t)o.shard_max, .dir = out, .prefix = "train", .width = width,
+                           .progress = &progress};
+    prepare_shard val = {.max = (size_t)o.shard_max, .dir = out, .prefix = "val", .width = width,
+                         .progress = &progress};
     size_t total_tokens = 0, total_bytes = 0, val_tokens = 0;
     uint64_t doc_index = 0, val_docs = 0;
     double t0 = pt_now(), t_encode = 0;
@@ -490,10 +502,10 @@ int pt_cmd_prepare(int argc, char **argv) {
             val_tokens += held ? docs[i].n : 0;
             val_docs += held;
         }
-        progress_show(&progress, reader_bytes(&reader), doc_index, total_tokens, 0);
+        progress_show(&progress, reader_bytes(&reader), doc_index, total_tokens, total_bytes, 0);
     }
     if (reader.in) pt_input_close(reader.in);
-    progress_show(&progress, reader_bytes(&reader), doc_index, total_tokens, 1);
+    progress_show(&progress, reader_bytes(&reader), doc_index, total_tokens, total_bytes, 1);
     for (int i = 0; i < block; i++) {
         free(docs[i].ids);
         free(docs[i].text);
@@ -508,7 +520,7 @@ int pt_cmd_prepare(int argc, char **argv) {
             pt_log_warn("prepare: no document was held out (%llu documents, --val-fraction %g): no val shard",
                         (unsigned long long)doc_index, o.val_fraction);
         double dt = pt_now() - t0;
-        pt_log_info("prepare: %d files, %llu documents, %zu bytes -> %zu tokens in %d shards of uint%d, "
+        pt_log_info("prepare: %d inputs, %llu documents, %zu bytes -> %zu tokens in %d shards of uint%d, "
                     "%.1f s (encoding %.2f MB/s, %.0f tokens/s)",
                     nfiles, (unsigned long long)doc_index, total_bytes, total_tokens, train.index + val.index,
                     (int)(8 * width), dt, t_encode > 0 ? total_bytes / t_encode / 1e6 : 0.0,
