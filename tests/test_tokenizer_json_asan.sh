@@ -2,7 +2,8 @@
 # test_tokenizer_json_asan.sh: builds tests/test_tokenizer_json.c standalone with AddressSanitizer
 # and UndefinedBehaviorSanitizer (tests/asan_common.sh) and runs its test_file_* tests: bad
 # tokenizer.json and tiktoken files, truncated files, invalid UTF-8, the hostile text, prepare's
-# uint32 shards and bad shards; so the parsers and the encoder prove that no read goes out of
+# uint32 shards and bad shards, its JSON Lines, gzip and zstd inputs whole, cut and corrupt; so the
+# parsers, the decompression and the encoder prove that no read goes out of
 # bounds and nothing leaks. (The reference comparisons need node and run in test_tokenizer_json.)
 # CTest passes the pentatron binary as $1 (unused).
 set -euo pipefail
