@@ -504,8 +504,8 @@ int pt_cmd_prepare(int argc, char **argv) {
         }
         progress_show(&progress, reader_bytes(&reader), doc_index, total_tokens, total_bytes, 0);
     }
-    if (reader.in) pt_input_close(reader.in);
     progress_show(&progress, reader_bytes(&reader), doc_index, total_tokens, total_bytes, 1);
+    pt_input_close(reader.in); /* the one a failure left open */
     for (int i = 0; i < block; i++) {
         free(docs[i].ids);
         free(docs[i].text);
