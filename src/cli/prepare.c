@@ -451,7 +451,7 @@ int pt_cmd_prepare(int argc, char **argv) {
     size_t total_tokens = 0, total_bytes = 0, val_tokens = 0;
     uint64_t doc_index = 0, val_docs = 0;
     double t0 = pt_now(), t_encode = 0;
-    progress.t0 = t0;
+    progress.t0 = progress.last_tty = progress.last_log = t0; /* the first line after a second (a minute) */
     prepare_reader reader = {.o = &o, .files = files, .nfiles = nfiles};
     /* Blocks of documents: read in order, encoded in parallel (thread k with toks[k]), appended in
      * order, so the shards do not depend on the thread count. A block ends at 64 documents a
