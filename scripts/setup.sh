@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh: installs what pentatron needs on Debian 12, idempotently (nothing is done twice).
 #   system packages: compiler, CMake, oneDNN, OpenBLAS (OpenMP build), OpenMPI, libinih, jansson,
-#   zlib, cmocka, PCRE2 and utf8proc (tokenizer.json regexes, NFC); PyTorch (the test oracle and
+#   zlib, libzstd and the gzip and zstd tools (prepare's compressed inputs and their test), cmocka,
+#   PCRE2 and utf8proc (tokenizer.json regexes, NFC); PyTorch (the test oracle and
 #   benchmark peer); node for the tokenizer references; Slurm and munge (tests/test_slurm.sh runs
 #   daemons of its own; Slurm's services wait for an /etc/slurm/slurm.conf, munge's is not used);
 #   chromium and python3-pil (tests/test_report_html.sh renders `pentatron report`'s page headless
@@ -16,7 +17,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 deps="${PT_DEPS_DIR:-$root/.deps}"
 
 pkgs=(build-essential cmake pkg-config libdnnl-dev libopenblas-dev libopenblas0-openmp
-      libopenmpi-dev openmpi-bin libinih-dev libjansson-dev zlib1g-dev libcmocka-dev
+      libopenmpi-dev openmpi-bin libinih-dev libjansson-dev zlib1g-dev libzstd-dev zstd gzip libcmocka-dev
       libpcre2-dev libutf8proc-dev slurmctld slurmd slurm-client munge
       python3-torch python3-numpy nodejs npm fortunes chromium python3-pil)
 missing=()

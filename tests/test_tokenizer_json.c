@@ -38,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
+#include <zstd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1170,6 +1172,117 @@ static void test_file_prepare_threads_same_shards(void **state) {
     }
 }
 
+/* The shard prepare wrote to DIR/train_000000.bin (fails when there is none, or a second). */
+static char *prepare_shard0(const char *dir, size_t *len) {
+    char path[700], *data;
+    snprintf(path, sizeof path, "%s/train_000001.bin", dir);
+    if (access(path, F_OK) == 0) fail_msg("%s: more than one shard", path);
+    snprintf(path, sizeof path, "%s/train_000000.bin", dir);
+    if (pt_read_file(path, &data, len) != PT_OK) fail_msg("%s", pt_last_error());
+    return data;
+}
+
+/* prepare's inputs under the sanitizers: four documents (escapes, UTF-8, an empty one, one of
+ * 3 MB: longer than a block of input, of decompressed text and of a line) as JSON Lines, plain,
+ * gzip of two members (zlib) and zstd with a checksum (libzstd), give the shards of the same
+ * documents as text files; the compressed files cut at 40 places each, or with a byte changed,
+ * fail with one message naming the file and write no shard. */
+static void test_file_prepare_compressed_inputs(void **state) {
+    (void)state;
+    char tok[600], text[600], out[600];
+    prepare_paths("inputs", tok, text, out, sizeof tok);
+    enum { NDOC = 4, BIG = 3 << 20 };
+    char *big = malloc(BIG);
+    for (size_t i = 0; i < BIG; i++) big[i] = "word \n"[i % 6];
+    const char *docs[NDOC] = {"caf\xc3\xa9 \"quoted\" \\ back\tslash\r\n/", big, "", "\xf0\x9f\x98\x80 \xe4\xb8\xad"};
+    size_t lens[NDOC] = {strlen(docs[0]), BIG, 0, strlen(docs[3])};
+    const char *args[3 + 4 + NDOC] = {"--tokenizer", tok, "--out"};
+    char names[NDOC][640];
+    for (int i = 0; i < NDOC; i++) {
+        snprintf(names[i], sizeof names[i], "%s/inputs_%d.txt", tu_tmpdir(), i);
+        tu_write_file(names[i], docs[i], lens[i]);
+        args[4 + i] = names[i];
+    }
+    args[3] = out;
+    assert_int_equal(tu_run_argv(pt_cmd_prepare, args, 4 + NDOC), 0);
+    size_t ref_len;
+    char *ref = prepare_shard0(out, &ref_len);
+
+    size_t jl_len = 0, jl_cap = 2 * BIG + 4096;
+    char *jl = malloc(jl_cap);
+    for (int i = 0; i < NDOC; i++) {
+        json_t *o = json_pack("{s:i, s:s%}", "id", i, "text", docs[i], lens[i]);
+        char *line = json_dumps(o, JSON_ENSURE_ASCII | JSON_COMPACT);
+        jl_len += (size_t)snprintf(jl + jl_len, jl_cap - jl_len, "%s\n%s", line, i == 1 ? "\n" : "");
+        free(line);
+        json_decref(o);
+    }
+    free(big);
+    char plain[640], gz[640], zst[640], cut[640];
+    snprintf(plain, sizeof plain, "%s/inputs.jsonl", tu_tmpdir());
+    snprintf(gz, sizeof gz, "%s/inputs.jsonl.gz", tu_tmpdir());
+    snprintf(zst, sizeof zst, "%s/inputs.jsonl.zst", tu_tmpdir());
+    tu_write_file(plain, jl, jl_len);
+    for (int m = 0; m < 2; m++) { /* gzopen "ab" appends a second member */
+        gzFile g = gzopen(gz, m ? "ab" : "wb");
+        assert_non_null(g);
+        size_t h = jl_len / 2, a = m ? h : 0, n = m ? jl_len - h : h;
+        assert_int_equal(gzwrite(g, jl + a, (unsigned)n), (int)n);
+        assert_int_equal(gzclose(g), Z_OK);
+    }
+    ZSTD_CCtx *cc = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+    size_t zcap = ZSTD_compressBound(jl_len), zlen;
+    char *z = malloc(zcap);
+    zlen = ZSTD_compress2(cc, z, zcap, jl, jl_len);
+    assert_false(ZSTD_isError(zlen));
+    ZSTD_freeCCtx(cc);
+    tu_write_file(zst, z, zlen);
+    free(jl);
+
+    const char *inputs[3] = {plain, gz, zst};
+    for (int k = 0; k < 3; k++) {
+        char o[700];
+        snprintf(o, sizeof o, "%s_%d", out, k);
+        const char *a[] = {"--tokenizer", tok, "--out", o, inputs[k]};
+        if (tu_run_argv(pt_cmd_prepare, a, 5) != 0) fail_msg("%s: %s", inputs[k], pt_last_error());
+        size_t len;
+        char *got = prepare_shard0(o, &len);
+        if (len != ref_len || memcmp(got, ref, len) != 0) fail_msg("%s: not the text files' shard", inputs[k]);
+        free(got);
+    }
+    free(ref);
+
+    char *g;
+    size_t glen;
+    assert_int_equal(pt_read_file(gz, &g, &glen), PT_OK);
+    for (int k = 0; k < 2; k++) {
+        const char *data = k ? z : g;
+        size_t len = k ? zlen : glen;
+        snprintf(cut, sizeof cut, "%s/cut.jsonl%s", tu_tmpdir(), k ? ".zst" : ".gz");
+        for (int c = 0; c <= 40; c++) { /* 40 cuts, then a byte changed in the middle */
+            char o[700], shard[720];
+            snprintf(o, sizeof o, "%s_cut", out);
+            if (c < 40) {
+                tu_write_file(cut, data, 1 + (len - 2) * (size_t)c / 39);
+            } else {
+                char *changed = malloc(len);
+                memcpy(changed, data, len);
+                changed[len / 2] ^= 0x55;
+                tu_write_file(cut, changed, len);
+                free(changed);
+            }
+            const char *a[] = {"--tokenizer", tok, "--out", o, cut};
+            if (tu_run_argv(pt_cmd_prepare, a, 5) == 0) fail_msg("%s (cut %d of %zu bytes): accepted", cut, c, len);
+            if (!strstr(pt_last_error(), cut)) fail_msg("%s: the error \"%s\" does not name it", cut, pt_last_error());
+            snprintf(shard, sizeof shard, "%s/train_000000.bin", o);
+            if (access(shard, F_OK) == 0) fail_msg("%s (cut %d): a shard was written", cut, c);
+        }
+    }
+    free(g);
+    free(z);
+}
+
 /* A uint32 shard that lies about its size, or has a uint16 magic with version 7: one message. */
 static void test_file_bad_uint32_shards(void **state) {
     (void)state;
@@ -1233,6 +1346,7 @@ int main(void) {
         cmocka_unit_test(test_file_prepare_threads_same_shards),
         cmocka_unit_test(test_file_prepare_long_whitespace),
         cmocka_unit_test(test_file_prepare_regex_failure_names_the_file),
+        cmocka_unit_test(test_file_prepare_compressed_inputs),
         cmocka_unit_test(test_whitespace_follows_the_rust_crate),
         cmocka_unit_test(test_whitespace_runs_match_references),
         cmocka_unit_test(test_llama3_matches_references),
