@@ -15,8 +15,8 @@
 #     count on hardware/h100_sxm.ini, fit with the search's headroom, plan at the figures written
 #     beside them, and the config's own [parallel] section is the one for its GPU count; a count
 #     written "no layout fits" has none;
-#   - its data globs are what `pentatron prepare --out DIR` writes (DIR/train_*.bin), the DIR
-#     of the prepare commands its comments give.
+#   - its data globs are what `pentatron prepare --out DIR --val-documents N` writes
+#     (DIR/train_*.bin and DIR/val_*.bin), the DIR of the prepare command its comments give.
 set -u
 bin="$1"
 src="${PT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -129,12 +129,12 @@ print("[model] against the planning case:", diff or "the same")
 sys.exit(1 if diff else 0)
 PY
 
-  # the data globs: what prepare --out DIR writes, DIR as in the comments' prepare commands
+  # the data globs: what prepare --out DIR --val-... writes, DIR as in the comments' prepare command
   for which in train val; do
     glob="$(sed -n "s/^$which = \"\(.*\)\"$/\1/p" "$c")"
-    dir="${glob%/train_\*.bin}"
-    if [ -n "$glob" ] && [ "$dir" != "$glob" ] && grep -qE "^;.*--out $dir( |$)" "$c"; then ok
-    else bad "$cfg: data.$which = '$glob' is not DIR/train_*.bin of a prepare --out DIR in its comments"; fi
+    dir="${glob%/${which}_\*.bin}"
+    if [ -n "$glob" ] && [ "$dir" != "$glob" ] && grep -qE "^;.*--out $dir --val-(documents|fraction) " "$c"; then ok
+    else bad "$cfg: data.$which = '$glob' is not DIR/${which}_*.bin of a prepare --out DIR --val-... in its comments"; fi
   done
 
   # the layouts: each listed one is the search's first at its count, fits, and plans at the
