@@ -19,7 +19,7 @@ typedef struct {
     int64_t tokens;    /* tokens in the batch */
     double seconds;    /* wall time of the step */
     double tokens_per_s;
-    double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
+    double mfu;        /* model FLOPs / (seconds · ranks · the GEMM peak per rank) */
     double mfu_datasheet; /* the same against a GPU's datasheet peak (0: not on a known GPU) */
     int64_t device_peak_bytes; /* a GPU's most device memory held so far (0 on CPUs) */
     int n_stages;      /* pipeline: ranks of the pipeline group (0 without) */

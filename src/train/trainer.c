@@ -183,11 +183,11 @@ static pt_status pt_trainer_identity(pt_trainer *t, const char *resume) {
  * cannot pass 100%, where the old measurement (each rank alone, time-sliced with the others
  * setting up) could. t->peak_flops: per rank, the hosts' peaks summed over the job's ranks, as
  * pt_mfu divides by them. Collective over the world. */
-static void pt_trainer_measure_peak(pt_trainer *t, int threads) {
+static void pt_trainer_measure_peak(pt_trainer *t) {
     int bf16 = t->model.prec == PT_PREC_BF16, host = 0, local = 0;
     int ranks = t->mesh ? t->mesh->world_size : 1, hosts = t->mesh ? t->mesh->hosts : 1;
     int local_size = pt_comm_local_size(), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int per = threads > 0 ? threads : cores; /* training.threads = 0: one a core */
+    int per = t->be->n_threads; /* training.threads, 0 resolved by the backend */
     int measuring = cores / per < 1 ? 1 : cores / per < local_size ? cores / per : local_size;
     pt_comm_host(&host, &local);
     if (t->mesh) pt_barrier(t->mesh->world);
@@ -196,8 +196,10 @@ static void pt_trainer_measure_peak(pt_trainer *t, int threads) {
     t->peak_flops = rate / ranks;
     const char *prec = bf16 ? "bf16" : "fp32";
     char who[160];
-    if (measuring == local_size)
-        snprintf(who, sizeof who, "its %d rank%s at once", local_size, local_size == 1 ? "" : "s");
+    if (local_size == 1)
+        snprintf(who, sizeof who, "its one rank (%d thread%s)", per, per == 1 ? "" : "s");
+    else if (measuring == local_size)
+        snprintf(who, sizeof who, "its %d ranks at once", local_size);
     else
         snprintf(who, sizeof who, "%d of its %d ranks at once, as many as its %d cores hold with "
                  "%d thread%s each", measuring, local_size, cores, per, per == 1 ? "" : "s");
@@ -489,7 +491,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
         return pt_errorf(PT_ERR_CONFIG, "PT_GEMM_PEAK = \"%s\": expected a peak in FLOP/s, e.g. 1e11",
                          given);
     t->peak_flops = gpu_peak > 0 ? gpu_peak : given_peak;
-    if (t->peak_flops <= 0) pt_trainer_measure_peak(t, cfg->training.threads);
+    if (t->peak_flops <= 0) pt_trainer_measure_peak(t);
     t->datasheet_flops = pt_cuda_datasheet_tflops(t->be) * 1e12;
     if (t->datasheet_flops > 0)
         pt_log_info("GPU peaks: measured %.0f TFLOP/s (%s GEMM), datasheet %.0f TFLOP/s (bf16 "
