@@ -7,16 +7,16 @@
 #
 # Why 100% holds by construction rather than by timing luck: the peak is the host's, not a
 # rank's. After a barrier, min(ranks, cores ÷ threads) of the host's ranks run 1024³ GEMMs at
-# once, each thread with a core of its own while every core is busy, and their rates summed are
-# the host's peak; MFU divides the model's FLOPs (6 per active parameter per token, plus
-# attention: no more than the ranks execute) by that sum. The ranks cannot run more threads at
-# once than the host has cores, nor a thread faster than one with a core of its own running the
-# library's best-shaped product (training's products are smaller and share their cores with the
-# rest of each step), so the step's rate stays below it. Before, each rank measured alone at
-# start: 8 ranks on 2 cores each measured a time-sliced quarter core while others were still
-# setting up, and the sum of those fell below what the cores do (MFU 108.5% in the demo).
-# (Another process taking the host's cores during the 0.6 s of the measurement, and not during
-# training, would still lower the peak: the measurement takes the best of three windows.)
+# once, each thread with a core of its own while every core is busy, timed in the processor time
+# they got (so other processes taking turns on the cores, on a shared machine, do not lower it);
+# their rates summed are the host's peak, and MFU divides the model's FLOPs (6 per active
+# parameter per token, plus attention: no more than the ranks execute) by that sum. The ranks
+# cannot run more threads at once than the host has cores, nor a thread do more in a second than
+# one with a core of its own running the library's best-shaped product (training's products are
+# smaller and share the step with everything else), so no step reaches it. Before, each rank
+# measured alone at start, in wall-clock time: 8 ranks on 2 cores each measured a time-sliced
+# share of a core, and the sum fell below what the cores do (MFU 108.5% in the demo; 146% on a
+# 2-core AMD EPYC VM shared with other work, measured by all 8 at once in wall-clock time).
 set -u
 bin="$1"
 src="${PT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
