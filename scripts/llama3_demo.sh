@@ -37,8 +37,7 @@ echo "llama3_demo: training (held-out loss every 50 steps)"
   --logging.metrics="$out/metrics.jsonl" "$@"
 last="$(ls -d "$out"/ck/step_* | tail -1)"
 echo "llama3_demo: exporting $last to $out/hf"
-"$bin" export --checkpoint "$last" --out "$out/hf"
-cp "$tok" "$out/hf/tokenizer.json"
+"$bin" export --checkpoint "$last" --out "$out/hf" --tokenizer "$tok" # copied beside the weights
 echo "llama3_demo: 20 more steps from the export (model.init_from)"
 "$bin" train --config configs/llama3_small.ini --data.train="$data/train/train_*.bin" \
   --data.val="$data/val/train_*.bin" --model.init_from="$out/hf" --training.steps=20 \

@@ -56,7 +56,7 @@ sys.exit(1 if bad else 0)
 PY
 }
 
-# the trainer's GEMM peak with 1 thread (pt_measure_gemm_peak in its own process: measured, not
+# the trainer's GEMM peak with 1 thread (pt_measure_gemm_rate in its own process: measured, not
 # the PT_GEMM_PEAK that tests/CMakeLists.txt gives the other tests)
 PT_GEMM_PEAK= run 1 peak --training.steps=1 || bad "the trainer's run failed: $(tail -3 "$tmp/peak.log")"
 ref=$(sed -nE 's/.*GEMM peak ([0-9.]+) GFLOP\/s.*/\1/p' "$tmp/peak.log" | head -1)

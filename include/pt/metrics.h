@@ -20,7 +20,7 @@ typedef struct {
     int64_t tokens;    /* tokens in the batch */
     double seconds;    /* wall time of the step */
     double tokens_per_s;
-    double mfu;        /* model FLOPs / (seconds · measured sgemm peak) */
+    double mfu;        /* model FLOPs / (seconds · ranks · the GEMM peak per rank) */
     double mfu_datasheet; /* the same against a GPU's datasheet peak (0: not on a known GPU) */
     int64_t device_peak_bytes; /* a GPU's most device memory held so far (0 on CPUs) */
     int64_t peak_rss_bytes; /* this process's peak resident memory, taken once for every report */
@@ -151,6 +151,12 @@ double pt_measure_gemm_peak(pt_backend *be);
 /* The same for gemm_bf16 (bf16 inputs, fp32 accumulation): the peak MFU of a mixed-precision run
  * is measured against. Adds the 1024³ NT shape to the backend's bf16 kernel cache. */
 double pt_measure_gemm_bf16_peak(pt_backend *be);
+/* The GEMM FLOP/s (fp32, or gemm_bf16 where bf16) of 1024³ products this rank sustains back to
+ * back with each of its threads on a core: the best of 3 windows of at least `seconds` each,
+ * per second of the processor time they got, times its threads (0: the best single product in
+ * wall-clock time, as pt_measure_gemm_peak). Called by ranks of a host at once, each on cores
+ * of its own, the sum is what the cores reach together. */
+double pt_measure_gemm_rate(pt_backend *be, int bf16, double seconds);
 /* Model FLOPs utilisation per rank: the FLOPs of the tokens processed over every rank's peak
  * (each rank does its share: its data rows, its tensor blocks, its pipeline stages). */
 double pt_mfu(double flops_per_token, double tokens_per_s, int ranks, double peak_flops);

@@ -40,4 +40,12 @@ enum { PT_SAMPLE_SEPARATOR = 1, PT_SAMPLE_REPORT = 2 };
 pt_status pt_cli_sample(pt_model *m, const char *tokenizer, const char *prompt, int n_new,
                         const pt_gen_options *o, int flags);
 
+/* The tokenizer of the model in dir, into path (room for PT_PATH_MAX): `given` (--tokenizer) if
+ * not NULL, else the directory's own (tokenizer.json, GPT-2's encoder.json and vocab.bpe, or
+ * tokenizer.tiktoken), else sample.vocab of its train.ini, a relative one found from the current
+ * directory or from the one training ran in (src/cli/generate_cmd.c). PT_ERR_IO when train.ini
+ * names one that is not found, PT_ERR_CONFIG when nothing names one; the message names the key,
+ * what was tried, and --tokenizer. */
+pt_status pt_cli_find_tokenizer(const char *dir, const char *given, char *path);
+
 #endif

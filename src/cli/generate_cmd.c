@@ -13,6 +13,7 @@
 #include "pt/hf_config.h"
 #include "pt/metrics.h"
 #include "pt/tokenizer.h"
+#include "train/resume.h"
 
 pt_status pt_cli_sample(pt_model *m, const char *tokenizer, const char *prompt, int n_new,
                         const pt_gen_options *o, int flags) {
@@ -78,8 +79,10 @@ static void pt_generate_usage(FILE *f) {
             "a longer prompt is refused, and generation stops there (nothing slides).\n"
             "  --tokenizer PATH       a Hugging Face tokenizer.json, a .tiktoken file, or a directory\n"
             "                         with tokenizer.json or GPT-2's encoder.json and vocab.bpe\n"
-            "                         (default: the model directory when it has one of those, else\n"
-            "                         sample.vocab of DIR/train.ini); --vocab DIR is the same\n"
+            "                         (default: the model directory when it has one of those or a\n"
+            "                         tokenizer.tiktoken, as `export` writes them, else sample.vocab\n"
+            "                         of DIR/train.ini, a relative path tried from here, then from\n"
+            "                         the directory training ran in); --vocab DIR is the same\n"
             "  --bos                  start with the tokenizer's document separator, as `prepare`\n"
             "                         puts before every document (<|endoftext|> for GPT-2's)\n"
             "  --max-new-tokens N     tokens to generate (default 64)\n"
@@ -101,9 +104,46 @@ static int pt_file_exists(const char *dir, const char *name) {
     return access(path, R_OK) == 0;
 }
 
-/* The tokenizer of the model in dir: the one given, else its own (tokenizer.json or GPT-2's files),
- * else the one its training named (train.ini's sample.vocab). path: room for PT_PATH_MAX. */
-static pt_status pt_find_tokenizer(const char *dir, const char *given, char *path) {
+/* sample.vocab of dir/train.ini as a path that exists here: as recorded when absolute; when
+ * relative, from the current directory, else from the directory training ran in (index.json's
+ * run_dir; a checkpoint saved before it was recorded has none). 0: no sample.vocab; 1: found;
+ * -1: not found, the message naming the key, what was tried and --tokenizer. */
+static int pt_saved_tokenizer(const char *dir, char *path) {
+    pt_config saved;
+    pt_config_defaults(&saved);
+    char ini[PT_PATH_MAX + 32];
+    snprintf(ini, sizeof ini, "%s/train.ini", dir);
+    if (access(ini, R_OK) != 0 || pt_config_load_file(&saved, ini) != PT_OK || !saved.sample.vocab[0])
+        return 0;
+    const char *v = saved.sample.vocab;
+    if (access(v, R_OK) == 0) {
+        snprintf(path, PT_PATH_MAX, "%s", v);
+        return 1;
+    }
+    char tried[3 * PT_PATH_MAX];
+    snprintf(tried, sizeof tried, "%s%s", v, v[0] == '/' ? "" : " (from the current directory)");
+    json_t *index = NULL;
+    const char *run_dir = NULL;
+    if (v[0] != '/' && pt_resume_load_index(dir, &index) == PT_OK)
+        run_dir = json_string_value(json_object_get(index, "run_dir"));
+    int found = 0;
+    if (run_dir) {
+        char there[2 * PT_PATH_MAX + 2];
+        snprintf(there, sizeof there, "%s/%s", run_dir, v);
+        found = strlen(there) < PT_PATH_MAX && access(there, R_OK) == 0;
+        if (found) snprintf(path, PT_PATH_MAX, "%s", there);
+        size_t n = strlen(tried);
+        snprintf(tried + n, sizeof tried - n, " and %s (from %s, the directory training ran in)",
+                 there, run_dir);
+    }
+    json_decref(index);
+    if (found) return 1;
+    pt_errorf(PT_ERR_IO, "%s: sample.vocab = \"%s\", the tokenizer training named, is not found: "
+              "tried %s; give it with --tokenizer PATH", ini, v, tried);
+    return -1;
+}
+
+pt_status pt_cli_find_tokenizer(const char *dir, const char *given, char *path) {
     if (given) {
         snprintf(path, PT_PATH_MAX, "%s", given);
         return PT_OK;
@@ -113,16 +153,15 @@ static pt_status pt_find_tokenizer(const char *dir, const char *given, char *pat
         snprintf(path, PT_PATH_MAX, "%s", dir);
         return PT_OK;
     }
-    pt_config saved;
-    pt_config_defaults(&saved);
-    char ini[PT_PATH_MAX + 32];
-    snprintf(ini, sizeof ini, "%s/train.ini", dir);
-    if (access(ini, R_OK) == 0 && pt_config_load_file(&saved, ini) == PT_OK && saved.sample.vocab[0]) {
-        snprintf(path, PT_PATH_MAX, "%s", saved.sample.vocab);
+    if (pt_file_exists(dir, "tokenizer.tiktoken")) {
+        snprintf(path, PT_PATH_MAX, "%s/tokenizer.tiktoken", dir);
         return PT_OK;
     }
-    return pt_errorf(PT_ERR_CONFIG, "no tokenizer for %s: no --tokenizer, neither tokenizer.json nor "
-                     "encoder.json and vocab.bpe in it, and no train.ini naming sample.vocab", dir);
+    int saved = pt_saved_tokenizer(dir, path);
+    if (saved) return saved > 0 ? PT_OK : PT_ERR_IO;
+    return pt_errorf(PT_ERR_CONFIG, "no tokenizer for %s: neither tokenizer.json, tokenizer.tiktoken "
+                     "nor encoder.json and vocab.bpe in it, and no train.ini naming sample.vocab; "
+                     "give it with --tokenizer PATH", dir);
 }
 
 /* v as an integer in [lo, hi]: all of it digits (strtoll's end at the string's end), no overflow
@@ -231,7 +270,7 @@ int pt_cmd_generate(int argc, char **argv) {
     pt_model_config mc;
     pt_status st = access(dir, R_OK) == 0 ? PT_OK : pt_errorf(PT_ERR_IO, "cannot read %s", dir);
     if (st == PT_OK) st = pt_hf_config_read(path, &mc);
-    if (st == PT_OK) st = pt_find_tokenizer(dir, tokenizer, tok_path);
+    if (st == PT_OK) st = pt_cli_find_tokenizer(dir, tokenizer, tok_path);
     pt_backend *be = NULL;
     pt_model m = {0};
     if (st == PT_OK) st = pt_model_config_check(&mc);

@@ -157,7 +157,11 @@ pt_status pt_data_open_key(pt_data *d, const char *key, const char *pattern, int
     int rc = glob(pattern, 0, NULL, &g);
     if (rc != 0 || g.gl_pathc == 0) {
         if (rc == 0) globfree(&g);
-        return pt_errorf(PT_ERR_IO, "%s: no file matches \"%s\"", key, pattern);
+        char cwd[1024] = "";
+        if (pattern[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+        return pt_errorf(PT_ERR_IO, "%s: no file matches \"%s\"%s%s%s; give where the shards are "
+                         "with --%s=GLOB", key, pattern, cwd[0] ? " from " : "", cwd,
+                         cwd[0] ? ", the current directory" : "", key);
     }
     d->n_shards = (int)g.gl_pathc;
     d->paths = pt_calloc((size_t)d->n_shards, sizeof *d->paths);

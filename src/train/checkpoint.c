@@ -446,6 +446,10 @@ static pt_status pt_write_index(const char *path, int64_t step, const pt_model *
     json_object_set_new(root, "global_batch", json_integer(cfg->training.global_batch));
     json_object_set_new(root, "seq_len", json_integer(cfg->training.seq_len));
     json_object_set_new(root, "shuffle", json_boolean(cfg->data.shuffle));
+    json_object_set_new(root, "steps", json_integer(cfg->training.steps)); /* the schedule's length */
+    char cwd[PT_PATH_MAX];
+    if (getcwd(cwd, sizeof cwd)) /* what train.ini's relative paths are relative to */
+        json_object_set_new(root, "run_dir", json_string(cwd));
     if (cfg->data.sources[0]) { /* the mixture read: each source's name, glob and weight */
         pt_mix_spec spec;
         if (pt_mix_parse(cfg->data.sources, cfg->data.weights, &spec) == PT_OK) {
@@ -556,6 +560,10 @@ static pt_status pt_publish(const char *root, const char *tmp_dir, const char *f
     char *ini = NULL;
     size_t ini_len = 0;
     FILE *mf = open_memstream(&ini, &ini_len);
+    char cwd[PT_PATH_MAX];
+    if (getcwd(cwd, sizeof cwd))
+        fprintf(mf, "# relative paths below are relative to %s, the directory training ran in\n",
+                cwd);
     pt_config_write(cfg, mf);
     fclose(mf);
     pt_status st = pt_write_file_atomic(path, ini, ini_len);

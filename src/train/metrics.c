@@ -7,12 +7,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
-/* A square n³ product large enough to reach the library's steady state, best of 12 (robust to a
- * brief disturbance from other processes): gemm in fp32, or gemm_bf16 on the same values rounded
- * to bf16 (its first call builds the shape's kernel, which the untimed first run absorbs). */
-static double pt_measure_peak(pt_backend *be, int bf16) {
+/* A square n³ product large enough to reach the library's steady state (gemm in fp32, or gemm_bf16
+ * on the same values rounded to bf16), one untimed first (gemm_bf16's first call builds the
+ * shape's kernel), then either (seconds = 0) the best of 11 single products in wall-clock time,
+ * or (seconds > 0) the best of 3 windows, each of products until at least that long has passed
+ * and at least 2 are done, timed in the processor time of the process (all its threads) and
+ * multiplied by its threads: the rate of its threads each on a core of its own, which other
+ * processes taking turns on the cores do not lower (a second of processor time is a second
+ * of a core, whoever else runs). */
+/* Processor time of this process (all its threads), in seconds. */
+static double pt_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double pt_measure_gemm_rate(pt_backend *be, int bf16, double seconds) {
     const int n = 1024;
     const size_t nn = (size_t)n * n;
     float *a = be->alloc(be, nn * sizeof(float));
@@ -26,27 +39,34 @@ static double pt_measure_peak(pt_backend *be, int bf16) {
     free(h);
     be->to_bf16(be, a16, a, nn);
     be->to_bf16(be, b16, b, nn);
-    double best = 1e30;
-    for (int r = 0; r < 12; r++) {
-        double t0 = pt_now();
-        if (bf16)
-            be->gemm_bf16(be, PT_NO_TRANS, PT_TRANS, n, n, n, a16, n, b16, n, 0.0f, c, n);
-        else
-            be->gemm(be, PT_NO_TRANS, PT_TRANS, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        be->synchronize(be);
-        double dt = pt_now() - t0;
-        if (r > 0 && dt < best) best = dt;
+    const double flops = 2.0 * n * n * (double)n;
+    double best = 0;
+    for (int w = -1; w < (seconds > 0 ? 3 : 11); w++) { /* w = -1: the untimed first */
+        double t0 = pt_now(), c0 = pt_cpu_seconds(), dt;
+        int done = 0;
+        do {
+            if (bf16)
+                be->gemm_bf16(be, PT_NO_TRANS, PT_TRANS, n, n, n, a16, n, b16, n, 0.0f, c, n);
+            else
+                be->gemm(be, PT_NO_TRANS, PT_TRANS, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            be->synchronize(be);
+            done++;
+            dt = pt_now() - t0;
+        } while (w >= 0 && seconds > 0 && (done < 2 || dt < seconds));
+        double rate = seconds > 0 ? flops * done * be->n_threads / (pt_cpu_seconds() - c0)
+                                  : flops * done / dt;
+        if (w >= 0 && rate > best) best = rate;
     }
     be->free(be, a);
     be->free(be, b);
     be->free(be, c);
     be->free(be, a16);
     be->free(be, b16);
-    return 2.0 * n * n * (double)n / best;
+    return best;
 }
 
-double pt_measure_gemm_peak(pt_backend *be) { return pt_measure_peak(be, 0); }
-double pt_measure_gemm_bf16_peak(pt_backend *be) { return pt_measure_peak(be, 1); }
+double pt_measure_gemm_peak(pt_backend *be) { return pt_measure_gemm_rate(be, 0, 0); }
+double pt_measure_gemm_bf16_peak(pt_backend *be) { return pt_measure_gemm_rate(be, 1, 0); }
 
 double pt_mfu(double flops_per_token, double tokens_per_s, int ranks, double peak_flops) {
     return flops_per_token * tokens_per_s / ranks / peak_flops;

@@ -128,6 +128,27 @@ void pt_resume_record(const pt_config *cfg, json_t *index) {
     json_object_set_new(index, "model", model);
 }
 
+pt_optim_config pt_run_optim_config(const pt_config *cfg) {
+    const char *s = cfg->optimizer.schedule;
+    return (pt_optim_config){
+        .lr = cfg->optimizer.lr,
+        .beta1 = cfg->optimizer.beta1,
+        .beta2 = cfg->optimizer.beta2,
+        .eps = cfg->optimizer.eps,
+        .weight_decay = cfg->optimizer.weight_decay,
+        .grad_clip = cfg->optimizer.grad_clip,
+        .schedule = !strcmp(s, "cosine") ? PT_LR_COSINE
+                    : !strcmp(s, "linear") ? PT_LR_LINEAR
+                    : !strcmp(s, "wsd")    ? PT_LR_WSD
+                                           : PT_LR_CONSTANT,
+        .warmup_steps = cfg->optimizer.warmup_steps,
+        .total_steps = cfg->training.steps,
+        .min_lr = cfg->optimizer.min_lr,
+        .decay_fraction = cfg->optimizer.decay_fraction,
+        .cooldown = !strcmp(cfg->optimizer.cooldown, "sqrt") ? PT_COOLDOWN_SQRT : PT_COOLDOWN_LINEAR,
+    };
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* the check */
 
@@ -278,6 +299,42 @@ pt_status pt_resume_load_index(const char *dir, json_t **index) {
     return PT_OK;
 }
 
+/* training.steps against the saved run's (index.json's "steps", else its train.ini's): the
+ * schedule's length, so the learning rate from here on is not the one the saved run would have
+ * had, except under a constant schedule past its warmup. Said, with the next step's rate both
+ * ways (this run's optimizer settings, the saved length). */
+static void pt_check_steps(const char *dir, json_t *index, const pt_config *cfg) {
+    json_t *v = json_object_get(index, "steps");
+    long long was = json_is_integer(v) ? json_integer_value(v) : 0;
+    if (!json_is_integer(v)) { /* saved before index.json recorded it */
+        char ini[PT_PATH_MAX + 32];
+        pt_config *saved = pt_malloc(sizeof *saved);
+        pt_config_defaults(saved);
+        snprintf(ini, sizeof ini, "%s/train.ini", dir);
+        if (access(ini, R_OK) == 0 && pt_config_load_file(saved, ini) == PT_OK)
+            was = saved->training.steps;
+        free(saved);
+    }
+    long long now = cfg->training.steps, step = json_integer_value(json_object_get(index, "step"));
+    if (was <= 0 || was == now) return;
+    pt_optim_config oc = pt_run_optim_config(cfg), old = oc;
+    old.total_steps = was;
+    float lr_now = pt_lr_at(&oc, step), lr_was = pt_lr_at(&old, step);
+    int follows = 0; /* does any step from here on differ? */
+    for (long long s = step; s < (now > was ? now : was) && !follows; s++)
+        follows = pt_lr_at(&oc, s) != pt_lr_at(&old, s);
+    if (!follows)
+        pt_log_info("resuming from %s with training.steps %lld → %lld: the learning rate is the "
+                    "same as the saved run's (optimizer.schedule = %s)", dir, was, now,
+                    cfg->optimizer.schedule);
+    else
+        pt_log_warn("resuming from %s with training.steps %lld → %lld: the learning-rate schedule "
+                    "(optimizer.schedule = %s) changes with it, spread over %lld steps instead of "
+                    "%lld: step %lld's learning rate is %.4g, where it would have been %.4g with "
+                    "the saved training.steps", dir, was, now, cfg->optimizer.schedule, now, was,
+                    step + 1, (double)lr_now, (double)lr_was);
+}
+
 pt_status pt_resume_check(const char *dir, const pt_config *cfg, unsigned allow) {
     json_t *index;
     PT_TRY(pt_resume_load_index(dir, &index));
@@ -297,6 +354,7 @@ pt_status pt_resume_check(const char *dir, const pt_config *cfg, unsigned allow)
     pt_check_data(d, json_object_get(index, "data"), json_object_get(now, "data"));
     pt_check_model(d, json_object_get(index, "model"), json_object_get(now, "model"));
     json_decref(now);
+    pt_check_steps(dir, index, cfg);
     json_decref(index);
 
     if (d->unrecorded[0])

@@ -17,7 +17,10 @@
  * data. A checkpoint without a field (saved before it was recorded) is accepted with a warning
  * that names what could not be checked. Everything else may change freely: the layout
  * (parallel.*, micro_batch), the optimizer, the schedule and training.steps, precision,
- * recomputation, evaluation, logging, and the training-time model keys.
+ * recomputation, evaluation, logging, and the training-time model keys; a changed
+ * training.steps (index.json's "steps") is said, with the learning rate of the next step both
+ * ways where the schedule stretches with it. index.json's "run_dir" is the directory training
+ * ran in: what train.ini's relative paths are relative to.
  */
 #ifndef PT_TRAIN_RESUME_H
 #define PT_TRAIN_RESUME_H
@@ -25,6 +28,7 @@
 #include <jansson.h>
 
 #include "pt/config.h"
+#include "pt/optim.h"
 
 enum {
     PT_CHANGE_DATA = 1 << 0,
@@ -42,6 +46,8 @@ pt_status pt_resume_parse_allow(const char *list, unsigned *allow);
 pt_status pt_resume_load_index(const char *dir, json_t **index);
 /* Sets "data" and "model" of a checkpoint index from cfg (reads the shards' fingerprints). */
 void pt_resume_record(const pt_config *cfg, json_t *index);
+/* The optimizer's settings and learning-rate schedule a run's configuration gives. */
+pt_optim_config pt_run_optim_config(const pt_config *cfg);
 /* The checkpoint dir's record against cfg (one process reads it: rank 0). PT_ERR_CONFIG with
  * every difference not allowed; allowed ones and unrecorded fields are logged as warnings. */
 pt_status pt_resume_check(const char *dir, const pt_config *cfg, unsigned allow);

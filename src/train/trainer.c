@@ -20,13 +20,6 @@
 #include "pt/trace.h"
 #include "train/resume.h"
 
-static int pt_schedule_id(const char *s) {
-    if (!strcmp(s, "cosine")) return PT_LR_COSINE;
-    if (!strcmp(s, "linear")) return PT_LR_LINEAR;
-    if (!strcmp(s, "wsd")) return PT_LR_WSD;
-    return PT_LR_CONSTANT;
-}
-
 /* data.val and the evaluation's size: eval.tokens rounded up to whole global batches (0: every
  * whole global batch of data.val), which data.val must hold. */
 static void pt_trainer_async_init(pt_trainer *t);
@@ -180,6 +173,45 @@ static pt_status pt_trainer_identity(pt_trainer *t, const char *resume) {
         snprintf(t->run_id, sizeof t->run_id, "%016llx", (unsigned long long)id);
     }
     return PT_OK;
+}
+
+/* The CPU's GEMM peak MFU is measured against: the most a host can do with the run's threads.
+ * After a barrier over the world, as many of each host's ranks as its cores hold (cores ÷
+ * training.threads, at most all of them) run 1024³ products at once with the backend the run
+ * uses, each timing them in the processor time its threads got (pt_measure_gemm_rate: other
+ * processes taking turns on the cores do not lower it); their rates summed are the host's peak.
+ * The host's ranks cannot run more threads at once than it has cores, nor a thread do more in a
+ * second than one with a core of its own while all cores are busy: an oversubscribed run's MFU
+ * cannot pass 100%, where the old measurement (each rank alone, time-sliced with the others
+ * setting up) could. t->peak_flops: per rank, the hosts' peaks summed over the job's ranks, as
+ * pt_mfu divides by them. Collective over the world. */
+static void pt_trainer_measure_peak(pt_trainer *t) {
+    int bf16 = t->model.prec == PT_PREC_BF16, host = 0, local = 0;
+    int ranks = t->mesh ? t->mesh->world_size : 1, hosts = t->mesh ? t->mesh->hosts : 1;
+    int local_size = pt_comm_local_size(), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int per = t->be->n_threads; /* training.threads, 0 resolved by the backend */
+    int measuring = cores / per < 1 ? 1 : cores / per < local_size ? cores / per : local_size;
+    pt_comm_host(&host, &local);
+    if (t->mesh) pt_barrier(t->mesh->world);
+    double rate = local < measuring ? pt_measure_gemm_rate(t->be, bf16, 0.2) : 0;
+    if (t->mesh) pt_allreduce_sum(t->mesh->world, &rate, 1, PT_DTYPE_F64);
+    t->peak_flops = rate / ranks;
+    const char *prec = bf16 ? "bf16" : "fp32";
+    char who[160];
+    if (local_size == 1)
+        snprintf(who, sizeof who, "its one rank (%d thread%s)", per, per == 1 ? "" : "s");
+    else if (measuring == local_size)
+        snprintf(who, sizeof who, "its %d ranks at once", local_size);
+    else
+        snprintf(who, sizeof who, "%d of its %d ranks at once, as many as its %d cores hold with "
+                 "%d thread%s each", measuring, local_size, cores, per, per == 1 ? "" : "s");
+    if (hosts > 1)
+        pt_log_info("MFU against the hosts' %s GEMM peaks, each measured with %s: %.1f GFLOP/s "
+                    "per rank (%d ranks on %d hosts)", prec, who, t->peak_flops / 1e9, ranks, hosts);
+    else
+        pt_log_info("MFU against the host's %s GEMM peak measured with %s: %.1f GFLOP/s per rank "
+                    "(%.1f GFLOP/s the host, in the processor time the products got)", prec, who,
+                    t->peak_flops / 1e9, rate / 1e9);
 }
 
 /* How a rank waits for communication (pt_comm_set_busy_wait): polling without napping when the
@@ -387,20 +419,7 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     if (st == PT_OK) pt_trainer_set_params(t, host);
     free(host);
     PT_TRY(st);
-    pt_optim_config oc = {
-        .lr = cfg->optimizer.lr,
-        .beta1 = cfg->optimizer.beta1,
-        .beta2 = cfg->optimizer.beta2,
-        .eps = cfg->optimizer.eps,
-        .weight_decay = cfg->optimizer.weight_decay,
-        .grad_clip = cfg->optimizer.grad_clip,
-        .schedule = pt_schedule_id(cfg->optimizer.schedule),
-        .warmup_steps = cfg->optimizer.warmup_steps,
-        .total_steps = cfg->training.steps,
-        .min_lr = cfg->optimizer.min_lr,
-        .decay_fraction = cfg->optimizer.decay_fraction,
-        .cooldown = !strcmp(cfg->optimizer.cooldown, "sqrt") ? PT_COOLDOWN_SQRT : PT_COOLDOWN_LINEAR,
-    };
+    pt_optim_config oc = pt_run_optim_config(cfg);
     int n_ranges = 1;
     pt_optim_range *ranges = pt_layout_owned_ranges(lay, &n_ranges);
     pt_optim_init(&t->opt, &oc, &t->model, ranges, n_ranges);
@@ -464,19 +483,17 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
     /* a GPU's peak needs products far larger than the CPU's measurement: its backend measured
      * its own at set-up */
     double gpu_peak = pt_cuda_peak_tflops(t->be, t->model.prec == PT_PREC_BF16) * 1e12;
-    /* the CPU's is measured (about 25 GFLOP: a fifth of a second of a core) unless PT_GEMM_PEAK
-     * gives it in FLOP/s, as CTest does (tests/CMakeLists.txt): every rank of every test's runs
-     * would otherwise measure, on two cores, a number that only MFU uses */
+    /* the CPU's is measured unless PT_GEMM_PEAK gives it in FLOP/s, as CTest does
+     * (tests/CMakeLists.txt): every rank of every test's runs would otherwise measure, on two
+     * cores, a number that only MFU uses */
     const char *given = getenv("PT_GEMM_PEAK");
     char *end = NULL;
     double given_peak = given && *given ? strtod(given, &end) : 0;
     if (given && *given && (*end || !(given_peak > 0)))
         return pt_errorf(PT_ERR_CONFIG, "PT_GEMM_PEAK = \"%s\": expected a peak in FLOP/s, e.g. 1e11",
                          given);
-    t->peak_flops = gpu_peak > 0                      ? gpu_peak
-                    : given_peak > 0                  ? given_peak
-                    : t->model.prec == PT_PREC_BF16 ? pt_measure_gemm_bf16_peak(t->be)
-                                                    : pt_measure_gemm_peak(t->be);
+    t->peak_flops = gpu_peak > 0 ? gpu_peak : given_peak;
+    if (t->peak_flops <= 0) pt_trainer_measure_peak(t);
     t->datasheet_flops = pt_cuda_datasheet_tflops(t->be) * 1e12;
     if (t->datasheet_flops > 0)
         pt_log_info("GPU peaks: measured %.0f TFLOP/s (%s GEMM), datasheet %.0f TFLOP/s (bf16 "
