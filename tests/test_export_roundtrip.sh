@@ -77,6 +77,21 @@ roundtrip gpt2 gpt2 encoder.json vocab.bpe
 roundtrip json hf_tok/tokenizer.json tokenizer.json
 echo "generated: $(cat "$tmp/json.ckpt.txt")"
 
+# a checkpoint's train.ini is a config a run starts from: continued from the run directory with it
+# (every key at its default is a comment there, so none counts as given), the run resumes and its
+# steps 3 and 4 are the losses of the same run continued with the original arguments
+ck="$run/ck_gpt2/step_00000002"
+cp -r "$run/ck_gpt2" "$run/ck_again"
+(cd "$run" && "$bin" train --config "$ck/train.ini" --checkpoint.resume=latest --training.steps=4 \
+   --checkpoint.dir=ck_again --logging.metrics=again.jsonl) > "$tmp/again.log" 2>&1; rc_ini=$?
+train gpt2 gpt2 --checkpoint.resume=latest --training.steps=4 --logging.metrics=orig.jsonl; rc_orig=$?
+losses() { /usr/bin/python3 -c 'import json, sys
+print(" ".join("%d:%.9g" % (r["step"], r["loss"]) for r in map(json.loads, open(sys.argv[1]))))' "$1"; }
+if [ $rc_ini -eq 0 ] && [ $rc_orig -eq 0 ] && grep -q "^# decay_fraction = " "$ck/train.ini" &&
+   grep -q '^steps = 2$' "$ck/train.ini" && [ "$(losses "$run/again.jsonl")" = "$(losses "$run/orig.jsonl")" ] &&
+   [ -n "$(losses "$run/orig.jsonl")" ]; then ok
+else bad "train --config CKPT/train.ini: exit $rc_ini (original arguments $rc_orig), losses [$(losses "$run/again.jsonl" 2>/dev/null)] against [$(losses "$run/orig.jsonl" 2>/dev/null)]: $(grep -i error "$tmp/again.log" | head -2)"; fi
+
 # the tokenizer found nowhere: one message naming the key, what was tried and --tokenizer
 ck="$run/ck_gpt2/step_00000002"
 mv "$run/gpt2" "$run/gpt2.moved"

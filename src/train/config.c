@@ -735,8 +735,15 @@ void pt_config_print_help(FILE *f) {
     }
 }
 
+/* Every key, in the table's order: those set or not at their default as `key = value`, the others
+ * as a comment `# key = value` with their default. The file is a config a run can be started
+ * from (`train --config CKPT/train.ini`): a key written out counts as set, and the checks that
+ * refuse a key given where it does not apply (optimizer.cooldown without wsd, ...) would refuse
+ * a file that gave every key. */
 void pt_config_write(const pt_config *c, FILE *f) {
     char section[64] = "";
+    pt_config *def = pt_malloc(sizeof *def);
+    memset(def, 0, sizeof *def);
     for (size_t i = 0; i < PT_N_KEYS; i++) {
         const pt_cfg_key *k = &pt_cfg_keys[i];
         const char *dot = strchr(k->key, '.');
@@ -744,8 +751,12 @@ void pt_config_write(const pt_config *c, FILE *f) {
             snprintf(section, sizeof section, "%.*s", (int)(dot - k->key), k->key);
             fprintf(f, "[%s]\n", section);
         }
-        const void *src = (const char *)c + k->offset;
-        fprintf(f, "%s = ", dot + 1);
+        const void *src = (const char *)c + k->offset, *dsrc = (const char *)def + k->offset;
+        pt_status st = pt_cfg_apply(def, k, k->def);
+        PT_ASSERTF(st == PT_OK, "bad default for %s", k->key);
+        size_t width = k->type == PT_CFG_INT64 || k->type == PT_CFG_U64 ? 8 : 4;
+        int is_default = k->type == PT_CFG_STR ? !strcmp(src, dsrc) : !memcmp(src, dsrc, width);
+        fprintf(f, "%s%s = ", is_default && !pt_cfg_set_flags[i] ? "# " : "", dot + 1);
         switch (k->type) {
         case PT_CFG_INT: fprintf(f, "%d\n", *(const int *)src); break;
         case PT_CFG_INT64: fprintf(f, "%lld\n", (long long)*(const int64_t *)src); break;
@@ -755,6 +766,7 @@ void pt_config_write(const pt_config *c, FILE *f) {
         case PT_CFG_STR: fprintf(f, "\"%s\"\n", (const char *)src); break;
         }
     }
+    free(def);
 }
 
 int pt_config_zero_scope(const pt_config *c) {
