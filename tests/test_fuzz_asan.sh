@@ -12,6 +12,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/asan_common.sh"
 pt_asan_run test_fuzz_asan "jansson cmocka inih zlib ompi-c libpcre2-8 libutf8proc" \
     tests/test_fuzz.c tests/testutil.c src/train/config.c src/train/checkpoint.c \
-    src/train/metrics.c src/train/resume.c src/data/shards.c src/data/mix.c src/io/safetensors.c src/io/hf_config.c \
+    src/train/metrics.c src/train/resume.c src/train/optim.c src/data/shards.c src/data/mix.c src/io/safetensors.c src/io/hf_config.c \
     src/data/bpe.c src/data/tokenizer_json.c src/data/unicode_tables.c \
     src/comm/comm.c src/comm/comm_names.c src/comm/comm_mpi.c src/comm/comm_hier.c src/comm/comm_device.c src/comm/comm_stage.c src/comm/comm_nccl_absent.c src/comm/flight.c src/parallel/mesh.c src/core/core.c src/core/trace.c

@@ -9,5 +9,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/asan_common.sh"
 pt_asan_run test_hostile_asan "jansson cmocka inih zlib ompi-c" \
     tests/test_hostile.c tests/testutil.c src/train/config.c src/train/checkpoint.c \
-    src/train/metrics.c src/train/resume.c src/data/shards.c src/data/mix.c src/io/safetensors.c \
+    src/train/metrics.c src/train/resume.c src/train/optim.c src/data/shards.c src/data/mix.c src/io/safetensors.c \
     src/io/hf_config.c src/comm/comm.c src/comm/comm_names.c src/comm/comm_mpi.c src/comm/comm_hier.c src/comm/comm_device.c src/comm/comm_stage.c src/comm/comm_nccl_absent.c src/comm/flight.c src/parallel/mesh.c src/core/core.c src/core/trace.c

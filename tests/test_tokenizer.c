@@ -499,7 +499,7 @@ static void test_prepare_rejects_bad_input(void **state) {
     assert_int_not_equal(tu_run_argv(pt_cmd_prepare, bad_shard, 7), 0);
     const char *bad_shard2[] = {"--vocab", g_vocab, "--out", out, "--shard-tokens", "12x", d1};
     assert_int_not_equal(tu_run_argv(pt_cmd_prepare, bad_shard2, 7), 0);
-    const char *unknown[] = {"--vocab", g_vocab, "--out", out, "--val-fraction", "0.1", d1};
+    const char *unknown[] = {"--vocab", g_vocab, "--out", out, "--no-such-option", "0.1", d1};
     assert_int_not_equal(tu_run_argv(pt_cmd_prepare, unknown, 7), 0);
     const char *missing_value[] = {"--vocab"};
     assert_int_not_equal(tu_run_argv(pt_cmd_prepare, missing_value, 1), 0);
