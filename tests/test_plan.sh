@@ -322,7 +322,7 @@ plan "${tiny[@]}" "${big[@]}" --data.train="$tmp/big_*.bin" --hardware "$src/har
 import json, re, sys
 t = sys.argv[1]
 def rss(name):
-    rows = [l for l in open(f"{t}/{name}.log") if re.search(r"\brank 0 \(dp0 pp0 cp0 tp0\)\s+[\d.]+\s", l)]
+    rows = [l for l in open(f"{t}/{name}.log") if re.search(r"\brank 0( \(dp0 pp0 cp0 tp0\))?\s+[\d.]+\s", l)]
     return float(rows[-1].split()[-1]) * 1048576
 def acct(name):
     m = [json.loads(l) for l in open(f"{t}/{name}.jsonl")][-1]["mem"]

@@ -203,7 +203,7 @@ static void pt_report_text(const pt_report_table *t) {
     }
     pt_log_info("  memory: as allocated; transient: pooled ZeRO buffers' peaks; total: the five; "
                 "peak RSS: the process's.");
-    if (alone)
+    if (alone && t->R > 1) /* one process has no groups to leave out */
         pt_log_info("  left out: %d group%s of one rank or that carried nothing.", alone,
                     alone > 1 ? "s" : "");
 }
