@@ -128,9 +128,9 @@ int pt_cmd_plan(int argc, char **argv) {
         if (st == PT_OK && json) {
             for (int i = 0; i < top; i++) pt_plan_json(&res[i], stdout), fputc('\n', stdout);
         } else if (st == PT_OK) {
-            printf("searched %d layouts on %s (%d nodes × %d): %d fit with %.0f%% of %.3g bytes "
-                   "kept free; the best %d:\n", tried, hw.name, hw.nodes, hw.devices_per_node, fit,
-                   100 * cfg->plan.headroom, hw.memory_bytes, top);
+            printf("searched %d layouts on %s (%d node%s × %d): %d fit with %.0f%% of %.4g GB "
+                   "kept free; the best %d:\n", tried, hw.name, hw.nodes, hw.nodes == 1 ? "" : "s",
+                   hw.devices_per_node, fit, 100 * cfg->plan.headroom, hw.memory_bytes / 1e9, top);
             printf("  %-3s %-34s %-18s %6s %10s %12s %6s %9s\n", "#", "layout", "schedule", "mb/m",
                    "recompute", "tokens/s", "MFU", "mem max");
             for (int i = 0; i < top; i++) {

@@ -356,8 +356,9 @@ static pt_status pt_html_page(FILE *f, const char *run, const pt_run_series *s, 
     json_t *lay = json_object_get(rep, "layout");
     double total = pt_json_field(rep, "total_steps");
     if (lay)
-        fprintf(f, "%lld ranks = dp %lld × pp %lld × cp %lld × tp %lld, ep %lld. ",
-                (long long)pt_json_field(lay, "ranks"), (long long)pt_json_field(lay, "dp"),
+        fprintf(f, "%lld rank%s = dp %lld × pp %lld × cp %lld × tp %lld, ep %lld. ",
+                (long long)pt_json_field(lay, "ranks"), pt_json_field(lay, "ranks") == 1 ? "" : "s",
+                (long long)pt_json_field(lay, "dp"),
                 (long long)pt_json_field(lay, "pp"), (long long)pt_json_field(lay, "cp"),
                 (long long)pt_json_field(lay, "tp"), (long long)pt_json_field(lay, "ep"));
     if (s->n)
