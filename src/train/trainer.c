@@ -509,8 +509,9 @@ pt_status pt_trainer_init(pt_trainer *t, const pt_config *cfg_in) {
                 cfg->model.n_kv_heads, cfg->model.ffn_dim, cfg->model.vocab_size,
                 cfg->model.tied_embeddings ? ", tied" : "");
     if (t->mesh)
-        pt_log_info("layout: %d ranks = dp %d × pp %d × cp %d × tp %d%s, ep %d; ZeRO-%d, %d "
-                    "gradient buckets", t->mesh->world_size, lay->dp_size, pp, cp, t->mesh->deg.tp,
+        pt_log_info("layout: %d rank%s = dp %d × pp %d × cp %d × tp %d%s, ep %d; ZeRO-%d, %d "
+                    "gradient buckets", t->mesh->world_size, t->mesh->world_size == 1 ? "" : "s",
+                    lay->dp_size, pp, cp, t->mesh->deg.tp,
                     par->sp ? " (sp)" : "", ep, zero,
                     lay->dpc ? lay->dp.n_buckets + lay->dpe.n_buckets : 0);
     pt_rank_memory mem = pt_trainer_rank_memory(t);
