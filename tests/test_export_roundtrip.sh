@@ -91,6 +91,13 @@ if [ $rc_ini -eq 0 ] && [ $rc_orig -eq 0 ] && grep -q "^# decay_fraction = " "$c
    grep -q '^steps = 2$' "$ck/train.ini" && [ "$(losses "$run/again.jsonl")" = "$(losses "$run/orig.jsonl")" ] &&
    [ -n "$(losses "$run/orig.jsonl")" ]; then ok
 else bad "train --config CKPT/train.ini: exit $rc_ini (original arguments $rc_orig), losses [$(losses "$run/again.jsonl" 2>/dev/null)] against [$(losses "$run/orig.jsonl" 2>/dev/null)]: $(grep -i error "$tmp/again.log" | head -2)"; fi
+# the same from another directory: train.ini's relative data glob matches nothing there and is
+# taken from the directory training ran in (said in the log); the losses the same again
+(cd "$tmp/elsewhere" && "$bin" train --config "$ck/train.ini" --checkpoint.resume="$ck" --training.steps=4 \
+   --checkpoint.dir=ck_far --logging.metrics=far.jsonl) > "$tmp/far.log" 2>&1; rc_far=$?
+if [ $rc_far -eq 0 ] && grep -q "config: data.train = \"data/train_\*.bin\" matches nothing here; taken from $run," "$tmp/far.log" &&
+   [ "$(losses "$tmp/elsewhere/far.jsonl")" = "$(losses "$run/orig.jsonl")" ]; then ok
+else bad "train --config CKPT/train.ini from another directory: exit $rc_far, losses [$(losses "$tmp/elsewhere/far.jsonl" 2>/dev/null)]: $(grep -iE "error|config:" "$tmp/far.log" | head -2)"; fi
 
 # the tokenizer found nowhere: one message naming the key, what was tried and --tokenizer
 ck="$run/ck_gpt2/step_00000002"

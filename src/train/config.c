@@ -2,6 +2,7 @@
 #include "pt/config.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <ini.h>
 #include <math.h>
 #include <stddef.h>
@@ -561,11 +562,47 @@ pt_status pt_config_load_file(pt_config *c, const char *path) {
     return PT_OK;
 }
 
+static int pt_path_matches(const char *pattern) {
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g), n = rc == 0 ? (int)g.gl_pathc : 0;
+    if (rc == 0) globfree(&g);
+    return n > 0;
+}
+
+/* A checkpoint's train.ini names on its first line the directory training ran in (checkpoint.c).
+ * Started from elsewhere (`train --config CKPT/train.ini`), its relative inputs that match nothing
+ * here but match there are taken from there, and the log says so: the data globs, sample.vocab
+ * and model.init_from. Outputs (checkpoint.dir, logging.*) stay where the command is run. */
+static void pt_config_inputs_from_run_dir(pt_config *c, const char *path) {
+    static const char pre[] = "# relative paths below are relative to ",
+                      post[] = ", the directory training ran in";
+    char line[PT_PATH_MAX + 128];
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    int got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    char *dir = line + sizeof pre - 1, *end = got ? strstr(line, post) : NULL;
+    if (!end || strncmp(line, pre, sizeof pre - 1)) return;
+    *end = 0;
+    static const char *keys[] = {"data.train", "data.val", "sample.vocab", "model.init_from"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const pt_cfg_key *k = pt_cfg_find(keys[i]);
+        char *v = (char *)c + k->offset, there[2 * PT_PATH_MAX];
+        if (!v[0] || v[0] == '/' || pt_path_matches(v)) continue;
+        int n = snprintf(there, sizeof there, "%s/%s", dir, v);
+        if (n < 0 || (size_t)n >= k->size || !pt_path_matches(there)) continue;
+        pt_log_info("config: %s = \"%s\" matches nothing here; taken from %s, where the run of %s "
+                    "ran", keys[i], v, dir, path);
+        memcpy(v, there, (size_t)n + 1);
+    }
+}
+
 pt_status pt_config_from_args(pt_config *c, int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--config")) {
             if (i + 1 >= argc) return pt_errorf(PT_ERR_CONFIG, "--config needs a file");
             PT_TRY(pt_config_load_file(c, argv[i + 1]));
+            pt_config_inputs_from_run_dir(c, argv[i + 1]);
         }
     }
     for (int i = 0; i < argc; i++) {
