@@ -29,15 +29,7 @@ cp "$vocab/encoder.json" "$vocab/vocab.bpe" "$run/gpt2/"
 toks = array.array("H", [(i * 7919) % 50257 for i in range(20000)])
 head = array.array("i", [20240520, 1, len(toks)] + [0] * 253)  # llm.c shard header (little-endian)
 with open(sys.argv[1], "wb") as f: head.tofile(f); toks.tofile(f)' "$run/data/train_000000.bin"
-/usr/bin/python3 -c 'import json, sys
-enc = json.load(open(sys.argv[1] + "/encoder.json"))
-merges = [l for l in open(sys.argv[1] + "/vocab.bpe", encoding="utf-8").read().split("\n")[1:] if l]
-bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-tok = {"version": "1.0", "normalizer": None, "pre_tokenizer": bl, "decoder": bl,
-       "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "special": True, "normalized": True,
-                         "single_word": False, "lstrip": False, "rstrip": False}],
-       "model": {"type": "BPE", "vocab": enc, "merges": merges}}
-json.dump(tok, open(sys.argv[2], "w"))' "$vocab" "$run/hf_tok/tokenizer.json"
+/usr/bin/python3 "$(dirname "$0")/ref/gpt2_tokenizer_json.py" "$vocab" "$run/hf_tok/tokenizer.json"
 
 # train NAME VOCAB [ARGS]: a tiny model (GPT-2's vocabulary), 2 steps from $run, paths relative
 train() {

@@ -50,15 +50,7 @@ cp "$vocab/encoder.json" "$vocab/vocab.bpe" "$tmp/hf/"
 gen --model "$tmp/hf" > "$tmp/d.txt" 2> "$tmp/d.err" || { bad "generate --model (own vocabulary)"; cat "$tmp/d.err"; }
 # the model's own tokenizer.json: GPT-2's, written from its two files as Hugging Face has it
 mkdir -p "$tmp/hf3" && cp "$tmp/hf/config.json" "$tmp/hf/model.safetensors" "$tmp/hf3/"
-/usr/bin/python3 -c 'import json, sys
-enc = json.load(open(sys.argv[1] + "/encoder.json"))
-merges = [l for l in open(sys.argv[1] + "/vocab.bpe", encoding="utf-8").read().split("\n")[1:] if l]
-bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-tok = {"version": "1.0", "normalizer": None, "pre_tokenizer": bl, "decoder": bl,
-       "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "special": True, "normalized": True,
-                         "single_word": False, "lstrip": False, "rstrip": False}],
-       "model": {"type": "BPE", "vocab": enc, "merges": merges}}
-json.dump(tok, open(sys.argv[2], "w"))' "$vocab" "$tmp/hf3/tokenizer.json"
+/usr/bin/python3 "$(dirname "$0")/ref/gpt2_tokenizer_json.py" "$vocab" "$tmp/hf3/tokenizer.json"
 gen --model "$tmp/hf3" > "$tmp/f.txt" 2> "$tmp/f.err" || { bad "generate --model (tokenizer.json)"; cat "$tmp/f.err"; }
 gen --model "$tmp/hf3" --bos > "$tmp/g.txt" 2> "$tmp/g.err" && grep -q "^$prompt" "$tmp/g.txt" &&
   grep -q '^prefill: 7 tokens' "$tmp/g.err" && ok || { bad "generate --bos"; cat "$tmp/g.err"; }
